@@ -1,0 +1,178 @@
+"""Builds of a base or patched tree, cached by content.
+
+Two build kinds, named per target in its manifest:
+
+* ``wheel``   -- ``pip wheel`` of the tree (the package's own build backend).
+* ``overlay`` -- for targets whose compiled parts cannot be built here: the
+  package directories of the tree (Python sources, and whatever compiled files
+  the released artefact carries) are laid out as an importable directory,
+  without running the native build.
+
+A build entry lives at ``builds/<key>`` where the key hashes the tree's key
+(base sha256 + patch sha256s) and the build kind; the directory appears only
+when the build finished, so an interrupted build is never mistaken for one.
+Each entry holds ``site/`` (what goes on ``PYTHONPATH``) and, for wheels,
+the wheel itself, which the offline bundle carries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import ui
+from harness.errors import BuildError
+from harness.pins import Manifest
+from harness.store import Store, sha256_file
+
+RECIPE_VERSION = "1"  # bump when the way builds are made changes
+
+
+@dataclass(frozen=True)
+class Build:
+    key: str
+    kind: str
+    path: Path  # the entry directory
+    site: Path  # put this on PYTHONPATH
+    wheel: Path | None
+
+    def describe(self) -> dict:
+        info = {"key": self.key, "kind": self.kind}
+        if self.wheel is not None:
+            info["wheel"] = self.wheel.name
+            info["wheel_sha256"] = sha256_file(self.wheel)
+        return info
+
+
+def build_key(tree_key: str, manifest: Manifest) -> str:
+    return hashlib.sha256(f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}".encode()).hexdigest()
+
+
+def lookup(store: Store, key: str) -> Build | None:
+    path = store.root / "builds" / key[:20]
+    meta = path / "build.json"
+    if not meta.is_file():
+        return None
+    info = json.loads(meta.read_text())
+    wheel = path / info["wheel"] if info.get("wheel") else None
+    return Build(key, info["kind"], path, path / "site", wheel)
+
+
+def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: str) -> Build:
+    """The cached build of ``tree``; builds it on first use."""
+    key = build_key(tree_key, manifest)
+    with store.locked():
+        found = lookup(store, key)
+        if found is not None:
+            ui.note(f"build {label}: cached ({key[:12]})")
+            return found
+        final = store.area("builds") / key[:20]
+        with ui.status(f"building {label} ({manifest.build})"), store.new_entry(final) as tmp:
+            info = {"kind": manifest.build, "key": key, "target": manifest.target}
+            if manifest.build == "wheel":
+                wheel = _pip_wheel(tree, tmp, label)
+                install_wheel(wheel, tmp / "site", label)
+                info["wheel"] = wheel.name
+            else:
+                _overlay(tree, manifest, tmp / "site", label)
+            (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+    return lookup(store, key)
+
+
+def adopt_wheel(wheel: Path, key: str, manifest: Manifest, store: Store, label: str) -> Build:
+    """Register a prebuilt wheel (from an offline bundle) as the build for ``key``."""
+    with store.locked():
+        found = lookup(store, key)
+        if found is not None:
+            return found
+        final = store.area("builds") / key[:20]
+        with store.new_entry(final) as tmp:
+            shutil.copy2(wheel, tmp / wheel.name)
+            install_wheel(tmp / wheel.name, tmp / "site", label)
+            info = {"kind": manifest.build, "key": key, "target": manifest.target, "wheel": wheel.name}
+            (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+    return lookup(store, key)
+
+
+def _pip_wheel(tree: Path, out: Path, label: str) -> Path:
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(tree)]
+    _run(cmd, label, "pip wheel", cwd=tree)
+    wheels = sorted(out.glob("*.whl"))
+    if len(wheels) != 1:
+        raise BuildError(f"build {label}: expected one wheel from pip, got {[w.name for w in wheels]}")
+    return wheels[0]
+
+
+def install_wheel(wheel: Path, site: Path, label: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
+           "--target", str(site), str(wheel)]
+    _run(cmd, label, "pip install")
+
+
+def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> None:
+    site.mkdir(parents=True)
+    roots = [tree / "src", tree]
+    for name in manifest.import_names:
+        src = next((r / name for r in roots if (r / name).is_dir()), None)
+        if src is None:
+            raise BuildError(f"build {label}: package directory '{name}' not found in the tree (looked in src/ and /)")
+        shutil.copytree(src, site / name, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    for info in tree.glob("*.dist-info"):
+        shutil.copytree(info, site / info.name)
+
+
+def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None:
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise BuildError(f"build {label}: {what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def import_check(build: Build, modules: list[str], python: str, label: str) -> dict[str, str]:
+    """Import each module from the build with ``python``; check it comes from the build, not elsewhere."""
+    code = (
+        "import importlib, json, sys\n"
+        "out = {}\n"
+        "for name in sys.argv[1:]:\n"
+        "    out[name] = importlib.import_module(name).__file__\n"
+        "print(json.dumps(out))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + _existing_pythonpath()))
+    proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
+        raise BuildError(f"import check of {label} failed for {', '.join(modules)}:\n{tail}")
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    site = str(build.site.resolve())
+    for name, file in found.items():
+        if not str(Path(file).resolve()).startswith(site):
+            raise BuildError(f"import check of {label}: {name} was imported from {file}, not from the build at {site}")
+    return found
+
+
+def _existing_pythonpath() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, label: str) -> Build:
+    """Register an overlay build (a tar of its ``site/``) from an offline bundle as the build for ``key``."""
+    import tarfile
+
+    with store.locked():
+        found = lookup(store, key)
+        if found is not None:
+            return found
+        final = store.area("builds") / key[:20]
+        with store.new_entry(final) as tmp:
+            with tarfile.open(site_tar) as tf:
+                tf.extractall(tmp, filter="data")
+            info = {"kind": manifest.build, "key": key, "target": manifest.target}
+            (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+    return lookup(store, key)

@@ -1,0 +1,164 @@
+"""Offline bundles: everything a GPU host without network needs to run chosen packs.
+
+``make`` prepares every lane of the chosen packs here (materialize, apply,
+build), then writes one xz-compressed tar holding the built wheels (or overlay
+directories), the harness's own dependency wheels at their pins, and the
+extra runtime wheels the bases' manifests list, plus ``bundle.json`` with the
+sha256 of every file. ``OpenBundle`` is the run side: it checks every hash
+before use, and a lane whose build key is not in the bundle is an error, never
+a silent rebuild. ``python -m harness.bootstrap`` unpacks a bundle and starts
+the harness with only the standard library and pip.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import builds, lanes, receipts, ui
+from harness.errors import BundleError
+from harness.pins import Manifest
+from harness.store import Store, sha256_file
+
+FORMAT = 1
+TOP = "patchlane-bundle"
+DEPS_FILE = Path("requirements") / "bundle-deps.txt"
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64"]
+
+
+def download_wheels(requirements: list[str], dest: Path, python_version: str) -> list[Path]:
+    """Binary wheels of exactly ``requirements`` (no dependency resolution) for the GPU host's Python."""
+    if not requirements:
+        return []
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--python-version", python_version, "--implementation", "cp", "--dest", str(dest)]
+    for plat in PLATFORMS:
+        cmd += ["--platform", plat]
+    cmd += requirements
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        raise BundleError(f"cannot download wheels for the bundle ({', '.join(requirements)}):\n{tail}")
+    return sorted(dest.glob("*.whl"))
+
+
+def read_requirements(path: Path) -> list[str]:
+    if not path.is_file():
+        raise BundleError(f"{path}: missing; it lists the harness's own dependency pins for the GPU host")
+    return [ln.split("#")[0].strip() for ln in path.read_text().splitlines() if ln.split("#")[0].strip()]
+
+
+def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: str = "3.12",
+         deps_dir: Path | None = None) -> dict:
+    """Write the bundle for ``pack_ids`` to ``output`` (atomically) and return its index."""
+    index: dict = {"format": FORMAT, "created": receipts.utc_now().isoformat().replace("+00:00", "Z"),
+                   "python": python_version, "packs": [], "builds": {}, "wheels": []}
+    members: dict[str, Path] = {}
+    runtime: set[str] = set()
+    for pid in pack_ids:
+        pack = ctx.tracking.pack(pid)
+        index["packs"].append(pack.id)
+        for lane in pack.lanes:
+            prep = lanes.prepare(ctx, pack, lane, import_check=False)
+            runtime.update(prep.base.runtime_requires)
+            key = prep.build.key
+            entry = index["builds"].setdefault(key, {"target": pack.target, "kind": prep.build.kind,
+                                                     "lanes": []})
+            entry["lanes"].append(f"{pack.id}/{lane.name}")
+            if "file" in entry:
+                continue
+            if prep.build.wheel is not None:
+                arc = f"builds/{key[:20]}/{prep.build.wheel.name}"
+                members[arc] = prep.build.wheel
+            else:
+                arc = f"builds/{key[:20]}/site.tar"
+                members[arc] = _tar_dir(prep.build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
+            entry["file"] = arc
+            entry["sha256"] = sha256_file(members[arc])
+    with ui.status("downloading wheels for the GPU host"):
+        work = ctx.store.area("tmp") / "bundle-wheels"
+        shutil.rmtree(work, ignore_errors=True)
+        if deps_dir is not None:
+            wheels = sorted(Path(deps_dir).glob("*.whl"))
+        else:
+            wheels = download_wheels(read_requirements(ctx.root / DEPS_FILE) + sorted(runtime), work, python_version)
+    for whl in wheels:
+        arc = f"wheels/{whl.name}"
+        members[arc] = whl
+        index["wheels"].append({"file": arc, "sha256": sha256_file(whl)})
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    try:
+        with ui.status(f"writing {output.name} (xz)"), tarfile.open(partial, "w:xz", preset=6) as tf:
+            data = json.dumps(index, indent=2, sort_keys=True).encode()
+            info = tarfile.TarInfo(f"{TOP}/bundle.json")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+            for arc, path in sorted(members.items()):
+                tf.add(path, arcname=f"{TOP}/{arc}", recursive=False)
+        partial.replace(output)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return index
+
+
+def _tar_dir(src: Path, dest: Path) -> Path:
+    with tarfile.open(dest, "w") as tf:
+        tf.add(src, arcname="site")
+    return dest
+
+
+@dataclass
+class OpenBundle:
+    """An unpacked bundle directory whose files all matched ``bundle.json``."""
+
+    path: Path
+    index: dict
+
+    @classmethod
+    def open(cls, path: Path) -> OpenBundle:
+        meta = path / "bundle.json"
+        if not meta.is_file():
+            raise BundleError(f"{path}: not an unpacked bundle (no bundle.json)")
+        index = json.loads(meta.read_text())
+        if index.get("format") != FORMAT:
+            raise BundleError(f"{meta}: bundle format {index.get('format')!r}, this harness reads {FORMAT}")
+        for entry in list(index["builds"].values()) + index["wheels"]:
+            f = path / entry["file"]
+            if not f.is_file():
+                raise BundleError(f"{path}: {entry['file']} is missing")
+            if sha256_file(f) != entry["sha256"]:
+                raise BundleError(f"{path}: {entry['file']} does not match its sha256 in bundle.json")
+        return cls(path, index)
+
+    def build_for(self, key: str, manifest: Manifest, store: Store, label: str) -> builds.Build:
+        entry = self.index["builds"].get(key)
+        if entry is None:
+            raise BundleError(f"the bundle has no build for {label} (key {key[:12]}); the series or pins changed "
+                              "since it was made: make it again with 'harness bundle'")
+        src = self.path / entry["file"]
+        if src.suffix == ".whl":
+            return builds.adopt_wheel(src, key, manifest, store, label)
+        return builds.adopt_site_tar(src, key, manifest, store, label)
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    """Extract ``archive`` under ``dest``; return the bundle directory."""
+    try:
+        with tarfile.open(archive) as tf:
+            for m in tf.getmembers():
+                if not m.name.startswith(TOP + "/") and m.name != TOP:
+                    raise BundleError(f"{archive}: unexpected member {m.name!r}; not a patch-lane bundle")
+            tf.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleError(f"cannot read bundle {archive}: {exc}") from None
+    return dest / TOP

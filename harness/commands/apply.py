@@ -1,0 +1,21 @@
+"""``harness apply PACK``: the base with the pack's series (and its dependencies') applied."""
+
+from __future__ import annotations
+
+from harness import lanes, pins, series, ui
+from harness.commands._context import context
+
+
+def main(args) -> int:
+    ctx = context(args)
+    pack = ctx.tracking.pack(args.pack)
+    manifest = ctx.manifest(pack.target)
+    checkout = pins.materialize(manifest, args.base or pack.base, ctx.store, ctx.artifacts)
+    patches = lanes.series_for(ctx, pack)
+    if not patches:
+        ui.warn(f"pack {pack.id} has no patches; the tree is the pristine base")
+        ui.out.print(str(checkout.path))
+        return 0
+    tree = series.apply(checkout, patches, ctx.store)
+    ui.out.print(f"{len(patches)} patch(es) applied on {manifest.target} {checkout.base.name}: {tree.path}")
+    return 0

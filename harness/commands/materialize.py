@@ -1,0 +1,16 @@
+"""``harness materialize TARGET``: the pristine, git-initialised base checkout."""
+
+from __future__ import annotations
+
+from harness import pins, ui
+from harness.commands._context import find_root
+from harness.store import Store
+
+
+def main(args) -> int:
+    root = find_root(args.root)
+    manifest = pins.load_manifest(root, args.target)
+    checkout = pins.materialize(manifest, args.base, Store(args.cache), args.artifacts)
+    ui.out.print(f"{manifest.target} {checkout.base.name} (upstream {checkout.base.commit or 'commit unknown'}): "
+                 f"{checkout.path} [git {checkout.commit[:12]}]")
+    return 0

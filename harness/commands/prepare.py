@@ -1,0 +1,18 @@
+"""``harness prepare PACK``: build and import-check each lane without running the reproducer."""
+
+from __future__ import annotations
+
+from harness import lanes, ui
+from harness.commands._context import context
+
+
+def main(args) -> int:
+    ctx = context(args)
+    pack = ctx.tracking.pack(args.pack)
+    chosen = [pack.lane(n) for n in args.lane] if args.lane else list(pack.lanes)
+    if not chosen:
+        ui.warn(f"pack {pack.id} has no lanes in tracking.toml yet")
+    for lane in chosen:
+        prep = lanes.prepare(ctx, pack, lane, import_check=not args.no_import_check)
+        ui.out.print(f"{pack.id} {lane.name}: build {prep.build.key[:12]} at {prep.build.site}")
+    return 0

@@ -1,0 +1,48 @@
+"""``harness run PACK``: every lane of the pack, with receipts and a summary table."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+from harness import lanes, receipts, ui
+from harness.commands._context import context
+from harness.errors import worst
+
+_STYLE = {"pass": "green", "skipped": "yellow", "mismatch": "red", "crash": "red", "timeout": "red"}
+
+
+def main(args) -> int:
+    ctx = context(args)
+    ctx.receipts_dir = args.receipts_dir
+    ctx.echo = not args.quiet
+    pack = ctx.tracking.pack(args.pack)
+    results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking)
+    code = worst(r.exit for r in results)
+    if args.result_file:
+        args.result_file.write_text(json.dumps({"exit": int(code), "lanes": [
+            {"lane": r.lane, "verdict": r.verdict, "reason": r.reason,
+             "receipt": str(r.receipt.path) if r.receipt else None} for r in results]}))
+    if not results:
+        return 0
+    table = Table(title=f"pack {pack.id} - {pack.title}", title_justify="left")
+    for col in ("lane", "verdict", "why", "receipt"):
+        table.add_column(col)
+    for r in results:
+        where = str(r.receipt.dir.relative_to(ctx.root)) if r.receipt and r.receipt.dir.is_relative_to(ctx.root) \
+            else (str(r.receipt.dir) if r.receipt else "-")
+        table.add_row(r.lane, f"[{_STYLE[r.verdict]}]{r.verdict}[/]", r.reason, where)
+    ui.out.print(table)
+    for r in results:
+        if r.verdict == "skipped":
+            last = receipts.latest(ctx.root, pack.target, pack.id, r.lane)
+            if last is None:
+                ui.out.print(f"  {r.lane}: skipped here; no receipt yet from a host that has the hardware")
+            else:
+                d = last.data
+                ui.out.print(f"  {r.lane}: skipped here; latest receipt {last.dir.relative_to(ctx.root)}: "
+                             f"{d.get('verdict')} ({', '.join(d.get('sentinels', [])) or 'no sentinel'}) on "
+                             f"{receipts.summary(last, ctx.root)['host']} at {d.get('started')}")
+    ui.out.print(f"exit {int(code)} ({code.name})")
+    return int(code)

@@ -1,0 +1,221 @@
+"""A pack's lanes, end to end: base -> series -> build -> import check -> reproducer -> receipt.
+
+A lane (declared in tracking.toml) names a base, whether the pack's series is
+applied, and the sentinel the reproducer must print. ``prepare`` turns a lane
+into an installed build; ``execute`` runs the reproducer against it and writes
+the receipt; ``run_pack`` does both for every lane of a pack and updates
+tracking.toml. Builds come either from this machine (materialize, apply, build)
+or from an offline bundle (``bundle`` is given), never a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import __version__, builds, pins, receipts, runs, series, ui
+from harness.errors import ConfigError, Exit
+from harness.store import Store, sha256_file
+from harness.tracking import Lane, Pack, Tracking, sentinels
+
+
+@dataclass
+class Context:
+    root: Path
+    tracking: Tracking
+    store: Store
+    python: str = sys.executable
+    artifacts: list[Path] = field(default_factory=list)
+    bundle: object | None = None  # harness.bundle.OpenBundle
+    receipts_dir: Path | None = None
+    echo: bool = True
+
+    def manifest(self, target: str) -> pins.Manifest:
+        return pins.load_manifest(self.root, target)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    pack: Pack
+    lane: Lane
+    manifest: pins.Manifest
+    base: pins.Base
+    patches: tuple[series.Patch, ...]
+    build: builds.Build
+    imported: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return f"{self.manifest.target} {self.base.name}{' + series' if self.lane.patched else ''}"
+
+
+@dataclass(frozen=True)
+class LaneResult:
+    pack: str
+    lane: str
+    verdict: str
+    reason: str
+    exit: Exit
+    receipt: receipts.Receipt | None = None
+
+
+def series_for(ctx: Context, pack: Pack) -> list[series.Patch]:
+    """Every patch a patched lane of ``pack`` applies: its same-target dependencies' series first."""
+    out: list[series.Patch] = []
+    for p in ctx.tracking.closure(pack.id):
+        if p.target == pack.target:
+            out.extend(series.load_series(ctx.root, p.target, p.id))
+    return out
+
+
+def lane_build_key(ctx: Context, pack: Pack, lane: Lane) -> tuple[str, list[series.Patch]]:
+    manifest = ctx.manifest(pack.target)
+    base = manifest.base(lane.base)
+    patches = series_for(ctx, pack) if lane.patched else []
+    tree_key = series.series_key(pack.target, base.artifact.sha256, patches)
+    return builds.build_key(tree_key, manifest), patches
+
+
+def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> Prepared:
+    manifest = ctx.manifest(pack.target)
+    base = manifest.base(lane.base)
+    key, patches = lane_build_key(ctx, pack, lane)
+    label = f"{pack.target} {base.name}{' + pack ' + pack.id + ' series' if lane.patched else ' (baseline)'}"
+    if lane.patched and not patches:
+        raise ConfigError(f"pack {pack.id}: lane '{lane.name}' is patched but patches/{pack.target}/{pack.id}/ "
+                          "holds no patch")
+    if ctx.bundle is not None:
+        build = ctx.bundle.build_for(key, manifest, ctx.store, label)
+    else:
+        checkout = pins.materialize(manifest, base.name, ctx.store, ctx.artifacts)
+        ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
+        if patches:
+            tree = series.apply(checkout, patches, ctx.store)
+            ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
+            tree_path, tree_key = tree.path, tree.key
+        else:
+            tree_path, tree_key = checkout.path, series.series_key(pack.target, base.artifact.sha256, [])
+        build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
+        assert build.key == key
+    imported = {}
+    if import_check:
+        modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
+        imported = builds.import_check(build, modules, ctx.python, label)
+        ui.note(f"import check ok: {', '.join(imported)} from the build")
+    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported)
+
+
+def _pack_modules(pack: Pack) -> list[str]:
+    """Modules named by the pack's files (``src/a/b.py`` -> ``a.b``) for the import check."""
+    mods = []
+    for f in pack.files:
+        if f.endswith(".py"):
+            parts = Path(f).with_suffix("").parts
+            if parts and parts[0] == "src":
+                parts = parts[1:]
+            if parts and parts[-1] != "__init__":
+                mods.append(".".join(parts))
+    return mods
+
+
+def execute(ctx: Context, prep: Prepared) -> LaneResult:
+    """Run the lane's reproducer against the prepared build and write its receipt."""
+    pack, lane = prep.pack, prep.lane
+    script = ctx.root / pack.reproducer
+    started = receipts.utc_now()
+    env = dict(os.environ)
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(prep.build.site), str(ctx.root / "repros")]
+                                      + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        "PYTHONUNBUFFERED": "1",
+        "HARNESS_PACK": pack.id,
+        "HARNESS_LANE": lane.name,
+        "HARNESS_TARGET": pack.target,
+        "HARNESS_BASE": prep.base.name,
+        "HARNESS_BASE_COMMIT": prep.base.commit,
+        "HARNESS_PATCHED": "1" if lane.patched else "0",
+        "HARNESS_BUILD_KEY": prep.build.key,
+        "HARNESS_SENTINELS": json.dumps(sorted(sentinels(ctx.root))),
+    })
+    fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
+    os.close(fd)
+    cmd = [ctx.python, str(script), *lane.args]
+    ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
+    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, echo=ctx.echo)
+    verdict, reason = outcome.verdict(lane.expect)
+    data = {
+        "pack": pack.id,
+        "title": pack.title,
+        "lane": lane.name,
+        "target": pack.target,
+        "base": {"name": prep.base.name, "version": prep.base.version, "commit": prep.base.commit,
+                 "artifact": prep.base.artifact.filename, "sha256": prep.base.artifact.sha256},
+        "patched": lane.patched,
+        "patches": [{"file": str(p.path.relative_to(ctx.root)), "sha256": p.sha256,
+                     "upstream_status": p.upstream_status} for p in prep.patches],
+        "build": prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"},
+        "imported": prep.imported,
+        "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
+        "harness": {"version": __version__, **_repo_state(ctx.root)},
+        "host": outcome.stamp,
+        "expected": lane.expect,
+        "sentinels": [name for name, _ in outcome.sentinels],
+        "sentinel_details": {name: details for name, details in outcome.sentinels},
+        "figures": outcome.figures,
+        "verdict": verdict,
+        "reason": reason,
+        "exit_code": outcome.exit_code,
+        "timed_out": outcome.timed_out,
+        "timeout_s": lane.timeout,
+        "started": started.isoformat().replace("+00:00", "Z"),
+        "duration_s": outcome.duration_s,
+    }
+    if verdict == "skipped":
+        Path(tmp_log).unlink(missing_ok=True)
+        return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
+    out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
+    receipt = receipts.write(out_dir, pack.target, pack.id, lane.name, started, Path(tmp_log), data)
+    return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], receipt)
+
+
+def _repo_state(root: Path) -> dict:
+    """The repository commit the run used. A copy without .git (a GPU host) names it in PATCHLANE_REPO_COMMIT."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True)
+    except OSError:
+        head = dirty = None
+    if head is not None and head.returncode == 0:
+        return {"repo_commit": head.stdout.strip(), "repo_dirty": bool(dirty.stdout.strip())}
+    return {"repo_commit": os.environ.get("PATCHLANE_REPO_COMMIT"), "repo_dirty": None,
+            "repo_commit_source": "PATCHLANE_REPO_COMMIT (no .git in this copy)"}
+
+
+def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
+             update_tracking: bool = True) -> list[LaneResult]:
+    """Prepare and run the pack's lanes (all, or the named ones)."""
+    if not pack.lanes:
+        ui.warn(f"pack {pack.id} has no lanes in tracking.toml yet; nothing to run")
+        return []
+    lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
+    prepared = [prepare(ctx, pack, lane) for lane in lanes]
+    gpu_ok, gpu_desc = (True, "not needed") if pack.requires == "cpu" else runs.cuda_available(ctx.python)
+    results = []
+    for prep in prepared:
+        if not gpu_ok:
+            results.append(LaneResult(pack.id, prep.lane.name, "skipped",
+                                      f"needs a CUDA GPU; {gpu_desc}", Exit.SKIPPED))
+            continue
+        result = execute(ctx, prep)
+        results.append(result)
+        if update_tracking and result.receipt is not None:
+            ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
+            ctx.tracking.save()
+    return results
+

@@ -1,0 +1,148 @@
+"""Running a reproducer once and reading what it said.
+
+The reproducer's stdout and stderr go, interleaved, to one log file and to the
+console. Its protocol lines (see ``repros/_lane.py``) are parsed from the log:
+``HOST_STAMP``, ``FIGURE``, ``SKIPPED`` and the sentinels. A reproducer that
+exits non-zero, never stamps the host, or is killed at its time limit is a
+crash or a timeout -- never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import Exit
+
+VERDICT_EXIT = {
+    "pass": Exit.OK,
+    "mismatch": Exit.MISMATCH,
+    "skipped": Exit.SKIPPED,
+    "crash": Exit.CRASH,
+    "timeout": Exit.TIMEOUT,
+}
+
+
+@dataclass
+class Outcome:
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool
+    stamp: dict | None = None
+    sentinels: list[tuple[str, dict]] = field(default_factory=list)
+    figures: list[dict] = field(default_factory=list)
+    skipped: str | None = None
+
+    def verdict(self, expected: str) -> tuple[str, str]:
+        """(verdict, reason) for a lane that expects ``expected``."""
+        seen = [name for name, _ in self.sentinels]
+        if self.timed_out:
+            return "timeout", "killed at the time limit"
+        if self.skipped is not None:
+            return "skipped", self.skipped
+        if self.exit_code != 0:
+            return "crash", f"exit code {self.exit_code}" + (f" after printing {', '.join(seen)}" if seen else "")
+        if self.stamp is None:
+            return "crash", "no HOST_STAMP line before the verdict"
+        if not seen:
+            return "crash", f"exited without printing a verdict; expected {expected}"
+        if set(seen) == {expected}:
+            return "pass", f"printed {expected} as expected"
+        return "mismatch", f"printed {', '.join(seen)}; expected {expected}"
+
+
+def cuda_available(python: str) -> tuple[bool, str]:
+    """Whether ``python`` sees a CUDA device, and a description of what it sees."""
+    code = ("import torch,json;ok=torch.cuda.is_available();"
+            "print(json.dumps([ok, torch.cuda.get_device_name(0) if ok else 'no CUDA device visible to torch']))")
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"cannot probe CUDA with {python}: {exc}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return False, f"torch not importable by {python}: {last}"
+    ok, desc = json.loads(proc.stdout.strip().splitlines()[-1])
+    return bool(ok), desc
+
+
+def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, echo: bool = True) -> Outcome:
+    """Run ``cmd``, teeing its combined output into ``log_path``; kill its process group at ``timeout``."""
+    start = time.monotonic()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = start + timeout
+        try:
+            os.set_blocking(proc.stdout.fileno(), False)
+            while True:
+                chunk = proc.stdout.read(65536)
+                if chunk:
+                    log.write(chunk)
+                    log.flush()
+                    if echo:
+                        sys.stderr.buffer.write(chunk)
+                        sys.stderr.flush()
+                elif proc.poll() is not None:
+                    rest = proc.stdout.read()
+                    if rest:
+                        log.write(rest)
+                        if echo:
+                            sys.stderr.buffer.write(rest)
+                    break
+                else:
+                    time.sleep(0.05)
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    _kill(proc)
+                    break
+        except BaseException:
+            _kill(proc)
+            raise
+        finally:
+            proc.stdout.close()
+    code = proc.wait()
+    outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),
+                      timed_out=timed_out)
+    parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, _known_sentinels(env))
+    return outcome
+
+
+def _known_sentinels(env: dict[str, str]) -> set[str]:
+    return set(json.loads(env.get("HARNESS_SENTINELS", "[]")))
+
+
+def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
+    for line in text.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "HOST_STAMP" and outcome.stamp is None:
+            outcome.stamp = _json(rest)
+        elif tag == "FIGURE" and outcome.stamp is not None:
+            outcome.figures.append(_json(rest))
+        elif tag == "SKIPPED":
+            outcome.skipped = _json(rest).get("reason", rest)
+        elif tag in sentinels:
+            outcome.sentinels.append((tag, _json(rest)))
+
+
+def _json(text: str) -> dict:
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return {"text": text}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

@@ -1,0 +1,84 @@
+"""The local cache: downloaded artefacts, pristine base checkouts, patched trees, builds.
+
+Everything lives under one root (``$PATCHLANE_HOME``, else ``~/.cache/patchlane``)
+and is guarded by one file lock, so two harness processes never write the same
+entry. Entries are created in a temporary sibling directory and renamed into
+place as the last step: a directory that exists under its final name is
+complete, and an interrupted step leaves only a ``.tmp-*`` directory that the
+next run removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock
+
+_TMP_PREFIX = ".tmp-"
+
+
+def default_root() -> Path:
+    env = os.environ.get("PATCHLANE_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "patchlane"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Store:
+    """One cache root with named areas and an exclusive lock."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root else default_root()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(self.root / ".lock"))
+
+    def area(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Store]:
+        """Hold the store's lock (re-entrant within a process)."""
+        with self._lock:
+            yield self
+
+    @contextlib.contextmanager
+    def new_entry(self, final: Path) -> Iterator[Path]:
+        """Yield a scratch directory that becomes ``final`` only if the block succeeds."""
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _sweep_stale(final.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX + final.name + "-", dir=final.parent))
+        try:
+            yield tmp
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove scratch directories left by a killed process (we hold the lock)."""
+    for child in parent.glob(_TMP_PREFIX + "*"):
+        shutil.rmtree(child, ignore_errors=True)

@@ -1,0 +1,283 @@
+"""tracking.toml: one entry per pack, edited by people and by the tool.
+
+The file is read and written with tomlkit so comments, order and formatting
+survive the tool's edits. Loading validates everything a run relies on and
+names the pack and key at fault: unknown targets, kinds and states, unknown
+packs in ``depends_on``, dependency cycles, lanes on bases the manifest lacks,
+unknown sentinels.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from harness import pins
+from harness.errors import ConfigError
+from harness.tomlutil import choice, field, load_document, str_list
+
+KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
+STATES = ("planned", "held", "ready", "filed", "absorbed", "retired", "blocked")
+THREAD_STATES = ("open", "draft", "merged", "closed", "unknown")
+REQUIRES = ("cuda", "cpu")
+MITIGATION_STATUS = ("active", "retired")
+_PACK_ID = re.compile(r"^[0-9]{2}$")
+_LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+DEFAULT_TIMEOUT = 900
+
+
+@cache
+def sentinels(root: Path) -> dict[str, str]:
+    """The sentinel vocabulary, read from the reproducers' own contract module."""
+    spec = importlib.util.spec_from_file_location("_lane", root / "repros" / "_lane.py")
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{root / 'repros' / '_lane.py'}: missing")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return dict(mod.SENTINELS)
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    base: str
+    patched: bool
+    expect: str
+    args: tuple[str, ...] = ()
+    timeout: int = DEFAULT_TIMEOUT
+
+
+@dataclass(frozen=True)
+class Thread:
+    url: str
+    role: str
+    state: str
+    verified: str | None
+
+
+@dataclass(frozen=True)
+class Pack:
+    id: str
+    title: str
+    target: str
+    kind: str
+    state: str
+    files: tuple[str, ...]
+    depends_on: tuple[str, ...]
+    summary: str
+    requires: str
+    base: str | None
+    reproducer: str | None
+    lanes: tuple[Lane, ...]
+    threads: tuple[Thread, ...]
+    absorbed: dict | None
+    mitigation: dict | None
+    blocked: str | None
+
+    def lane(self, name: str) -> Lane:
+        for lane in self.lanes:
+            if lane.name == name:
+                return lane
+        known = ", ".join(lane.name for lane in self.lanes) or "none"
+        raise ConfigError(f"pack {self.id} has no lane '{name}' (lanes: {known})")
+
+
+class Tracking:
+    """The parsed, validated tracking.toml plus its round-trippable document."""
+
+    def __init__(self, root: Path, path: Path, doc: tomlkit.TOMLDocument, packs: dict[str, Pack]):
+        self.root = root
+        self.path = path
+        self.doc = doc
+        self.packs = packs
+
+    @classmethod
+    def load(cls, root: Path, path: Path | None = None) -> Tracking:
+        path = path or root / "tracking.toml"
+        doc = load_document(path)
+        packs_table = doc.get("packs")
+        if not isinstance(packs_table, dict) or not packs_table:
+            raise ConfigError(f"{path}: no [packs.NN] tables")
+        packs = {}
+        manifests: dict[str, pins.Manifest] = {}
+        for pid, table in packs_table.items():
+            where = f"{path} [packs.{pid}]"
+            if not _PACK_ID.match(pid):
+                raise ConfigError(f"{where}: pack ids are two digits, like 09")
+            if not isinstance(table, dict):
+                raise ConfigError(f"{where}: must be a table")
+            packs[pid] = _load_pack(root, pid, table, where, manifests)
+        _check_graph(path, packs)
+        return cls(root, path, doc, packs)
+
+    def pack(self, pid: str) -> Pack:
+        pid = normalize_id(pid)
+        try:
+            return self.packs[pid]
+        except KeyError:
+            raise ConfigError(f"no pack '{pid}' in {self.path} (packs: {', '.join(self.packs)})") from None
+
+    def closure(self, pid: str) -> list[Pack]:
+        """The pack's dependencies (transitively, dependencies first), then the pack."""
+        order: list[Pack] = []
+        seen: set[str] = set()
+
+        def visit(p: str) -> None:
+            if p in seen:
+                return
+            seen.add(p)
+            for dep in self.packs[p].depends_on:
+                visit(dep)
+            order.append(self.packs[p])
+
+        visit(self.pack(pid).id)
+        return order
+
+    # ------------------------------------------------------------------ tool edits
+
+    def record_validation(self, pid: str, lane: str, entry: dict[str, Any]) -> None:
+        """Set ``[packs.<pid>.validation.<lane>]`` to ``entry`` (replacing what was there)."""
+        table = self.doc["packs"][pid]
+        if "validation" not in table:
+            validation = tomlkit.table(is_super_table=True)
+            table.append("validation", validation)
+        lane_table = tomlkit.table()
+        for key, value in entry.items():
+            if value is not None:
+                lane_table[key] = value
+        table["validation"][lane] = lane_table
+
+    def save(self) -> None:
+        """Write the document back atomically: the old file stays whole if anything fails."""
+        text = tomlkit.dumps(self.doc)
+        fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def normalize_id(pid: str) -> str:
+    """'9', '09', 'pack09' and 'liger_pack09' all name pack 09."""
+    m = re.search(r"(\d+)$", str(pid))
+    return f"{int(m.group(1)):02d}" if m else str(pid)
+
+
+def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
+    target = field(t, "target", str, where)
+    if target not in manifests:
+        try:
+            manifests[target] = pins.load_manifest(root, target)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: key 'target': {exc}") from None
+    manifest = manifests[target]
+    base = field(t, "base", str, where, default=None)
+    if base is not None and base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
+                          f"({', '.join(manifest.bases)})")
+    reproducer = field(t, "reproducer", str, where, default=None)
+    if reproducer is not None and not (root / reproducer).is_file():
+        raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
+    lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
+    if lanes and reproducer is None:
+        raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
+    names = [lane.name for lane in lanes]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"{where}: duplicate lane name(s) {', '.join(sorted(dup))}")
+    threads = tuple(
+        Thread(
+            url=field(th, "url", str, f"{where} threads[{i}]"),
+            role=field(th, "role", str, f"{where} threads[{i}]", default="context"),
+            state=choice(th, "state", THREAD_STATES, f"{where} threads[{i}]", default="unknown"),
+            verified=str(field(th, "verified", (str, object), f"{where} threads[{i}]", default="")) or None,
+        )
+        for i, th in enumerate(t.get("threads", []))
+    )
+    mitigation = t.get("mitigation")
+    if mitigation is not None:
+        mwhere = f"{where} .mitigation"
+        field(mitigation, "what", str, mwhere)
+        field(mitigation, "retire_when", str, mwhere)
+        choice(mitigation, "status", MITIGATION_STATUS, mwhere, default="active")
+    absorbed = t.get("absorbed")
+    if absorbed is not None:
+        field(absorbed, "version", str, f"{where} .absorbed")
+    depends = tuple(normalize_id(d) for d in str_list(t, "depends_on", where))
+    return Pack(
+        id=pid,
+        title=field(t, "title", str, where),
+        target=target,
+        kind=choice(t, "kind", KINDS, where),
+        state=choice(t, "state", STATES, where),
+        files=tuple(str_list(t, "files", where)),
+        depends_on=depends,
+        summary=field(t, "summary", str, where, default=""),
+        requires=choice(t, "requires", REQUIRES, where, default="cuda"),
+        base=base,
+        reproducer=reproducer,
+        lanes=lanes,
+        threads=threads,
+        absorbed=absorbed.unwrap() if absorbed is not None else None,
+        mitigation=mitigation.unwrap() if mitigation is not None else None,
+        blocked=field(t, "blocked", str, where, default=None),
+    )
+
+
+def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
+    name = field(t, "name", str, where)
+    if not _LANE_NAME.match(name):
+        raise ConfigError(f"{where}: lane name {name!r} may hold only letters, digits, '.', '_' and '-'")
+    where = f"{where} ({name})"
+    base = field(t, "base", str, where)
+    if base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
+                          f"({', '.join(manifest.bases)})")
+    expect = field(t, "expect", str, where)
+    known = sentinels(root)
+    if expect not in known:
+        raise ConfigError(f"{where}: key 'expect' is '{expect}', not a sentinel ({', '.join(known)})")
+    timeout = field(t, "timeout", int, where, default=DEFAULT_TIMEOUT)
+    if timeout <= 0:
+        raise ConfigError(f"{where}: key 'timeout' must be positive")
+    return Lane(name=name, base=base, patched=field(t, "patched", bool, where), expect=expect,
+                args=tuple(str_list(t, "args", where)), timeout=timeout)
+
+
+def _check_graph(path: Path, packs: dict[str, Pack]) -> None:
+    for p in packs.values():
+        for dep in p.depends_on:
+            if dep not in packs:
+                raise ConfigError(f"{path} [packs.{p.id}]: depends_on names unknown pack '{dep}'")
+            if dep == p.id:
+                raise ConfigError(f"{path} [packs.{p.id}]: depends_on names the pack itself")
+    # Depth-first search for a cycle; report it as a path.
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(pid: str) -> None:
+        state[pid] = 1
+        stack.append(pid)
+        for dep in packs[pid].depends_on:
+            if state.get(dep) == 1:
+                cycle = stack[stack.index(dep):] + [dep]
+                raise ConfigError(f"{path}: dependency cycle {' -> '.join(cycle)} (key 'depends_on')")
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[pid] = 2
+
+    for pid in packs:
+        if pid not in state:
+            visit(pid)

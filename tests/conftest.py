@@ -1,0 +1,206 @@
+"""Fixtures that build a tiny patch-lane repository around a fake upstream package.
+
+The fake upstream ``fakepkg`` has one bug: ``scale(xs, w)`` multiplies every
+element by ``w[0]`` instead of by its own weight (the shape of pack 09's bug).
+Its sdist is built here, its sha256 pinned in a manifest, its fix written as a
+real ``git format-patch`` file, and a reproducer prints the protocol lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import subprocess
+import tarfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+CORE_BUGGY = textwrap.dedent('''\
+    """Scaling helpers."""
+
+
+    def scale(xs, w):
+        # multiply each element by its weight
+        return [x * w[0] for x in xs]
+
+
+    def total(xs):
+        return sum(xs)
+''')
+
+CORE_FIXED = CORE_BUGGY.replace("[x * w[0] for x in xs]", "[x * wi for x, wi in zip(xs, w)]")
+
+REPRO = textwrap.dedent('''\
+    import os, sys, time
+    import _lane
+
+    _lane.stamp("fakepkg", "fakepkg.core")
+    mode = os.environ.get("FAKE_MODE", "")
+    if mode == "crash":
+        raise RuntimeError("boom")
+    if mode == "hang":
+        time.sleep(60)
+    if mode == "silent":
+        sys.exit(0)
+    from fakepkg.core import scale
+    got = scale([1.0, 2.0, 3.0], [1.0, 0.0, 2.0])
+    _lane.figure("max_err", max(abs(a - b) for a, b in zip(got, [1.0, 0.0, 6.0])))
+    if got == [1.0, 0.0, 6.0]:
+        _lane.verdict("FIX_VALIDATED" if os.environ.get("HARNESS_PATCHED") == "1" else "BUG_ABSENT", got=got)
+    else:
+        _lane.verdict("BUG_REPRODUCED" if os.environ.get("HARNESS_PATCHED") != "1" else "FIX_FAILED", got=got)
+''')
+
+
+def make_sdist(dest: Path, version: str = "1.0", core: str = CORE_BUGGY) -> Path:
+    top = f"fakepkg-{version}"
+    files = {
+        f"{top}/pyproject.toml": textwrap.dedent(f'''\
+            [build-system]
+            requires = ["setuptools>=61"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "fakepkg"
+            version = "{version}"
+            [tool.setuptools.packages.find]
+            where = ["src"]
+        '''),
+        f"{top}/PKG-INFO": f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n",
+        f"{top}/src/fakepkg/__init__.py": f'__version__ = "{version}"\n',
+        f"{top}/src/fakepkg/core.py": core,
+    }
+    path = dest / f"fakepkg-{version}.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in sorted(files.items()):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 0
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@invalid", "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
+           "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000", "PATH": "/usr/bin:/bin",
+           "GIT_CONFIG_GLOBAL": "/dev/null"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def make_patch(workdir: Path, old: str, new: str, status: str = "Submitted [https://example.invalid/pr/1]",
+               path: str = "src/fakepkg/core.py", subject: str = "core: use each element's own weight") -> str:
+    """A format-patch that turns ``old`` into ``new`` at ``path``."""
+    repo = workdir / "patchsrc"
+    if repo.exists():
+        shutil.rmtree(repo)
+    (repo / Path(path).parent).mkdir(parents=True)
+    (repo / path).write_text(old)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    (repo / path).write_text(new)
+    git(repo, "commit", "-q", "-am", f"{subject}\n\nUpstream-Status: {status}\nPack: 01\n")
+    return git(repo, "format-patch", "-1", "--stdout", "--zero-commit", "--no-signature")
+
+
+@dataclass
+class LaneRepo:
+    root: Path
+    sdist: Path
+    cache: Path
+
+    def write_manifest(self, build: str = "overlay", sha: str | None = None) -> None:
+        sha = sha or hashlib.sha256(self.sdist.read_bytes()).hexdigest()
+        (self.root / "upstream" / "fake.toml").write_text(textwrap.dedent(f'''\
+            # fake upstream for tests
+            target = "fake"
+            repo = "https://example.invalid/fake"
+            distribution = "fakepkg"
+            import_names = ["fakepkg"]
+            build = "{build}"
+            default_base = "1.0"
+
+            [bases."1.0"]
+            version = "1.0"
+            commit = "{"a" * 40}"
+            role = "current pin"
+
+            [bases."1.0".artifact]
+            kind = "sdist"
+            filename = "{self.sdist.name}"
+            url = "{self.sdist.as_uri()}"
+            sha256 = "{sha}"
+        '''))
+
+    def write_tracking(self, extra: str = "", requires: str = "cpu", timeout: int = 60) -> None:
+        (self.root / "tracking.toml").write_text(textwrap.dedent(f'''\
+            # tracking for tests: comments must survive the tool's edits
+            schema = 1
+
+            [packs.01]
+            title = "scale uses w[0] for every element"
+            target = "fake"
+            kind = "pr"  # a pull request
+            state = "ready"
+            files = ["src/fakepkg/core.py"]
+            depends_on = []
+            requires = "{requires}"
+            base = "1.0"
+            reproducer = "repros/fake/pack01.py"
+
+            [[packs.01.lanes]]
+            name = "bug"
+            base = "1.0"
+            patched = false
+            expect = "BUG_REPRODUCED"
+            timeout = {timeout}
+
+            [[packs.01.lanes]]
+            name = "fix"
+            base = "1.0"
+            patched = true
+            expect = "FIX_VALIDATED"
+            timeout = {timeout}
+        ''') + extra)
+
+    def write_patch(self, text: str, pack: str = "01", name: str = "0001-use-own-weight.patch") -> Path:
+        d = self.root / "patches" / "fake" / pack
+        d.mkdir(parents=True, exist_ok=True)
+        (d / name).write_text(text)
+        return d / name
+
+    def args(self) -> list[str]:
+        return ["--root", str(self.root), "--cache", str(self.cache)]
+
+
+@pytest.fixture
+def lane_repo(tmp_path: Path) -> LaneRepo:
+    root = tmp_path / "repo"
+    (root / "upstream").mkdir(parents=True)
+    (root / "repros" / "fake").mkdir(parents=True)
+    shutil.copy(REPO / "repros" / "_lane.py", root / "repros" / "_lane.py")
+    (root / "repros" / "fake" / "pack01.py").write_text(REPRO)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    repo = LaneRepo(root=root, sdist=make_sdist(dist), cache=tmp_path / "cache")
+    repo.write_manifest()
+    repo.write_tracking()
+    repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED))
+    return repo
+
+
+def cli(*args: str) -> int:
+    """Run the harness CLI in-process; return its exit code whether it returns or raises SystemExit."""
+    from harness.main import main
+
+    try:
+        return main(list(args))
+    except SystemExit as exc:
+        return int(exc.code or 0)

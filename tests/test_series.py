@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
+
+from harness import git, pins, series
+from harness.errors import ConfigError, SeriesError
+from harness.store import Store
+
+
+def _checkout(lane_repo):
+    return pins.materialize(pins.load_manifest(lane_repo.root, "fake"), None, Store(lane_repo.cache))
+
+
+def test_patch_headers_are_parsed(lane_repo):
+    [patch] = series.load_series(lane_repo.root, "fake", "01")
+    assert patch.upstream_status == "Submitted" and patch.status_detail == "https://example.invalid/pr/1"
+    assert patch.subject == "core: use each element's own weight"
+    assert patch.files == ("src/fakepkg/core.py",)
+    assert patch.hunks[0].index == 1 and patch.hunks[0].path == "src/fakepkg/core.py"
+
+
+def test_series_applies_as_commits_and_is_cached(lane_repo):
+    checkout = _checkout(lane_repo)
+    patches = series.load_series(lane_repo.root, "fake", "01")
+    tree = series.apply(checkout, patches, Store(lane_repo.cache))
+    assert "zip(xs, w)" in (tree.path / "src" / "fakepkg" / "core.py").read_text()
+    repo = git.repo(tree.path)
+    assert repo.head.commit.summary == "core: use each element's own weight"
+    assert git.is_clean(repo)
+    again = series.apply(checkout, patches, Store(lane_repo.cache))
+    assert again.path == tree.path
+
+
+def test_key_changes_with_patch_content(lane_repo, tmp_path):
+    checkout = _checkout(lane_repo)
+    one = series.load_series(lane_repo.root, "fake", "01")
+    k1 = series.series_key("fake", checkout.base.artifact.sha256, one)
+    lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("weight", "own weight")))
+    two = series.load_series(lane_repo.root, "fake", "01")
+    assert series.series_key("fake", checkout.base.artifact.sha256, two) != k1
+    assert series.series_key("fake", checkout.base.artifact.sha256, []) != k1
+
+
+def test_conflict_names_pack_file_path_and_hunk_and_leaves_nothing(lane_repo, tmp_path, capsys):
+    other_base = CORE_BUGGY.replace("def total(xs):\n    return sum(xs)", "def total(xs):\n    return 0")
+    second = make_patch(tmp_path, other_base, other_base.replace("return 0", "return -1"),
+                        subject="core: total returns -1")
+    lane_repo.write_patch(second, name="0002-total.patch")
+    checkout = _checkout(lane_repo)
+    patches = series.load_series(lane_repo.root, "fake", "01")
+    with pytest.raises(SeriesError) as exc:
+        series.apply(checkout, patches, Store(lane_repo.cache))
+    msg = str(exc.value)
+    assert "pack 01" in msg and "0002-total.patch" in msg and "src/fakepkg/core.py" in msg and "hunk #1" in msg
+    trees = lane_repo.cache / "trees" / "fake"
+    assert not trees.exists() or not any(trees.iterdir())
+    assert cli("apply", "01", *lane_repo.args()) == 5
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_patch_on_missing_file_is_explained(lane_repo, tmp_path):
+    lane_repo.write_patch(make_patch(tmp_path, "a\n", "b\n", path="src/fakepkg/nope.py"), name="0002-nope.patch")
+    with pytest.raises(SeriesError, match="src/fakepkg/nope.py"):
+        series.apply(_checkout(lane_repo), series.load_series(lane_repo.root, "fake", "01"), Store(lane_repo.cache))
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [("Maybe", "bad Upstream-Status 'Maybe'"), ("Submitted", "Submitted needs a")],
+)
+def test_bad_upstream_status_is_rejected_with_file_and_line(lane_repo, tmp_path, status, message):
+    path = lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED, status=status))
+    with pytest.raises(ConfigError, match=message) as exc:
+        series.load_series(lane_repo.root, "fake", "01")
+    assert f"{path}:" in str(exc.value)
+
+
+def test_missing_upstream_status_is_rejected(lane_repo):
+    d = lane_repo.root / "patches" / "fake" / "01"
+    p = next(d.iterdir())
+    p.write_text("\n".join(ln for ln in p.read_text().splitlines() if not ln.startswith("Upstream-Status")) + "\n")
+    with pytest.raises(ConfigError, match="no 'Upstream-Status:' line"):
+        series.load_series(lane_repo.root, "fake", "01")
+
+
+def test_patch_file_name_must_be_numbered(lane_repo):
+    (lane_repo.root / "patches" / "fake" / "01" / "fix.diff").write_text("x")
+    with pytest.raises(ConfigError, match="NNNN-slug.patch"):
+        series.load_series(lane_repo.root, "fake", "01")
+
+
+def test_folded_subject_is_unfolded(lane_repo, tmp_path):
+    long = "core: use each element's own weight instead of the first one, everywhere scale is called"
+    lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED, subject=long))
+    text = next((lane_repo.root / "patches" / "fake" / "01").iterdir()).read_text()
+    assert "\n " in text.split("\n\n", 1)[0]  # git folded the Subject header
+    [patch] = series.load_series(lane_repo.root, "fake", "01")
+    assert patch.subject == long

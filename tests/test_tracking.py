@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+from conftest import cli
+
+from harness.errors import ConfigError
+from harness.tracking import Tracking, normalize_id
+
+PACK_02 = '''
+[packs.02]
+title = "second"
+target = "fake"
+kind = "issue"
+state = "planned"
+depends_on = ["01"]
+'''
+
+
+def _load(lane_repo):
+    return Tracking.load(lane_repo.root)
+
+
+def test_loads_packs_lanes_and_closure(lane_repo):
+    lane_repo.write_tracking(PACK_02)
+    t = _load(lane_repo)
+    assert [p.id for p in t.closure("2")] == ["01", "02"]
+    assert [lane.name for lane in t.pack("01").lanes] == ["bug", "fix"]
+    assert t.pack("fake_pack01").id == "01"
+
+
+@pytest.mark.parametrize(
+    ("extra", "replace", "message"),
+    [
+        (PACK_02.replace('["01"]', '["07"]'), None, r"\[packs.02\]: depends_on names unknown pack '07'"),
+        (PACK_02, ('depends_on = []', 'depends_on = ["02"]'), r"dependency cycle 01 -> 02 -> 01"),
+        ("", ('state = "ready"', 'state = "maybe"'), r"\[packs.01\]: key 'state' is 'maybe'"),
+        ("", ('kind = "pr"', 'kind = "pull"'), r"\[packs.01\]: key 'kind' is 'pull'"),
+        ("", ('target = "fake"', 'target = "nope"'), r"\[packs.01\]: key 'target': no manifest for target 'nope'"),
+        ("", ('expect = "BUG_REPRODUCED"', 'expect = "BUG_SEEN"'), r"lanes\[0\] \(bug\): key 'expect' is 'BUG_SEEN'"),
+        ("", ('base = "1.0"\npatched = false', 'base = "0.9"\npatched = false'), r"key 'base' is '0.9'"),
+        ("", ('reproducer = "repros/fake/pack01.py"', 'reproducer = "repros/x.py"'), r"repros/x.py does not exist"),
+        ("", ('title = "scale uses w[0] for every element"\n', ''), r"\[packs.01\]: missing key 'title'"),
+    ],
+)
+def test_validation_errors_name_pack_and_key(lane_repo, extra, replace, message):
+    lane_repo.write_tracking(extra)
+    path = lane_repo.root / "tracking.toml"
+    if replace:
+        path.write_text(path.read_text().replace(*replace, 1))
+    with pytest.raises(ConfigError, match=message):
+        _load(lane_repo)
+
+
+def test_invalid_toml_names_the_line(lane_repo, capsys):
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text() + "\n[packs.01\n")
+    assert cli("list", *lane_repo.args()) == 2
+    err = capsys.readouterr().err
+    assert "tracking.toml:" in err and "not valid TOML" in err and "Traceback" not in err
+
+
+def test_record_validation_round_trips_comments_and_order(lane_repo):
+    t = _load(lane_repo)
+    before = (lane_repo.root / "tracking.toml").read_text()
+    t.record_validation("01", "bug", {"verdict": "pass", "seen": "BUG_REPRODUCED", "skip": None})
+    t.save()
+    after = (lane_repo.root / "tracking.toml").read_text()
+    assert after.startswith(before.rstrip("\n"))  # nothing people wrote moved or vanished
+    assert "# a pull request" in after and "# tracking for tests" in after
+    t2 = _load(lane_repo)
+    assert t2.doc["packs"]["01"]["validation"]["bug"]["verdict"] == "pass"
+    t2.record_validation("01", "bug", {"verdict": "mismatch"})
+    t2.save()
+    assert _load(lane_repo).doc["packs"]["01"]["validation"]["bug"]["verdict"] == "mismatch"
+
+
+def test_normalize_id():
+    assert normalize_id("9") == normalize_id("pack09") == normalize_id("liger_pack09") == "09"
