@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.sessions import pack_sessions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_one_session_per_pack_in_the_fixture(lane_repo):
+    [spec] = pack_sessions(lane_repo.root)
+    assert spec.name == "fake_pack01" and spec.pack == "01"
+    assert "scale uses w[0]" in spec.description
+
+
+def test_manifest_can_name_the_session_prefix(lane_repo):
+    path = lane_repo.root / "upstream" / "fake.toml"
+    path.write_text('session_prefix = "fk"\n' + path.read_text())
+    assert pack_sessions(lane_repo.root)[0].name == "fk_pack01"
+
+
+def test_nox_lists_every_pack_of_the_real_tracking_file():
+    proc = subprocess.run([sys.executable, "-m", "nox", "-l", "-f", str(ROOT / "noxfile.py")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    listed = proc.stdout
+    for spec in pack_sessions(ROOT):
+        assert spec.name in listed
+    assert "tests" in listed and "lint" in listed
+    assert "liger_pack09" in listed
