@@ -1,0 +1,66 @@
+"""The real liger-kernel pins: download from PyPI, verify sha256, apply pack 09's series.
+
+Needs PyPI (the only network CI has). The download cache is shared across the
+module so each sdist is fetched once.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from harness import git, lanes, pins, series
+from harness.store import Store
+from harness.tracking import Tracking
+
+ROOT = Path(__file__).resolve().parent.parent
+FLCE = "src/liger_kernel/ops/fused_linear_cross_entropy.py"
+
+pytestmark = pytest.mark.network
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    return Store(tmp_path_factory.mktemp("liger-cache"))
+
+
+@pytest.fixture(scope="module")
+def manifest() -> pins.Manifest:
+    return pins.load_manifest(ROOT, "liger-kernel")
+
+
+@pytest.mark.parametrize("base", ["0.8.1", "0.8.5"])
+def test_real_pin_materializes_with_its_pinned_sha(manifest, store, base):
+    checkout = pins.materialize(manifest, base, store)
+    assert checkout.base.artifact.sha256 == manifest.bases[base].artifact.sha256
+    assert f'version = "{base}"' in (checkout.path / "pyproject.toml").read_text()
+    assert (checkout.path / FLCE).is_file()
+    assert git.is_clean(git.repo(checkout.path))
+
+
+def test_pack09_series_applies_on_0_8_1_and_changes_the_backward(manifest, store):
+    tracking = Tracking.load(ROOT)
+    ctx = lanes.Context(root=ROOT, tracking=tracking, store=store)
+    patches = lanes.series_for(ctx, tracking.pack("09"))
+    assert patches and all(p.upstream_status for p in patches)
+    assert all(FLCE in p.files for p in patches)
+    checkout = pins.materialize(manifest, "0.8.1", store)
+    tree = series.apply(checkout, patches, store)
+    repo = git.repo(tree.path)
+    assert [c.summary for c in repo.iter_commits("pristine..HEAD")][::-1] == [p.subject for p in patches]
+    diff = repo.git.diff("pristine", "HEAD", "--", FLCE)
+    assert diff and "grad_output" in diff
+    pristine = (checkout.path / FLCE).read_text()
+    assert (tree.path / FLCE).read_text() != pristine
+
+
+def test_pack09_series_does_not_apply_on_the_current_pin(manifest, store):
+    """0.8.5 carries upstream's own fix (#1298): our series is superseded there, which the lane reflects."""
+    tracking = Tracking.load(ROOT)
+    ctx = lanes.Context(root=ROOT, tracking=tracking, store=store)
+    patches = lanes.series_for(ctx, tracking.pack("09"))
+    checkout = pins.materialize(manifest, "0.8.5", store)
+    with tempfile.TemporaryDirectory() as tmp, pytest.raises(series.SeriesError, match="pack 09"):
+        series.check_applies(checkout, patches, Path(tmp) / "tree")
