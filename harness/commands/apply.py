@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from harness import lanes, pins, series, ui
+from harness.commands import _args
 from harness.commands._context import context
+
+
+def register(sub) -> None:
+    p = sub.add_parser("apply", help="apply a pack's series (with its dependencies') on a base; print the tree")
+    p.add_argument("pack")
+    p.add_argument("--base", default=None, help="base name (default: the pack's base, else the target's default)")
+    _args.artifacts(p)
+    _args.common(p)
 
 
 def main(args) -> int:

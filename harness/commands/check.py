@@ -6,7 +6,16 @@ import tempfile
 from pathlib import Path
 
 from harness import lanes, pins, series, ui
+from harness.commands import _args
 from harness.commands._context import context
+
+
+def register(sub) -> None:
+    p = sub.add_parser("check", help="validate tracking.toml, manifests and patch headers; with --apply, "
+                                      "apply every series on its bases")
+    p.add_argument("--apply", action="store_true", help="also apply every pack's series on each base its lanes use")
+    _args.artifacts(p)
+    _args.common(p)
 
 
 def main(args) -> int:

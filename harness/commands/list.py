@@ -5,7 +5,13 @@ from __future__ import annotations
 from rich.table import Table
 
 from harness import ui
+from harness.commands import _args
 from harness.commands._context import context
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help="table of packs: target, kind, state, lanes, latest verdicts")
+    _args.common(p)
 
 
 def main(args) -> int:

@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from harness import lanes, ui
+from harness.commands import _args
 from harness.commands._context import context
+
+
+def register(sub) -> None:
+    p = sub.add_parser("prepare", help="materialize, apply, build and import-check a pack's lanes (no reproducer)")
+    p.add_argument("pack")
+    p.add_argument("--lane", action="append", default=[])
+    p.add_argument("--no-import-check", action="store_true")
+    _args.source(p)
+    _args.common(p)
 
 
 def main(args) -> int:

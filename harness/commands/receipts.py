@@ -9,8 +9,22 @@ import tempfile
 from pathlib import Path
 
 from harness import receipts, ui
+from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("receipts", help="import receipts brought back from a GPU host; verify or show receipts")
+    rs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = rs.add_parser("import", help="unpack a tar of receipts into receipts/, verify logs, update tracking.toml")
+    q.add_argument("archive", type=Path)
+    _args.common(q)
+    q = rs.add_parser("verify", help="check every receipt's log against its sha256")
+    _args.common(q)
+    q = rs.add_parser("show", help="print the latest receipt of each lane of a pack")
+    q.add_argument("pack")
+    _args.common(q)
 
 
 def main(args) -> int:

@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.table import Table
 
 from harness import lanes, receipts, ui
+from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import worst
 
 _STYLE = {"pass": "green", "skipped": "yellow", "mismatch": "red", "crash": "red", "timeout": "red"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a pack's lanes: build, import-check, reproducer, receipt",
+                       description="Build each lane of PACK (baseline and patched), import-check it, run the "
+                                   "pack's reproducer against it, write a receipt per lane and update "
+                                   "tracking.toml. Lanes that need a GPU this host lacks are reported as skipped.")
+    p.add_argument("pack", help="pack id, e.g. 09")
+    p.add_argument("--lane", action="append", default=[], help="run only this lane (repeatable)")
+    p.add_argument("--receipts-dir", type=Path, default=None, help="write receipts here (default: receipts/)")
+    p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
+    p.add_argument("--quiet", action="store_true", help="do not echo the reproducer's output")
+    p.add_argument("--result-file", type=Path, default=None,
+                   help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
+    _args.source(p)
+    _args.common(p)
 
 
 def main(args) -> int:
