@@ -23,8 +23,9 @@ from pathlib import Path
 
 from harness import builds, lanes, receipts, ui
 from harness.errors import BundleError
+from harness.hashing import sha256_file
 from harness.pins import Manifest
-from harness.store import Store, sha256_file
+from harness.store import Store
 
 FORMAT = 1
 TOP = "patchlane-bundle"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from harness import __version__, builds, pins, receipts, runs, series, ui
 from harness.errors import ConfigError, Exit
-from harness.store import Store, sha256_file
+from harness.hashing import sha256_file
+from harness.store import Store
 from harness.tracking import Lane, Pack, Tracking, sentinels
 
 

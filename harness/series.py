@@ -16,8 +16,9 @@ from pathlib import Path
 
 from harness import git, ui
 from harness.errors import ConfigError, SeriesError
+from harness.hashing import sha256_file
 from harness.pins import Checkout
-from harness.store import Store, sha256_file
+from harness.store import Store
 
 STATUS_RE = re.compile(
     r"^Upstream-Status:\s*(?P<status>Pending|Accepted|Backport|Denied|Submitted|Inappropriate)"
