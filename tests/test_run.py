@@ -92,3 +92,22 @@ def test_receipt_tampering_is_detected(lane_repo, capsys):
     assert cli("receipts", "verify", *lane_repo.args()) == 1
     assert "differs from the receipt" in capsys.readouterr().out
     json.loads((rec.dir / "receipt.json").read_text())
+
+
+def test_interrupted_build_leaves_no_entry_that_looks_complete(lane_repo, monkeypatch):
+    from harness import builds
+
+    real = builds._overlay
+
+    def interrupted(tree, manifest, site, label):
+        real(tree, manifest, site, label)  # half the work is on disk ...
+        raise KeyboardInterrupt  # ... when the user hits Ctrl-C
+
+    monkeypatch.setattr(builds, "_overlay", interrupted)
+    assert _run(lane_repo, "--lane", "bug") == 130
+    entries = list((lane_repo.cache / "builds").iterdir())
+    assert all(e.name.startswith(".tmp-") for e in entries) or not entries
+    monkeypatch.setattr(builds, "_overlay", real)
+    assert _run(lane_repo, "--lane", "bug") == 0
+    assert [e for e in (lane_repo.cache / "builds").iterdir() if not e.name.startswith(".tmp-")]
+    assert not [e for e in (lane_repo.cache / "builds").iterdir() if e.name.startswith(".tmp-")]
