@@ -49,6 +49,7 @@ class Prepared:
     patches: tuple[series.Patch, ...]
     build: builds.Build
     imported: dict[str, str]
+    extras: tuple[builds.Build, ...] = ()
 
     @property
     def label(self) -> str:
@@ -76,39 +77,54 @@ def series_for(ctx: Context, pack: Pack) -> list[series.Patch]:
 
 def lane_build_key(ctx: Context, pack: Pack, lane: Lane) -> tuple[str, list[series.Patch]]:
     manifest = ctx.manifest(pack.target)
-    base = manifest.base(lane.base)
     patches = series_for(ctx, pack) if lane.patched else []
-    tree_key = series.series_key(pack.target, base.artifact.sha256, patches)
-    return builds.build_key(tree_key, manifest), patches
+    return _build_key(manifest, manifest.base(lane.base), patches), patches
+
+
+def _build_key(manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch]) -> str:
+    return builds.build_key(series.series_key(manifest.target, base.artifact.sha256, patches), manifest)
+
+
+def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch],
+                 label: str) -> builds.Build:
+    """The build of ``base`` + ``patches``: from the bundle when running offline, else made (or reused) here."""
+    key = _build_key(manifest, base, patches)
+    if ctx.bundle is not None:
+        return ctx.bundle.build_for(key, manifest, ctx.store, label)
+    checkout = pins.materialize(manifest, base.name, ctx.store, ctx.artifacts)
+    ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
+    if patches:
+        tree = series.apply(checkout, patches, ctx.store)
+        ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
+        tree_path, tree_key = tree.path, tree.key
+    else:
+        tree_path, tree_key = checkout.path, series.series_key(manifest.target, base.artifact.sha256, [])
+    build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
+    assert build.key == key
+    return build
 
 
 def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> Prepared:
     manifest = ctx.manifest(pack.target)
     base = manifest.base(lane.base)
-    key, patches = lane_build_key(ctx, pack, lane)
+    patches = series_for(ctx, pack) if lane.patched else []
     label = f"{pack.target} {base.name}{' + pack ' + pack.id + ' series' if lane.patched else ' (baseline)'}"
     if lane.patched and not patches:
         raise ConfigError(f"pack {pack.id}: lane '{lane.name}' is patched but patches/{pack.target}/{pack.id}/ "
                           "holds no patch")
-    if ctx.bundle is not None:
-        build = ctx.bundle.build_for(key, manifest, ctx.store, label)
-    else:
-        checkout = pins.materialize(manifest, base.name, ctx.store, ctx.artifacts)
-        ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
-        if patches:
-            tree = series.apply(checkout, patches, ctx.store)
-            ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
-            tree_path, tree_key = tree.path, tree.key
-        else:
-            tree_path, tree_key = checkout.path, series.series_key(pack.target, base.artifact.sha256, [])
-        build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
-        assert build.key == key
+    build = obtain_build(ctx, manifest, base, patches, label)
+    extras = []
+    for target, extra_base in lane.extra_builds:
+        other = ctx.manifest(target)
+        extras.append((other, obtain_build(ctx, other, other.base(extra_base), [], f"{target} {extra_base}")))
     imported = {}
     if import_check:
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
         imported = builds.import_check(build, modules, ctx.python, label)
-        ui.note(f"import check ok: {', '.join(imported)} from the build")
-    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported)
+        for other, extra in extras:
+            imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target))
+        ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
+    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, tuple(b for _, b in extras))
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -131,7 +147,8 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
     started = receipts.utc_now()
     env = dict(os.environ)
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(prep.build.site), str(ctx.root / "repros")]
+        "PYTHONPATH": os.pathsep.join([str(prep.build.site), *(str(b.site) for b in prep.extras),
+                                       str(ctx.root / "repros")]
                                       + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
         "PYTHONUNBUFFERED": "1",
         "HARNESS_PACK": pack.id,
@@ -145,7 +162,9 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
     })
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
-    cmd = [ctx.python, str(script), *lane.args]
+    if lane.nproc > 1:
+        env.update(runs.MULTI_GPU_ENV)
+    cmd = runs.launch_command(ctx.python, lane.nproc, script, list(lane.args))
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
     outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, echo=ctx.echo)
     verdict, reason = outcome.verdict(lane.expect)
@@ -160,6 +179,9 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "patches": [{"file": str(p.path.relative_to(ctx.root)), "sha256": p.sha256,
                      "upstream_status": p.upstream_status} for p in prep.patches],
         "build": prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"},
+        "extra_builds": [b.describe() for b in prep.extras],
+        "world_size": lane.nproc,
+        "ranks": outcome.stamps if lane.nproc > 1 else None,
         "imported": prep.imported,
         "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
         "harness": {"version": __version__, **_repo_state(ctx.root)},
@@ -206,12 +228,13 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
         return []
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
-    gpu_ok, gpu_desc = (True, "not needed") if pack.requires == "cpu" else runs.cuda_available(ctx.python)
+    gpus, gpu_desc = (0, "not needed") if pack.requires == "cpu" else runs.cuda_devices(ctx.python)
     results = []
     for prep in prepared:
-        if not gpu_ok:
-            results.append(LaneResult(pack.id, prep.lane.name, "skipped",
-                                      f"needs a CUDA GPU; {gpu_desc}", Exit.SKIPPED))
+        need = prep.lane.nproc if pack.requires == "cuda" else 0
+        if gpus < need:
+            why = f"needs {need} CUDA GPU(s); {gpu_desc}"
+            results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
             continue
         result = execute(ctx, prep)
         results.append(result)

@@ -53,6 +53,8 @@ class Lane:
     expect: str
     args: tuple[str, ...] = ()
     timeout: int = DEFAULT_TIMEOUT
+    nproc: int = 1  # >1: launched with torch.distributed.run, one process per GPU
+    extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
 
 
 @dataclass(frozen=True)
@@ -251,8 +253,23 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
     timeout = field(t, "timeout", int, where, default=DEFAULT_TIMEOUT)
     if timeout <= 0:
         raise ConfigError(f"{where}: key 'timeout' must be positive")
+    nproc = field(t, "nproc", int, where, default=1)
+    if nproc < 1:
+        raise ConfigError(f"{where}: key 'nproc' must be at least 1")
+    extra = []
+    for spec in str_list(t, "with_builds", where):
+        target, sep, extra_base = spec.partition("@")
+        if not sep:
+            raise ConfigError(f"{where}: key 'with_builds' entry {spec!r} must read TARGET@BASE")
+        try:
+            other = pins.load_manifest(root, target)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: key 'with_builds': {exc}") from None
+        if extra_base not in other.bases:
+            raise ConfigError(f"{where}: key 'with_builds': {other.path.name} has no base '{extra_base}'")
+        extra.append((target, extra_base))
     return Lane(name=name, base=base, patched=field(t, "patched", bool, where), expect=expect,
-                args=tuple(str_list(t, "args", where)), timeout=timeout)
+                args=tuple(str_list(t, "args", where)), timeout=timeout, nproc=nproc, extra_builds=tuple(extra))
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:
