@@ -9,6 +9,7 @@ unknown sentinels.
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import os
 import re
@@ -170,6 +171,11 @@ class Tracking:
             raise
 
 
+def _date_text(value) -> str | None:
+    """A thread's ``verified`` date, written either as a TOML date or as a string."""
+    return None if value is None else str(value)
+
+
 def normalize_id(pid: str) -> str:
     """'9', '09', 'pack09' and 'liger_pack09' all name pack 09."""
     m = re.search(r"(\d+)$", str(pid))
@@ -203,7 +209,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
             url=field(th, "url", str, f"{where} threads[{i}]"),
             role=field(th, "role", str, f"{where} threads[{i}]", default="context"),
             state=choice(th, "state", THREAD_STATES, f"{where} threads[{i}]", default="unknown"),
-            verified=str(field(th, "verified", (str, object), f"{where} threads[{i}]", default="")) or None,
+            verified=_date_text(field(th, "verified", (str, datetime.date), f"{where} threads[{i}]", default=None)),
         )
         for i, th in enumerate(t.get("threads", []))
     )
