@@ -160,7 +160,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str) -> d
         "    out[name] = importlib.import_module(name).__file__\n"
         "print(json.dumps(out))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + _existing_pythonpath()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + inherited_pythonpath()))
     proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
@@ -173,6 +173,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str) -> d
     return found
 
 
-def _existing_pythonpath() -> list[str]:
+def inherited_pythonpath() -> list[str]:
+    """The caller's PYTHONPATH entries, kept after a build's own directories."""
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 

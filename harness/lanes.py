@@ -10,7 +10,6 @@ or from an offline bundle (``bundle`` is given), never a mix.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -148,8 +147,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
     env = dict(os.environ)
     env.update({
         "PYTHONPATH": os.pathsep.join([str(prep.build.site), *(str(b.site) for b in prep.extras),
-                                       str(ctx.root / "repros")]
-                                      + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+                                       str(ctx.root / "repros"), *builds.inherited_pythonpath()]),
         "PYTHONUNBUFFERED": "1",
         "HARNESS_PACK": pack.id,
         "HARNESS_LANE": lane.name,
@@ -158,7 +156,6 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "HARNESS_BASE_COMMIT": prep.base.commit,
         "HARNESS_PATCHED": "1" if lane.patched else "0",
         "HARNESS_BUILD_KEY": prep.build.key,
-        "HARNESS_SENTINELS": json.dumps(sorted(sentinels(ctx.root))),
     })
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
@@ -166,7 +163,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         env.update(runs.MULTI_GPU_ENV)
     cmd = runs.launch_command(ctx.python, lane.nproc, script, list(lane.args))
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
-    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, echo=ctx.echo)
+    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
     verdict, reason = outcome.verdict(lane.expect)
     data = {
         "pack": pack.id,

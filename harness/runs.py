@@ -85,8 +85,12 @@ def cuda_devices(python: str) -> tuple[int, str]:
     return int(n), f"this host has {n}: {desc}" if n else desc
 
 
-def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, echo: bool = True) -> Outcome:
-    """Run ``cmd``, teeing its combined output into ``log_path``; kill its process group at ``timeout``."""
+def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
+        echo: bool = True) -> Outcome:
+    """Run ``cmd``, teeing its combined output into ``log_path``; kill its process group at ``timeout``.
+
+    ``sentinels`` is the vocabulary of verdict lines to look for in the log.
+    """
     start = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as log:
@@ -124,12 +128,8 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, ech
     code = proc.wait()
     outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),
                       timed_out=timed_out)
-    parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, _known_sentinels(env))
+    parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, sentinels)
     return outcome
-
-
-def _known_sentinels(env: dict[str, str]) -> set[str]:
-    return set(json.loads(env.get("HARNESS_SENTINELS", "[]")))
 
 
 def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:

@@ -130,9 +130,9 @@ def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
 
     real_run = runs.run
 
-    def spy_run(cmd, env, log_path, timeout, echo=True):
+    def spy_run(cmd, env, log_path, timeout, sentinels, echo=True):
         seen_env.update(env)
-        return real_run(cmd, env, log_path, timeout, echo)
+        return real_run(cmd, env, log_path, timeout, sentinels, echo)
 
     monkeypatch.setattr(runs, "launch_command", fake_launch)
     monkeypatch.setattr(runs, "run", spy_run)
