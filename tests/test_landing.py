@@ -103,3 +103,12 @@ def test_chunks_are_two_to_four():
     sizes = {n: [len(c) for c in landing._chunks(list(range(n)))] for n in range(1, 11)}
     assert sizes[5] == [3, 2] and sizes[9] == [3, 3, 3] and sizes[4] == [4] and sizes[1] == [1]
     assert all(all(2 <= s <= 4 for s in v) for n, v in sizes.items() if n > 1)
+
+
+def test_check_apply_shares_the_series_check(lane_repo, tmp_path, capsys):
+    assert cli("check", "--apply", *lane_repo.args()) == 0
+    assert "pack 01: 1 patch(es) apply on fake 1.0" in capsys.readouterr().out
+    lane_repo.write_tracking(_pack("02"))
+    _second_patch(lane_repo, tmp_path)
+    assert cli("check", "--apply", *lane_repo.args()) == 5
+    assert "pack 02: 02/0001-strict-zip.patch does not apply" in capsys.readouterr().err

@@ -155,3 +155,24 @@ def test_overview_table_without_refresh(lane_repo, capsys, monkeypatch):
 def test_fixtures_are_json():
     for p in FIXTURES.glob("*.json"):
         json.loads(p.read_text())
+
+
+def test_token_comes_from_github_token_then_gh_token(monkeypatch):
+    from harness.github import token_from_env
+
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.delenv("GH_TOKEN", raising=False)
+    assert token_from_env() is None
+    monkeypatch.setenv("GH_TOKEN", "b")
+    assert token_from_env() == "b"
+    monkeypatch.setenv("GITHUB_TOKEN", "a")
+    assert token_from_env() == "a"
+
+
+def test_anonymous_requests_send_no_authorization(lane_repo, github, capsys, monkeypatch):
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.delenv("GH_TOKEN", raising=False)
+    lane_repo.write_tracking(THREADS)
+    gh = github()
+    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == 0
+    assert {auth for _, auth in gh.requests} == {None}
