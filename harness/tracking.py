@@ -30,6 +30,8 @@ STATES = ("planned", "held", "ready", "filed", "absorbed", "retired", "blocked")
 THREAD_STATES = ("open", "draft", "merged", "closed", "unknown")
 REQUIRES = ("cuda", "cpu")
 MITIGATION_STATUS = ("active", "retired")
+# What a pack's change is; `harness waves` files crash fixes first and refactors late.
+CLASSES = ("crash-fix", "refactor", "feature", "precision", "perf")
 _PACK_ID = re.compile(r"^[0-9]{2}$")
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 DEFAULT_TIMEOUT = 900
@@ -64,6 +66,7 @@ class Thread:
     role: str
     state: str
     verified: str | None
+    updated: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Pack:
     absorbed: dict | None
     mitigation: dict | None
     blocked: str | None
+    cls: str | None = None  # tracking.toml key 'class'
 
     def lane(self, name: str) -> Lane:
         for lane in self.lanes:
@@ -158,6 +162,29 @@ class Tracking:
                 lane_table[key] = value
         table["validation"][lane] = lane_table
 
+    def update_thread(self, pid: str, index: int, values: dict[str, Any]) -> None:
+        """Set keys of ``[[packs.<pid>.threads]]`` entry ``index`` (existing keys keep their place)."""
+        thread = self.doc["packs"][pid]["threads"][index]
+        for key, value in values.items():
+            if value is not None:
+                thread[key] = value
+
+    def check_filing_slot(self, pid: str) -> None:
+        table = self.doc["packs"][pid]
+        if "filing" in table and not isinstance(table["filing"], dict):
+            raise ConfigError(f"{self.path} [packs.{pid}]: key 'filing' is a note, not a table; "
+                              "a filing cannot be recorded over it")
+
+    def record_filing(self, pid: str, entry: dict[str, Any]) -> None:
+        """Set ``[packs.<pid>.filing]``: who decided to post, when, and what was posted."""
+        self.check_filing_slot(pid)
+        table = self.doc["packs"][pid]
+        filing = tomlkit.table()
+        for key, value in entry.items():
+            if value is not None:
+                filing[key] = value
+        table["filing"] = filing
+
     def save(self) -> None:
         """Write the document back atomically: the old file stays whole if anything fails."""
         text = tomlkit.dumps(self.doc)
@@ -210,6 +237,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
             role=field(th, "role", str, f"{where} threads[{i}]", default="context"),
             state=choice(th, "state", THREAD_STATES, f"{where} threads[{i}]", default="unknown"),
             verified=_date_text(field(th, "verified", (str, datetime.date), f"{where} threads[{i}]", default=None)),
+            updated=field(th, "updated", str, f"{where} threads[{i}]", default=None),
         )
         for i, th in enumerate(t.get("threads", []))
     )
@@ -240,6 +268,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         absorbed=absorbed.unwrap() if absorbed is not None else None,
         mitigation=mitigation.unwrap() if mitigation is not None else None,
         blocked=field(t, "blocked", str, where, default=None),
+        cls=choice(t, "class", CLASSES, where) if "class" in t else None,
     )
 
 
