@@ -14,11 +14,13 @@ code  name        meaning
 6     BUILD       building, installing or import-checking a build failed
 7     CRASH       a reproducer died: non-zero exit, no verdict, or no host stamp
 8     TIMEOUT     a reproducer ran past its time limit and was killed
+9     DRIFT       ``harness absorbed`` found a local change no pack tracks
 130   INTERRUPT   stopped by Ctrl-C
 ====  ==========  ==============================================================
 
 When several lanes end differently the most severe code wins, in the order
 USAGE > PIN > APPLY > BUILD > CRASH > TIMEOUT > MISMATCH > SKIPPED > OK.
+DRIFT comes only from ``harness absorbed`` and is never mixed with lane codes.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ class Exit(enum.IntEnum):
     BUILD = 6
     CRASH = 7
     TIMEOUT = 8
+    DRIFT = 9
     INTERRUPT = 130
 
 
 _SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH,
-             Exit.BUILD, Exit.APPLY, Exit.PIN, Exit.USAGE, Exit.INTERRUPT]
+             Exit.BUILD, Exit.APPLY, Exit.PIN, Exit.DRIFT, Exit.USAGE, Exit.INTERRUPT]
 
 
 def worst(codes) -> Exit:
@@ -92,3 +95,15 @@ class BundleError(HarnessError):
     """An offline bundle is missing, damaged, or lacks a build the run needs."""
 
     exit_code = Exit.PIN
+
+
+class EditError(HarnessError):
+    """An edit checkout is missing, dirty, or its commits cannot be turned back into the pack's series."""
+
+    exit_code = Exit.USAGE
+
+
+class DriftError(HarnessError):
+    """A local change under patches/ (or overlays/) that no pack in tracking.toml accounts for."""
+
+    exit_code = Exit.DRIFT
