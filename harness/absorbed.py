@@ -81,9 +81,20 @@ class Verdict:
     proposal: str = ""  # the tracking.toml change, as a unified diff
 
 
-def check(ctx: Context, manifest: pins.Manifest, base_name: str) -> list[Verdict]:
+def drifted_packs(root: Path, drift: list[Drift]) -> set[str]:
+    """Packs whose series directory holds drift: their series is not loaded until it is cleaned up."""
+    out = set()
+    for d in drift:
+        rel = d.path.relative_to(root).parts
+        if rel[0] == "patches" and len(rel) > 3:
+            out.add(rel[2])
+    return out
+
+
+def check(ctx: Context, manifest: pins.Manifest, base_name: str, skip: set[str] = frozenset()) -> list[Verdict]:
     verdicts = []
-    for report in rebase.rebase_target(ctx, manifest, base_name):
+    chosen = [p.id for p in ctx.tracking.packs.values() if p.target == manifest.target and p.id not in skip]
+    for report in rebase.rebase_target(ctx, manifest, base_name, packs=chosen) if chosen else []:
         if report.contained:
             version = manifest.base(base_name).version
             proposal = retire_diff(ctx.tracking, report.pack.id, version) if report.pack.state != "absorbed" else ""

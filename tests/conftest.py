@@ -230,3 +230,14 @@ def cli(*args: str) -> int:
         return main(list(args))
     except SystemExit as exc:
         return int(exc.code or 0)
+
+
+@pytest.fixture(autouse=True)
+def wide_console():
+    """Tables printed by the CLI are matched line by line: do not let rich wrap them at 80 columns."""
+    from harness import ui
+
+    old = ui.out.width
+    ui.out.width = 250
+    yield
+    ui.out.width = old

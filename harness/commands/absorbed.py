@@ -30,6 +30,9 @@ def main(args) -> int:
     if args.to and not args.target:
         raise UsageError("--to needs a TARGET (bases are per target)")
     drift = absorbed.scan_drift(ctx.root, ctx.tracking, args.target)
+    skip = absorbed.drifted_packs(ctx.root, drift)
+    for pid in sorted(skip):
+        ui.warn(f"pack {pid}: not checked, its series directory holds untracked drift")
     table = Table(title="upstream diff", title_justify="left")
     for col in ("pack", "target", "base", "state", "detail"):
         table.add_column(col)
@@ -37,7 +40,7 @@ def main(args) -> int:
     for target in targets:
         manifest = ctx.manifest(target)
         base = rebase.resolve_base(manifest, args.to) if args.to else manifest.default_base
-        for v in absorbed.check(ctx, manifest, base):
+        for v in absorbed.check(ctx, manifest, base, skip=skip):
             r = v.report
             if v.state == "absorbed":
                 state = "[cyan]absorbed[/]"
