@@ -6,6 +6,8 @@ Three outcomes per target, at a (newer) base:
   propose retiring the pack: ``state = "absorbed"`` plus an ``[absorbed]`` table with the version;
   its lanes stay, so its reproducer keeps running as regression coverage;
 * **differs**: the pack's series still changes the base (applies, or conflicts) — expected, listed;
+* **superseded**: the series still differs, but tracking.toml marks the pack absorbed and a passing
+  unpatched lane on this base printed ``BUG_ABSENT``: upstream fixed the bug with another change;
 * **untracked drift**: a change with no pack behind it — a directory ``patches/<target>/<pack>/``
   whose pack is not in tracking.toml (or belongs to another target), a file under ``patches/``
   that is not ``<target>/<pack>/NNNN-slug.patch``, or any file under ``overlays/`` (local files laid
@@ -77,8 +79,20 @@ def scan_drift(root: Path, tracking: Tracking, target: str | None = None) -> lis
 @dataclass(frozen=True)
 class Verdict:
     report: rebase.PackReport
-    state: str  # "absorbed" | "differs"
+    state: str  # "absorbed" | "superseded" | "differs"
     proposal: str = ""  # the tracking.toml change, as a unified diff
+    evidence: str = ""  # for "superseded": the passing BUG_ABSENT lane on this base
+
+
+def bug_absent_evidence(tracking: Tracking, pid: str, base_name: str) -> str:
+    """A passing unpatched lane on ``base_name`` that expects BUG_ABSENT, as 'lane (receipt)'; '' if none."""
+    pack = tracking.packs[pid]
+    validation = tracking.doc["packs"][pid].get("validation", {})
+    for lane in pack.lanes:
+        v = validation.get(lane.name, {})
+        if lane.base == base_name and not lane.patched and lane.expect == "BUG_ABSENT" and v.get("verdict") == "pass":
+            return f"lane {lane.name} saw BUG_ABSENT on {v.get('host', '?')} ({v.get('receipt', 'no receipt')})"
+    return ""
 
 
 def drifted_packs(root: Path, drift: list[Drift]) -> set[str]:
@@ -99,6 +113,10 @@ def check(ctx: Context, manifest: pins.Manifest, base_name: str, skip: set[str] 
             version = manifest.base(base_name).version
             proposal = retire_diff(ctx.tracking, report.pack.id, version) if report.pack.state != "absorbed" else ""
             verdicts.append(Verdict(report, "absorbed", proposal))
+        elif report.pack.state == "absorbed" and (evidence := bug_absent_evidence(ctx.tracking, report.pack.id,
+                                                                                base_name)):
+            # Upstream fixed it with a different change: the text differs, the reproducer says the bug is gone.
+            verdicts.append(Verdict(report, "superseded", evidence=evidence))
         else:
             verdicts.append(Verdict(report, "differs"))
     return verdicts

@@ -39,6 +39,14 @@ from harness.store import sha256_file
 from harness.tracking import Pack
 
 STATE_FILE = "patchlane-edit.json"
+# Every option that a config setting (format.*, diff.*) could otherwise change is spelled out, so a
+# checkout's own config cannot alter the output.
+FORMAT_OPTIONS = (
+    "--zero-commit", "--no-signature", "--no-numbered", "--full-index", "--no-renames",
+    "--diff-algorithm=myers", "-U3", "--src-prefix=a/", "--dst-prefix=b/", "--subject-prefix=PATCH",
+    "--no-thread", "--no-cover-letter", "--no-notes", "--no-attach", "--no-add-header", "--no-to", "--no-cc",
+    "--no-base", "--encode-email-headers",
+)
 _INDEX = re.compile(r"^index ([0-9a-f]{40})\.\.([0-9a-f]{40})(.*)$")
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
@@ -93,22 +101,29 @@ def start(ctx: Context, pack: Pack, base_name: str | None, dest: Path, force: bo
         if not force:
             raise EditError(f"{dest} already exists and is not empty",
                             hint="finish it with 'harness regen', remove it, or pass --force to replace it")
-        if (dest / ".git").is_dir():
-            _refuse_dirty(git.repo(dest), dest)  # --force replaces a checkout, never uncommitted work
-        shutil.rmtree(dest)
+        if (dest / ".git").is_dir():  # --force replaces a checkout, never work that is not in patches/ yet
+            _refuse_dirty(git.repo(dest), dest)
+            _refuse_unregenerated(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    repo = git.clone(checkout.path, dest, branch=f"pack-{pack.id}")
-    ranges = []
-    for p in ctx.tracking.closure(pack.id):
-        if p.target != pack.target:
-            continue
-        begin = repo.head.commit.hexsha
-        patches = series.load_series(ctx.root, p.target, p.id)
-        for patch in patches:
-            series.apply_patch(repo, patch, checkout)
-        ranges.append(PackRange(p.id, begin, repo.head.commit.hexsha, {x.name: x.sha256 for x in patches}))
-    state = EditState(pack.target, pack.id, checkout.base.name, checkout.commit, ranges)
-    state.write(dest)
+    scratch = Path(tempfile.mkdtemp(prefix=f".edit-{pack.id}-", dir=dest.parent))
+    try:
+        repo = git.clone(checkout.path, scratch / "tree", branch=f"pack-{pack.id}")
+        ranges = []
+        for p in ctx.tracking.closure(pack.id):
+            if p.target != pack.target:
+                continue
+            begin = repo.head.commit.hexsha
+            patches = series.load_series(ctx.root, p.target, p.id)
+            for patch in patches:
+                series.apply_patch(repo, patch, checkout)
+            ranges.append(PackRange(p.id, begin, repo.head.commit.hexsha, {x.name: x.sha256 for x in patches}))
+        state = EditState(pack.target, pack.id, checkout.base.name, checkout.commit, ranges)
+        state.write(scratch / "tree")
+        if dest.exists():
+            shutil.rmtree(dest)  # empty, or a checkout whose work is all in patches/ (checked above)
+        os.replace(scratch / "tree", dest)  # a series that does not apply leaves no half-made checkout
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return state
 
 
@@ -122,6 +137,17 @@ class Regenerated:
     removed: tuple[str, ...]
     modified: tuple[str, ...]
     backup: Path | None = None
+
+
+def _refuse_unregenerated(checkout: Path) -> None:
+    try:
+        state = EditState.read(checkout)
+    except EditError:
+        return
+    head = git.repo(checkout).head.commit.hexsha
+    if head != state.own().end:
+        raise EditError(f"{checkout}: HEAD {head[:12]} has commits not regenerated into patches/ yet",
+                        hint=f"run 'harness regen {state.pack} --dir {checkout}' first, or remove the directory")
 
 
 def dirty_paths(repo) -> list[str]:
@@ -146,9 +172,7 @@ def format_series(repo, start: str, end: str, out: Path) -> list[Path]:
     merges = repo.git.rev_list("--merges", f"{start}..{end}").split()
     if merges:
         raise EditError(f"{repo.working_dir}: merge commit {merges[0][:12]} in the series; a series is linear")
-    names = repo.git.format_patch("--zero-commit", "--no-signature", "--no-numbered", "--full-index",
-                                  "--no-renames", "--diff-algorithm=myers", "-o", str(out),
-                                  f"{start}..{end}").splitlines()
+    names = repo.git.format_patch(*FORMAT_OPTIONS, "-o", str(out), f"{start}..{end}").splitlines()
     files = [Path(n) if Path(n).is_absolute() else Path(repo.working_dir) / n for n in names if n.strip()]
     for f in files:
         f.write_bytes(normalize_patch(f.read_bytes()))

@@ -51,3 +51,28 @@ def test_retire_flow_proposes_then_writes_keeping_comments_and_lanes(lane_repo, 
     capsys.readouterr()
     assert cli("absorbed", "fake", "--to", "1.1", *lane_repo.args()) == 0
     assert "already retired" in capsys.readouterr().out
+
+
+def test_absorbed_pack_whose_series_conflicts_is_superseded_only_with_lane_evidence(lane_repo, capsys):
+    lane_repo.add_base("1.1", CORE_FIXED.replace("zip(xs, w)", "zip(xs, w, strict=True)"))
+    regression = '''
+[[packs.01.lanes]]
+name = "regression"
+base = "1.1"
+patched = false
+expect = "BUG_ABSENT"
+
+[packs.01.absorbed]
+version = "1.1"
+'''
+    lane_repo.write_tracking(regression)
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('state = "ready"', 'state = "absorbed"'))
+    assert cli("absorbed", "fake", "--to", "1.1", *lane_repo.args()) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ 01"))
+    assert "differs" in row and "no passing BUG_ABSENT lane" in row
+    path.write_text(path.read_text() + '\n[packs.01.validation.regression]\nverdict = "pass"\nhost = "h"\n'
+                    'receipt = "receipts/x.json"\n')
+    assert cli("absorbed", "fake", "--to", "1.1", *lane_repo.args()) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ 01"))
+    assert "superseded" in row and "conflict" in row and "lane regression saw BUG_ABSENT on h" in row

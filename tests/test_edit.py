@@ -109,3 +109,25 @@ def test_dependencies_come_first_and_stay_out_of_the_pack(lane_repo, tmp_path):
     assert [r.pack for r in state.ranges] == ["01", "02"] and state.own().start == state.ranges[0].end
     assert cli("regen", "02", "--dir", str(d), *lane_repo.args()) == 0
     assert _series(lane_repo, "02") == before
+
+
+def test_force_never_replaces_unregenerated_commits(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert "already exists" in capsys.readouterr().err
+    (d / CORE).write_text((d / CORE).read_text() + "\n# more\n")
+    git(d, "commit", "-q", "-am", "core: more\n\nUpstream-Status: Pending\n")
+    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == 2
+    assert "not regenerated" in capsys.readouterr().err
+    assert "core: more" in git(d, "log", "-1", "--format=%s")
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == 0
+    assert len(git(d, "log", "--format=%s", "pristine..HEAD").splitlines()) == 2
+
+
+def test_a_series_that_does_not_apply_leaves_no_checkout(lane_repo, tmp_path, capsys):
+    lane_repo.write_patch(make_patch(tmp_path, "a\n", "b\n", path="src/fakepkg/nope.py", status="Pending"),
+                          name="0002-nope.patch")
+    d = tmp_path / "edit"
+    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == 5
+    assert not d.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".edit-")]

@@ -49,13 +49,18 @@ def main(args) -> int:
                                "regression coverage")
                 if v.proposal:
                     proposals.append((r.pack.id, manifest.base(base).version, v.proposal))
+            elif v.state == "superseded":
+                state = "[cyan]superseded[/]"
+                detail = (f"series {r.status}" + "".join(f"; {x.patch}: {x.status}" for x in r.results)
+                          + f"; tracking.toml: absorbed at {(r.pack.absorbed or {}).get('version', '?')} by another "
+                            f"change; {v.evidence}")
             else:
                 state = "differs"
                 detail = f"series {r.status}" + (f" ({r.blocked_by})" if r.blocked_by else "") + \
                     "".join(f"; {x.patch}: {x.status}" for x in r.results)
                 if r.pack.state == "absorbed":
-                    detail += (f"; tracking.toml says absorbed at {(r.pack.absorbed or {}).get('version', '?')}: "
-                               "upstream's change differs from this series")
+                    detail += (f"; tracking.toml says absorbed at {(r.pack.absorbed or {}).get('version', '?')}, "
+                               "but the series differs and no passing BUG_ABSENT lane on this base backs it")
             table.add_row(r.pack.id, target, base, state, detail)
     ui.out.print(table)
     for pid, version, diff in proposals:
