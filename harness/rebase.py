@@ -24,6 +24,7 @@ import re
 import shutil
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,13 +215,20 @@ def pypi_base(manifest: pins.Manifest, version: str) -> pins.Base:
     index = os.environ.get("PATCHLANE_PYPI_URL", PYPI_URL).rstrip("/")
     url = f"{index}/{manifest.distribution}/{version}/json"
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp:
-            data = json.load(resp)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise PinError(f"cannot read {url}: {exc}") from None
+        files = _read_json(url)["urls"]
+    except PinError:
+        # Some mirrors serve only the project document; its "releases" table has the same file entries.
+        project = f"{index}/{manifest.distribution}/json"
+        try:
+            releases = _read_json(project)["releases"]
+        except PinError:
+            raise PinError(f"cannot read {url} nor {project}") from None
+        if version not in releases:
+            raise PinError(f"{project}: {manifest.distribution} has no release {version}") from None
+        files, url = releases[version], project
     ref = manifest.base(None).artifact
     want = "sdist" if ref.kind == "sdist" else "bdist_wheel"
-    files = [u for u in data.get("urls", []) if u.get("packagetype") == want]
+    files = [u for u in files if u.get("packagetype") == want]
     if ref.kind == "wheel":  # same interpreter/ABI/platform tags as the current pin
         tags = ref.filename.rsplit("-", 3)[1:]
         files = [u for u in files if u["filename"].rsplit("-", 3)[1:] == tags]
@@ -230,9 +238,18 @@ def pypi_base(manifest: pins.Manifest, version: str) -> pins.Base:
     sha = f.get("digests", {}).get("sha256", "")
     if not re.fullmatch(r"[0-9a-f]{64}", sha):
         raise PinError(f"{url}: {f['filename']} has no sha256 digest")
-    art = pins.Artifact(ref.kind, f["filename"], f["url"], sha, f.get("size"))
+    file_url = urllib.parse.urljoin(url, f["url"])  # mirrors may answer with URLs relative to the document
+    art = pins.Artifact(ref.kind, f["filename"], file_url, sha, f.get("size"))
     return pins.Base(name=version, version=version, commit="", role="candidate pin (from the PyPI JSON API)",
                      artifact=art)
+
+
+def _read_json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            return json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise PinError(f"cannot read {url}: {exc}") from None
 
 
 def with_base(manifest: pins.Manifest, base: pins.Base) -> pins.Manifest:

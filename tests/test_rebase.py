@@ -93,3 +93,19 @@ def test_to_version_with_a_wrong_digest_is_a_pin_error(lane_repo, tmp_path, monk
     _fake_pypi(tmp_path, monkeypatch, sdist, sha="1" * 64)
     assert cli("rebase", "fake", "--to-version", "1.2", *lane_repo.args()) == 4
     assert "sha256 mismatch" in capsys.readouterr().err
+
+
+def test_to_version_falls_back_to_the_project_document_with_relative_urls(lane_repo, tmp_path, monkeypatch, capsys):
+    index = tmp_path / "pypi"
+    (index / "files").mkdir(parents=True)
+    sdist = make_sdist(index / "files", "1.2", CORE_FIXED)
+    (index / "fakepkg").mkdir()
+    (index / "fakepkg" / "json").write_text(json.dumps({"releases": {"1.2": [
+        {"packagetype": "sdist", "filename": sdist.name, "url": f"../files/{sdist.name}",
+         "digests": {"sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()}}]}}))
+    monkeypatch.setenv("PATCHLANE_PYPI_URL", index.as_uri())
+    assert cli("rebase", "fake", "--to-version", "1.2", *lane_repo.args()) == 0
+    out = capsys.readouterr().out
+    assert "contained" in out and f'url = "{sdist.as_uri()}"' in out
+    assert cli("rebase", "fake", "--to-version", "7.7", *lane_repo.args()) == 4
+    assert "has no release 7.7" in capsys.readouterr().err
