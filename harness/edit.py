@@ -219,20 +219,21 @@ def keep_names(old_dir: Path, files: list[Path]) -> None:
             f.rename(f.with_name(f"{f.name[:4]}-{slug}"))
 
 
-def _check_headers(pack: Pack, files: list[Path], repo, start: str, end: str) -> None:
-    commits = repo.git.rev_list("--reverse", f"{start}..{end}").split()
-    for sha, f in zip(commits, files, strict=True):
-        subject = repo.commit(sha).summary
-        text = f.read_text(encoding="utf-8", errors="surrogateescape").split("\n---\n", 1)[0]
-        if not any(ln.startswith("Upstream-Status:") for ln in text.splitlines()):
-            raise EditError(f"pack {pack.id}: commit {sha[:12]} ({subject!r}) has no 'Upstream-Status:' line",
+def _check_commits(pack: Pack, repo, start: str, end: str) -> None:
+    """Every commit of the pack changes something and carries its Upstream-Status (and no other pack's trailer)."""
+    for sha in repo.git.rev_list("--reverse", f"{start}..{end}").split():
+        commit = repo.commit(sha)
+        where = f"pack {pack.id}: commit {sha[:12]} ({commit.summary!r})"
+        if commit.parents and commit.tree == commit.parents[0].tree:
+            raise EditError(f"{where} is empty", hint="drop it (git rebase -i) and run regen again")
+        if not re.search(r"^Upstream-Status:", commit.message, re.M):
+            raise EditError(f"{where} has no 'Upstream-Status:' line",
                             hint="git commit --amend (or rebase -i with 'reword') and add e.g. "
                                  "'Upstream-Status: Pending' above the trailers")
-        m = _PACK_TRAILER.search(text)
+        m = _PACK_TRAILER.search(commit.message)
         if m and m.group(1) != pack.id:
-            raise EditError(f"pack {pack.id}: commit {sha[:12]} ({subject!r}) says 'Pack: {m.group(1)}'; "
-                            f"a commit of pack {m.group(1)} belongs in that pack's edit checkout")
-        series.parse_patch(pack.id, f)  # validates the Upstream-Status value itself
+            raise EditError(f"{where} says 'Pack: {m.group(1)}'; a commit of pack {m.group(1)} belongs in that "
+                            "pack's edit checkout")
 
 
 def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) -> Regenerated:
@@ -255,8 +256,10 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     dest.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".regen-{pack.id}-", dir=dest.parent))
     try:
+        _check_commits(pack, repo, own.start, "HEAD")
         files = format_series(repo, own.start, "HEAD", scratch)
-        _check_headers(pack, files, repo, own.start, "HEAD")
+        for f in files:
+            series.parse_patch(pack.id, f)  # the Upstream-Status value itself, as every loader checks it
         keep_names(dest, files)
         result = compare(dest, scratch)
         if not result.changed or dry_run:

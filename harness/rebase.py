@@ -87,8 +87,10 @@ def classify(repo, patch: series.Patch, base: pins.Checkout) -> PatchResult:
         return PatchResult(patch.pack, patch.name, OFFSET if moved else CLEAN, "; ".join(moved))
     status, log = _apply(repo, "--check", "-v", "-C1", path)
     if status == 0:
-        repo.git.am("--quiet", "--keep-cr", "--committer-date-is-author-date", "-C1", path)
-        if not repo.is_dirty() and repo.head.commit.parents and not repo.head.commit.diff(repo.head.commit.parents[0]):
+        try:
+            repo.git.am("--quiet", "--keep-cr", "--committer-date-is-author-date", "-C1", path)
+        except git.GitCommandError:  # git am stops on a patch that changes nothing
+            repo.git.am("--abort")
             return PatchResult(patch.pack, patch.name, CONTAINED, "applying it changes nothing")
         moved = _offsets(patch, log)
         return PatchResult(patch.pack, patch.name, FUZZ,

@@ -131,3 +131,20 @@ def test_a_series_that_does_not_apply_leaves_no_checkout(lane_repo, tmp_path, ca
     d = tmp_path / "edit"
     assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == 5
     assert not d.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".edit-")]
+
+
+def test_an_empty_commit_is_refused_not_silently_dropped(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    git(d, "commit", "-q", "--allow-empty", "-m", "nothing\n\nUpstream-Status: Pending\n")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert "('nothing') is empty" in capsys.readouterr().err
+
+
+def test_a_commit_claiming_another_pack_is_refused(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    (d / CORE).write_text((d / CORE).read_text() + "\n# other\n")
+    git(d, "commit", "-q", "-am", "core: other\n\nUpstream-Status: Pending\nPack: 02\n")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert "says 'Pack: 02'" in capsys.readouterr().err
