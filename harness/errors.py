@@ -16,11 +16,13 @@ code  name        meaning
 8     TIMEOUT     a reproducer ran past its time limit and was killed
 9     UPSTREAM    the GitHub API is unreachable, rate-limited or refused the token; nothing written
 10    LINT        a filing body failed its lint (private host, path, address or token)
+11    DRIFT       ``harness absorbed`` found a local change no pack tracks
 130   INTERRUPT   stopped by Ctrl-C
 ====  ==========  ==============================================================
 
 When several lanes end differently the most severe code wins, in the order
 USAGE > PIN > UPSTREAM > LINT > APPLY > BUILD > CRASH > TIMEOUT > MISMATCH > SKIPPED > OK.
+DRIFT comes only from ``harness absorbed`` and is never mixed with lane codes.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ class Exit(enum.IntEnum):
     TIMEOUT = 8
     UPSTREAM = 9
     LINT = 10
+    DRIFT = 11
     INTERRUPT = 130
 
 
 _SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH,
-             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.USAGE, Exit.INTERRUPT]
+             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.USAGE, Exit.INTERRUPT]
 
 
 def worst(codes) -> Exit:
@@ -108,3 +111,15 @@ class LintError(HarnessError):
     """A filing body failed its lint; the message holds one line per finding."""
 
     exit_code = Exit.LINT
+
+
+class EditError(HarnessError):
+    """An edit checkout is missing, dirty, or its commits cannot be turned back into the pack's series."""
+
+    exit_code = Exit.USAGE
+
+
+class DriftError(HarnessError):
+    """A local change under patches/ (or overlays/) that no pack in tracking.toml accounts for."""
+
+    exit_code = Exit.DRIFT

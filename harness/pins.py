@@ -190,7 +190,7 @@ def _download(url: str, dest: Path, size: int | None) -> None:
                 for block in iter(lambda: resp.read(1 << 16), b""):
                     fh.write(block)
                     bar.advance(task, len(block))
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:  # ValueError: malformed URL
         dest.unlink(missing_ok=True)
         raise PinError(f"cannot download {url}: {exc}",
                        hint="offline? put the file in a directory and pass --artifacts DIR") from None

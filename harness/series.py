@@ -157,7 +157,7 @@ def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
                 repo = git.clone(base.path, tmp, branch="patched")  # clone into the empty scratch dir
                 for patch in patches:
                     with ui.status(f"applying pack {patch.pack}: {patch.name}"):
-                        _apply_one(repo, patch, base)
+                        apply_patch(repo, patch, base)
     return PatchedTree(base, tuple(patches), final, key)
 
 
@@ -165,10 +165,11 @@ def check_applies(base: Checkout, patches: list[Patch], scratch: Path) -> None:
     """Apply ``patches`` in a throwaway clone under ``scratch``; raise on the first failure."""
     repo = git.clone(base.path, scratch, branch="check")
     for patch in patches:
-        _apply_one(repo, patch, base)
+        apply_patch(repo, patch, base)
 
 
-def _apply_one(repo, patch: Patch, base: Checkout) -> None:
+def apply_patch(repo, patch: Patch, base: Checkout) -> None:
+    """`git am` one patch onto ``repo`` (checked first); a failure names pack, file, path and hunk."""
     try:
         repo.git.apply("--check", str(patch.path))
     except git.GitCommandError as exc:

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import tarfile
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -116,9 +116,11 @@ class LaneRepo:
     sdist: Path
     cache: Path
 
+    extra_bases: dict[str, Path] = field(default_factory=dict)
+
     def write_manifest(self, build: str = "overlay", sha: str | None = None) -> None:
         sha = sha or hashlib.sha256(self.sdist.read_bytes()).hexdigest()
-        (self.root / "upstream" / "fake.toml").write_text(textwrap.dedent(f'''\
+        text = textwrap.dedent(f'''\
             # fake upstream for tests
             target = "fake"
             repo = "https://example.invalid/fake"
@@ -137,7 +139,16 @@ class LaneRepo:
             filename = "{self.sdist.name}"
             url = "{self.sdist.as_uri()}"
             sha256 = "{sha}"
-        '''))
+        ''')
+        for version, sdist in self.extra_bases.items():
+            text += _base_toml(version, sdist)
+        (self.root / "upstream" / "fake.toml").write_text(text)
+
+    def add_base(self, version: str, core: str) -> Path:
+        """Build fakepkg ``version`` with ``core`` as its core.py and pin it as base ``version``."""
+        self.extra_bases[version] = make_sdist(self.sdist.parent, version, core)
+        self.write_manifest()
+        return self.extra_bases[version]
 
     def write_tracking(self, extra: str = "", requires: str = "cpu", timeout: int = 60) -> None:
         (self.root / "tracking.toml").write_text(textwrap.dedent(f'''\
@@ -180,6 +191,21 @@ class LaneRepo:
         return ["--root", str(self.root), "--cache", str(self.cache)]
 
 
+def _base_toml(version: str, sdist: Path) -> str:
+    return textwrap.dedent(f'''
+        [bases."{version}"]
+        version = "{version}"
+        commit = ""
+        role = "newer release"
+
+        [bases."{version}".artifact]
+        kind = "sdist"
+        filename = "{sdist.name}"
+        url = "{sdist.as_uri()}"
+        sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
+    ''')
+
+
 @pytest.fixture
 def lane_repo(tmp_path: Path) -> LaneRepo:
     root = tmp_path / "repo"
@@ -204,3 +230,14 @@ def cli(*args: str) -> int:
         return main(list(args))
     except SystemExit as exc:
         return int(exc.code or 0)
+
+
+@pytest.fixture(autouse=True)
+def wide_console():
+    """Tables printed by the CLI are matched line by line: do not let rich wrap them at 80 columns."""
+    from harness import ui
+
+    old = ui.out.width
+    ui.out.width = 250
+    yield
+    ui.out.width = old

@@ -64,3 +64,22 @@ def test_pack09_series_does_not_apply_on_the_current_pin(manifest, store):
     checkout = pins.materialize(manifest, "0.8.5", store)
     with tempfile.TemporaryDirectory() as tmp, pytest.raises(series.SeriesError, match="pack 09"):
         series.check_applies(checkout, patches, Path(tmp) / "tree")
+
+
+def test_workflows_on_the_real_pins(store, tmp_path, capsys):
+    """edit + regen of pack 09 is a zero diff; at 0.8.5 the series conflicts (upstream fixed it differently)."""
+    from conftest import cli
+
+    args = ["--root", str(ROOT), "--cache", str(store.root)]
+    before = {p.name: p.read_bytes() for p in (ROOT / "patches" / "liger-kernel" / "09").iterdir()}
+    assert cli("edit", "09", "--dir", str(tmp_path / "edit"), *args) == 0
+    assert cli("regen", "09", "--dir", str(tmp_path / "edit"), "--dry-run", *args) == 0
+    assert "unchanged" in capsys.readouterr().out
+    assert cli("rebase", "liger-kernel", "--to", "0.8.5", *args) == 5
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("│ 09"))
+    assert "conflict" in row and FLCE in row
+    assert cli("absorbed", "liger-kernel", "--to", "0.8.5", *args) == 0
+    out = capsys.readouterr().out
+    row = next(ln for ln in out.splitlines() if ln.startswith("│ 09"))
+    assert "superseded" in row and "regression-0.8.5" in out
+    assert {p.name: p.read_bytes() for p in (ROOT / "patches" / "liger-kernel" / "09").iterdir()} == before

@@ -1,0 +1,150 @@
+"""harness edit / regen: series as commits, deterministic regeneration, never losing work."""
+
+from __future__ import annotations
+
+from conftest import CORE_BUGGY, CORE_FIXED, cli, git, make_patch
+
+from harness.edit import EditState
+
+CORE = "src/fakepkg/core.py"
+
+
+def _series(lane_repo, pack="01"):
+    d = lane_repo.root / "patches" / "fake" / pack
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def _edit(lane_repo, tmp_path, pack="01"):
+    d = tmp_path / f"edit-{pack}"
+    assert cli("edit", pack, "--dir", str(d), *lane_repo.args()) == 0
+    return d
+
+
+def test_regen_of_an_unchanged_series_is_byte_identical(lane_repo, tmp_path, capsys):
+    before = _series(lane_repo)
+    d = _edit(lane_repo, tmp_path)
+    assert git(d, "log", "--format=%s", "pristine..HEAD").split("\n")[0] == "core: use each element's own weight"
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert "unchanged" in capsys.readouterr().out
+    assert _series(lane_repo) == before
+
+
+def test_regen_after_an_edit_prints_the_interdiff_and_replaces_the_file(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    core = d / CORE
+    core.write_text(core.read_text().replace("zip(xs, w)", "zip(xs, w, strict=True)"))
+    git(d, "commit", "-q", "-a", "--amend", "--no-edit")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    out = capsys.readouterr().out
+    assert "+++ b/0001-use-own-weight.patch" in out and "modified: 0001-use-own-weight.patch" in out
+    assert "-+    return [x * wi for x, wi in zip(xs, w)]" in out
+    assert "++    return [x * wi for x, wi in zip(xs, w, strict=True)]" in out
+    [(name, text)] = _series(lane_repo).items()
+    assert b"strict=True" in text and b"Upstream-Status: Submitted" in text and b"Pack: 01" in text
+    assert b"Date: Thu, 1 Jan 2026 00:00:00 +0000" in text and text.startswith(b"From " + b"0" * 40)
+    assert not [p for p in (lane_repo.root / "patches" / "fake").iterdir() if p.name.startswith(".")]  # no backup left
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0  # and now it is stable again
+    assert "unchanged" in capsys.readouterr().out
+
+
+def test_dirty_checkout_is_refused_and_names_the_files(lane_repo, tmp_path, capsys):
+    before = _series(lane_repo)
+    d = _edit(lane_repo, tmp_path)
+    (d / CORE).write_text("oops\n")
+    (d / "new.txt").write_text("x\n")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    err = capsys.readouterr().err
+    assert "uncommitted changes" in err and CORE in err and "new.txt" in err
+    assert _series(lane_repo) == before
+
+
+def test_a_new_commit_adds_a_patch_and_dropping_it_removes_it(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    core = d / CORE
+    core.write_text(core.read_text().replace("return sum(xs)", "return float(sum(xs))"))
+    git(d, "commit", "-q", "-am", "core: total is a float\n\nUpstream-Status: Pending\nPack: 01\n")
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert "added: 0002-core-total-is-a-float.patch" in capsys.readouterr().out
+    names = list(_series(lane_repo))
+    assert names == ["0001-use-own-weight.patch", "0002-core-total-is-a-float.patch"]
+    git(d, "reset", "-q", "--hard", "HEAD~1")
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert "removed: 0002-core-total-is-a-float.patch" in capsys.readouterr().out
+    assert len(_series(lane_repo)) == 1
+
+
+def test_a_commit_without_upstream_status_is_refused(lane_repo, tmp_path, capsys):
+    before = _series(lane_repo)
+    d = _edit(lane_repo, tmp_path)
+    (d / CORE).write_text((d / CORE).read_text() + "\n# note\n")
+    git(d, "commit", "-q", "-am", "core: a note")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    err = capsys.readouterr().err
+    assert "has no 'Upstream-Status:' line" in err and "core: a note" in err
+    assert _series(lane_repo) == before
+
+
+def test_series_changed_behind_the_checkout_is_not_overwritten(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("weight", "own weight")))
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert "changed since 'harness edit'" in capsys.readouterr().err
+
+
+def test_dependencies_come_first_and_stay_out_of_the_pack(lane_repo, tmp_path):
+    lane_repo.write_tracking('\n[packs.02]\ntitle = "t"\ntarget = "fake"\nkind = "pr"\nstate = "planned"\n'
+                             'depends_on = ["01"]\n')
+    second = make_patch(tmp_path, CORE_FIXED, CORE_FIXED.replace("return sum(xs)", "return sum(xs) + 0"),
+                        status="Pending", subject="core: total plus zero").replace("Pack: 01", "Pack: 02")
+    lane_repo.write_patch(second, pack="02", name="0001-core-total-plus-zero.patch")
+    before = _series(lane_repo, "02")
+    d = _edit(lane_repo, tmp_path, "02")
+    subjects = git(d, "log", "--reverse", "--format=%s", "pristine..HEAD").splitlines()
+    assert subjects == ["core: use each element's own weight", "core: total plus zero"]
+    state = EditState.read(d)
+    assert [r.pack for r in state.ranges] == ["01", "02"] and state.own().start == state.ranges[0].end
+    assert cli("regen", "02", "--dir", str(d), *lane_repo.args()) == 0
+    assert _series(lane_repo, "02") == before
+
+
+def test_force_never_replaces_unregenerated_commits(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert "already exists" in capsys.readouterr().err
+    (d / CORE).write_text((d / CORE).read_text() + "\n# more\n")
+    git(d, "commit", "-q", "-am", "core: more\n\nUpstream-Status: Pending\n")
+    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == 2
+    assert "not regenerated" in capsys.readouterr().err
+    assert "core: more" in git(d, "log", "-1", "--format=%s")
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == 0
+    assert len(git(d, "log", "--format=%s", "pristine..HEAD").splitlines()) == 2
+
+
+def test_a_series_that_does_not_apply_leaves_no_checkout(lane_repo, tmp_path, capsys):
+    lane_repo.write_patch(make_patch(tmp_path, "a\n", "b\n", path="src/fakepkg/nope.py", status="Pending"),
+                          name="0002-nope.patch")
+    d = tmp_path / "edit"
+    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == 5
+    assert not d.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".edit-")]
+
+
+def test_an_empty_commit_is_refused_not_silently_dropped(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    git(d, "commit", "-q", "--allow-empty", "-m", "nothing\n\nUpstream-Status: Pending\n")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert "('nothing') is empty" in capsys.readouterr().err
+
+
+def test_a_commit_claiming_another_pack_is_refused(lane_repo, tmp_path, capsys):
+    d = _edit(lane_repo, tmp_path)
+    (d / CORE).write_text((d / CORE).read_text() + "\n# other\n")
+    git(d, "commit", "-q", "-am", "core: other\n\nUpstream-Status: Pending\nPack: 02\n")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert "says 'Pack: 02'" in capsys.readouterr().err
