@@ -135,8 +135,12 @@ def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None
         raise BuildError(f"build {label}: {what} failed (exit {proc.returncode}):\n{tail}")
 
 
-def import_check(build: Build, modules: list[str], python: str, label: str) -> dict[str, str]:
-    """Import each module from the build with ``python``; check it comes from the build, not elsewhere."""
+def import_check(build: Build, modules: list[str], python: str, label: str,
+                 extra_path: list[str] | None = None) -> dict[str, str]:
+    """Import each module from the build with ``python``; check it comes from the build, not elsewhere.
+
+    ``extra_path`` (the base's runtime dependencies) goes on ``PYTHONPATH`` right after the build.
+    """
     code = (
         "import importlib, json, sys\n"
         "out = {}\n"
@@ -144,7 +148,8 @@ def import_check(build: Build, modules: list[str], python: str, label: str) -> d
         "    out[name] = importlib.import_module(name).__file__\n"
         "print(json.dumps(out))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + _existing_pythonpath()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []),
+                                                         *_existing_pythonpath()]))
     proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])

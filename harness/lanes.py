@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import __version__, builds, pins, receipts, runs, series, ui
+from harness import __version__, builds, pins, receipts, runs, runtime, series, ui
 from harness.errors import ConfigError, Exit
 from harness.store import Store, sha256_file
 from harness.tracking import Lane, Pack, Tracking, sentinels
@@ -48,6 +48,11 @@ class Prepared:
     patches: tuple[series.Patch, ...]
     build: builds.Build
     imported: dict[str, str]
+    runtime_site: Path | None = None  # the base's runtime_requires, installed for this lane only
+
+    @property
+    def path_entries(self) -> list[str]:
+        return [str(self.build.site)] + ([str(self.runtime_site)] if self.runtime_site else [])
 
     @property
     def label(self) -> str:
@@ -102,12 +107,15 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
             tree_path, tree_key = checkout.path, series.series_key(pack.target, base.artifact.sha256, [])
         build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
         assert build.key == key
+    wheels = ctx.bundle.path / "wheels" if ctx.bundle is not None else None
+    runtime_site = runtime.ensure(base, ctx.store, ctx.python, wheels) if import_check else None
     imported = {}
     if import_check:
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
-        imported = builds.import_check(build, modules, ctx.python, label)
+        imported = builds.import_check(build, modules, ctx.python, label,
+                                       extra_path=[str(runtime_site)] if runtime_site else [])
         ui.note(f"import check ok: {', '.join(imported)} from the build")
-    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported)
+    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, runtime_site)
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -130,7 +138,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
     started = receipts.utc_now()
     env = dict(os.environ)
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(prep.build.site), str(ctx.root / "repros")]
+        "PYTHONPATH": os.pathsep.join([*prep.path_entries, str(ctx.root / "repros")]
                                       + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
         "PYTHONUNBUFFERED": "1",
         "HARNESS_PACK": pack.id,
@@ -159,6 +167,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "patches": [{"file": str(p.path.relative_to(ctx.root)), "sha256": p.sha256,
                      "upstream_status": p.upstream_status} for p in prep.patches],
         "build": prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"},
+        "runtime_requires": list(prep.base.runtime_requires),
         "imported": prep.imported,
         "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
         "harness": {"version": __version__, **_repo_state(ctx.root)},
