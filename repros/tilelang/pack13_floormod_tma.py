@@ -10,7 +10,8 @@ The crash is host-side, so every case is only *lowered* (``tilelang.lower`` for 
 no GPU is needed. Each case is compiled twice, TMA off (the control) and TMA on:
 
 * BUG_REPRODUCED -- some case hits the divide-by-zero check with TMA on AND compiles with TMA off;
-* BUG_ABSENT     -- no case does (any other outcome of each compile is reported as a FIGURE).
+* BUG_ABSENT     -- no case does (any other outcome of each compile is reported as a FIGURE; a case that
+  fails only with TMA on, with another error, is listed in the verdict's ``tma_only_other_crash``).
 
 A related, TMA-independent layout-inference divide-by-zero (tile-ai/tilelang#2394: column broadcast
 into a 2-D T.Parallel whose width is not a power of two) is compiled too, as context: it shows
@@ -79,6 +80,21 @@ def _kernels(T):
 
         return kernel
 
+    def narrow_store(CHUNK, R, N=64, dtype="bfloat16"):
+        # a per-position [CHUNK, R] table built with k % R from the flattened tile, then stored with TMA:
+        # its rows are R * 2 bytes wide, under the 16 bytes a TMA box row needs.
+        @T.prim_func
+        def kernel(Q: T.Tensor((CHUNK * R, N), dtype), D: T.Tensor((CHUNK, R), dtype)):
+            with T.Kernel(1, threads=128):
+                q_s = T.alloc_shared((CHUNK * R, N), dtype)
+                d_s = T.alloc_shared((CHUNK, R), dtype)
+                T.copy(Q, q_s)
+                for c, k in T.Parallel(CHUNK, R):
+                    d_s[c, k] = q_s[c * R + k, k % R]
+                T.copy(d_s, D)
+
+        return kernel
+
     def broadcast_2394(BM, BN):
         @T.prim_func
         def kernel(D: T.Tensor((BN,), "float32"), X: T.Tensor((BM, BN), "float32")):
@@ -97,6 +113,7 @@ def _kernels(T):
         cases[f"flat_gather_c{chunk}_r{r}"] = (lambda c=chunk, r=r: flat_gather(c, r), True)
         cases[f"flat_scatter_c{chunk}_r{r}"] = (lambda c=chunk, r=r: flat_scatter(c, r), True)
         cases[f"row_scale_c{chunk}_r{r}"] = (lambda c=chunk, r=r: row_scale(c, r), True)
+    cases["narrow_store_c16_r4"] = (lambda: narrow_store(16, 4), True)
     cases["related_2394_broadcast_bn48"] = (lambda: broadcast_2394(64, 48), False)
     return cases
 
@@ -130,13 +147,14 @@ def main() -> None:
     import tilelang.language as T
     from tilelang import tvm
 
-    reproduced, absent_but_dbz, related = [], [], {}
+    reproduced, absent_but_dbz, tma_only_other, related = [], [], {}, {}
     for name, (make, decides) in _kernels(T).items():
-        outcome = {}
+        outcome, errors = {}, {}
         for tma in (False, True):
             t0 = time.perf_counter()
             status, err = _compile(tilelang, tvm, make, tma)
             outcome["tma_on" if tma else "tma_off"] = status
+            errors[tma] = err
             figure("compile", status, None, case=name, tma=tma, error=err,
                    seconds=round(time.perf_counter() - t0, 2))
         if not decides:
@@ -145,12 +163,14 @@ def main() -> None:
             reproduced.append(name)
         elif "dbz" in outcome.values():
             absent_but_dbz.append({name: outcome})
+        elif outcome == {"tma_off": "ok", "tma_on": "error"}:
+            tma_only_other[name] = errors[True]  # a TMA-only crash, but not the claimed one
     details = {"tilelang": tilelang.__version__, "related_2394": related}
     if reproduced:
         verdict("BUG_REPRODUCED", cases=reproduced, **details)
     else:
         verdict("BUG_ABSENT", note="no case hits the divide-by-zero with TMA on while compiling with it off",
-                dbz_not_tma_specific=absent_but_dbz, **details)
+                dbz_not_tma_specific=absent_but_dbz, tma_only_other_crash=tma_only_other, **details)
 
 
 if __name__ == "__main__":
