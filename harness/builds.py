@@ -17,7 +17,6 @@ the wheel itself, which the offline bundle carries.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from harness import ui
 from harness.errors import BuildError
-from harness.hashing import sha256_file
+from harness.hashing import sha256_file, sha256_text
 from harness.pins import Manifest
 from harness.store import Store
 
@@ -53,7 +52,7 @@ class Build:
 
 
 def build_key(tree_key: str, manifest: Manifest) -> str:
-    return hashlib.sha256(f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}".encode()).hexdigest()
+    return sha256_text(f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}")
 
 
 def lookup(store: Store, key: str) -> Build | None:
@@ -151,8 +150,12 @@ def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None
         raise BuildError(f"build {label}: {what} failed (exit {proc.returncode}):\n{tail}")
 
 
-def import_check(build: Build, modules: list[str], python: str, label: str) -> dict[str, str]:
-    """Import each module from the build with ``python``; check it comes from the build, not elsewhere."""
+def import_check(build: Build, modules: list[str], python: str, label: str,
+                 extra_path: list[str] | None = None) -> dict[str, str]:
+    """Import each module from the build with ``python``; check it comes from the build, not elsewhere.
+
+    ``extra_path`` (the base's runtime dependencies) goes on ``PYTHONPATH`` right after the build.
+    """
     code = (
         "import importlib, json, sys\n"
         "out = {}\n"
@@ -160,7 +163,8 @@ def import_check(build: Build, modules: list[str], python: str, label: str) -> d
         "    out[name] = importlib.import_module(name).__file__\n"
         "print(json.dumps(out))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + inherited_pythonpath()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []),
+                                                         *inherited_pythonpath()]))
     proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])

@@ -58,8 +58,12 @@ def read_requirements(path: Path) -> list[str]:
 
 
 def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: str = "3.12",
-         deps_dir: Path | None = None) -> dict:
-    """Write the bundle for ``pack_ids`` to ``output`` (atomically) and return its index."""
+         deps_dir: Path | None = None, bases: list[str] | None = None) -> dict:
+    """Write the bundle for ``pack_ids`` to ``output`` (atomically) and return its index.
+
+    ``bases`` keeps only the lanes on those bases (a target whose bases are large, like tilelang, needs
+    one bundle per base to stay under one carry).
+    """
     index: dict = {"format": FORMAT, "created": receipts.utc_now().isoformat().replace("+00:00", "Z"),
                    "python": python_version, "packs": [], "builds": {}, "wheels": []}
     members: dict[str, Path] = {}
@@ -67,7 +71,11 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
     for pid in pack_ids:
         pack = ctx.tracking.pack(pid)
         index["packs"].append(pack.id)
-        for lane in pack.lanes:
+        chosen = [lane for lane in pack.lanes if not bases or lane.base in bases]
+        if not chosen:
+            raise BundleError(f"pack {pack.id} has no lane on base(s) {', '.join(bases or [])} "
+                              f"(lanes: {', '.join(f'{ln.name}@{ln.base}' for ln in pack.lanes) or 'none'})")
+        for lane in chosen:
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
             runtime.update(prep.base.runtime_requires)
             for target, base_name in lane.extra_builds:

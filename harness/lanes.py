@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import __version__, builds, pins, receipts, runs, series, ui
+from harness import __version__, builds, pins, receipts, runs, runtime, series, ui
 from harness.errors import ConfigError, Exit
 from harness.hashing import sha256_file
 from harness.store import Store
@@ -49,6 +49,13 @@ class Prepared:
     build: builds.Build
     imported: dict[str, str]
     extras: tuple[builds.Build, ...] = ()
+    runtime_site: Path | None = None  # the base's runtime_requires, installed for this lane only
+
+    @property
+    def path_entries(self) -> list[str]:
+        """PYTHONPATH entries of this lane, in order: the build, its extra builds, the base's runtime deps."""
+        return ([str(self.build.site)] + [str(b.site) for b in self.extras]
+                + ([str(self.runtime_site)] if self.runtime_site else []))
 
     @property
     def label(self) -> str:
@@ -116,14 +123,18 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     for target, extra_base in lane.extra_builds:
         other = ctx.manifest(target)
         extras.append((other, obtain_build(ctx, other, other.base(extra_base), [], f"{target} {extra_base}")))
+    wheels = ctx.bundle.path / "wheels" if ctx.bundle is not None else None
+    runtime_site = runtime.ensure(base, ctx.store, ctx.python, wheels) if import_check else None
+    runtime_path = [str(runtime_site)] if runtime_site else []
     imported = {}
     if import_check:
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
-        imported = builds.import_check(build, modules, ctx.python, label)
+        imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path)
         for other, extra in extras:
             imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target))
         ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
-    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, tuple(b for _, b in extras))
+    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, tuple(b for _, b in extras),
+                    runtime_site)
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -146,8 +157,8 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
     started = receipts.utc_now()
     env = dict(os.environ)
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(prep.build.site), *(str(b.site) for b in prep.extras),
-                                       str(ctx.root / "repros"), *builds.inherited_pythonpath()]),
+        "PYTHONPATH": os.pathsep.join([*prep.path_entries, str(ctx.root / "repros"),
+                                       *builds.inherited_pythonpath()]),
         "PYTHONUNBUFFERED": "1",
         "HARNESS_PACK": pack.id,
         "HARNESS_LANE": lane.name,
@@ -179,6 +190,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "extra_builds": [b.describe() for b in prep.extras],
         "world_size": lane.nproc,
         "ranks": outcome.stamps if lane.nproc > 1 else None,
+        "runtime_requires": list(prep.base.runtime_requires),
         "imported": prep.imported,
         "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
         "harness": {"version": __version__, **_repo_state(ctx.root)},

@@ -32,6 +32,11 @@ REQUIRES = ("cuda", "cpu")
 MITIGATION_STATUS = ("active", "retired")
 # What a pack's change is; `harness waves` files crash fixes first and refactors late.
 CLASSES = ("crash-fix", "refactor", "feature", "precision", "perf")
+# Kinds that carry no patch of ours: their lanes observe upstream builds only, so a patched lane (or a lane
+# expecting a fix sentinel) would claim to validate a fix that does not exist.
+UNPATCHED_KINDS = ("bug-report", "regression-guard")
+# Sentinels that judge our patched build; only a patched lane may expect them.
+FIX_SENTINELS = ("FIX_VALIDATED", "FIX_FAILED")
 _PACK_ID = re.compile(r"^[0-9]{2}$")
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 DEFAULT_TIMEOUT = 900
@@ -227,6 +232,8 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
     if lanes and reproducer is None:
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
+    kind = choice(t, "kind", KINDS, where)
+    _check_lanes_fit_kind(kind, lanes, where)
     names = [lane.name for lane in lanes]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -255,7 +262,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         id=pid,
         title=field(t, "title", str, where),
         target=target,
-        kind=choice(t, "kind", KINDS, where),
+        kind=kind,
         state=choice(t, "state", STATES, where),
         files=tuple(str_list(t, "files", where)),
         depends_on=depends,
@@ -270,6 +277,17 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         blocked=field(t, "blocked", str, where, default=None),
         cls=choice(t, "class", CLASSES, where) if "class" in t else None,
     )
+
+
+def _check_lanes_fit_kind(kind: str, lanes: tuple[Lane, ...], where: str) -> None:
+    """A lane must not claim to validate a fix the pack does not carry."""
+    for lane in lanes:
+        if kind in UNPATCHED_KINDS and lane.patched:
+            raise ConfigError(f"{where}: lane '{lane.name}' has patched = true, but a {kind} pack carries no "
+                              "patch of ours; its lanes run upstream builds only (key 'patched')")
+        if lane.expect in FIX_SENTINELS and not lane.patched:
+            raise ConfigError(f"{where}: lane '{lane.name}' expects {lane.expect} on an unpatched build; only a "
+                              "patched lane can validate a fix (key 'expect')")
 
 
 def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:

@@ -59,3 +59,16 @@ def test_tampered_bundle_member_is_rejected(bundled, tmp_path):
     victim.write_bytes(victim.read_bytes() + b"x")
     with pytest.raises(BundleError, match="does not match its sha256"):
         OpenBundle.open(bundle_dir)
+
+
+def test_bundle_base_filter_keeps_only_those_lanes(lane_repo, tmp_path, capsys):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "dist" / "bundle-01-base.tar.xz"
+    assert cli("bundle", "01", "--base", "1.0", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == 0
+    with tarfile.open(out) as tf:
+        index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
+    assert sorted(lane for b in index["builds"].values() for lane in b["lanes"]) == ["01/bug", "01/fix"]
+    capsys.readouterr()
+    assert cli("bundle", "01", "--base", "2.0", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == 4
+    assert "pack 01 has no lane on base(s) 2.0" in capsys.readouterr().err

@@ -76,3 +76,32 @@ def test_record_validation_round_trips_comments_and_order(lane_repo):
 
 def test_normalize_id():
     assert normalize_id("9") == normalize_id("pack09") == normalize_id("liger_pack09") == "09"
+
+
+@pytest.mark.parametrize("kind", ["bug-report", "regression-guard"])
+def test_unpatched_kinds_refuse_patched_lanes(lane_repo, kind):
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('kind = "pr"', f'kind = "{kind}"', 1))
+    with pytest.raises(ConfigError, match=rf"\[packs.01\]: lane 'fix' has patched = true, but a {kind} pack"):
+        _load(lane_repo)
+
+
+def test_fix_sentinel_needs_a_patched_lane(lane_repo):
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('patched = true', 'patched = false', 1))
+    with pytest.raises(ConfigError, match=r"lane 'fix' expects FIX_VALIDATED on an unpatched build"):
+        _load(lane_repo)
+
+
+def test_bug_report_with_only_unpatched_lanes_runs(lane_repo):
+    """A bug report has no series: its baseline lane runs and records a verdict, nothing claims a fix."""
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text().replace('kind = "pr"', 'kind = "bug-report"', 1)
+    path.write_text(text[: text.index('[[packs.01.lanes]]\nname = "fix"')])
+    for patch in (lane_repo.root / "patches").rglob("*.patch"):
+        patch.unlink()
+    pack = _load(lane_repo).pack("01")
+    assert [(lane.name, lane.patched) for lane in pack.lanes] == [("bug", False)]
+    assert cli("run", "01", *lane_repo.args()) == 0
+    validation = _load(lane_repo).doc["packs"]["01"]["validation"]
+    assert list(validation) == ["bug"] and validation["bug"]["patched"] is False

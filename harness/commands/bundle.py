@@ -16,13 +16,16 @@ def register(sub) -> None:
     p.add_argument("--python-version", default="3.12", help="Python version of the GPU host (default 3.12)")
     p.add_argument("--wheels", type=Path, default=None, metavar="DIR",
                    help="take the dependency wheels from DIR instead of downloading them")
+    p.add_argument("--base", action="append", default=[], metavar="NAME",
+                   help="only the lanes on this base (repeatable); run them there with 'run PACK --lane NAME'")
     _args.artifacts(p)
     _args.common(p)
 
 
 def main(args) -> int:
     ctx = context(args)
-    index = bundle.make(ctx, args.packs, args.output, python_version=args.python_version, deps_dir=args.wheels)
+    index = bundle.make(ctx, args.packs, args.output, python_version=args.python_version, deps_dir=args.wheels,
+                         bases=args.base or None)
     size = args.output.stat().st_size
     ui.out.print(f"{args.output}: {size / 2**20:.1f} MiB, {len(index['builds'])} build(s) for "
                  f"{', '.join(index['packs'])}, {len(index['wheels'])} wheel(s)")

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from harness import runtime
+from harness.errors import BuildError
+from harness.pins import Artifact, Base
+from harness.store import Store
+
+
+def _wheel(dest: Path, name: str, version: str) -> Path:
+    """A minimal pure wheel, written by hand so the test needs neither network nor a build backend."""
+    path = dest / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as zf:
+        for arc, text in files.items():
+            zf.writestr(arc, text)
+    return path
+
+
+def _base(name: str, reqs: tuple[str, ...]) -> Base:
+    return Base(name, name, "", "test", Artifact("wheel", "x.whl", "file:///x.whl", "0" * 64), reqs)
+
+
+def test_each_base_gets_its_own_runtime_offline(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "tinydep", "1.0")
+    _wheel(wheels, "tinydep", "2.0")
+    store = Store(tmp_path / "cache")
+    old = runtime.ensure(_base("old", ("tinydep==1.0",)), store, sys.executable, wheels)
+    new = runtime.ensure(_base("new", ("tinydep==2.0",)), store, sys.executable, wheels)
+    assert old != new
+    for site, version in ((old, "1.0"), (new, "2.0")):
+        out = subprocess.run([sys.executable, "-c", "import tinydep; print(tinydep.VERSION)"],
+                             env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == version
+    assert runtime.ensure(_base("again", ("tinydep==1.0",)), store, sys.executable, wheels) == old  # cached
+    assert runtime.ensure(_base("none", ()), store, sys.executable, wheels) is None
+
+
+def test_missing_runtime_wheel_is_a_build_error(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with pytest.raises(BuildError, match=r"base old: cannot install runtime_requires \(tinydep==3.0\)"):
+        runtime.ensure(_base("old", ("tinydep==3.0",)), Store(tmp_path / "cache"), sys.executable, wheels)
+    assert not list((tmp_path / "cache" / "runtime").iterdir())  # nothing half-made is left
