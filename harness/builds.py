@@ -151,10 +151,11 @@ def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None
 
 
 def import_check(build: Build, modules: list[str], python: str, label: str,
-                 extra_path: list[str] | None = None) -> dict[str, str]:
+                 extra_path: list[str] | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
     """Import each module from the build with ``python``; check it comes from the build, not elsewhere.
 
-    ``extra_path`` (the base's runtime dependencies) goes on ``PYTHONPATH`` right after the build.
+    ``extra_path`` (the base's runtime dependencies) goes on ``PYTHONPATH`` right after the build;
+    ``env`` replaces the inherited environment (the lane's ``LD_LIBRARY_PATH`` for those dependencies).
     """
     code = (
         "import importlib, json, sys\n"
@@ -163,7 +164,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
         "    out[name] = importlib.import_module(name).__file__\n"
         "print(json.dumps(out))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []),
+    env = dict(env if env is not None else os.environ, PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []),
                                                          *inherited_pythonpath()]))
     proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
     if proc.returncode != 0:

@@ -129,7 +129,8 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     imported = {}
     if import_check:
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
-        imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path)
+        imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path,
+                                       env=runtime.with_library_path(dict(os.environ), runtime_site))
         for other, extra in extras:
             imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target))
         ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
@@ -155,7 +156,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
     pack, lane = prep.pack, prep.lane
     script = ctx.root / pack.reproducer
     started = receipts.utc_now()
-    env = dict(os.environ)
+    env = runtime.with_library_path(dict(os.environ), prep.runtime_site)
     env.update({
         "PYTHONPATH": os.pathsep.join([*prep.path_entries, str(ctx.root / "repros"),
                                        *builds.inherited_pythonpath()]),

@@ -6,10 +6,17 @@ they cannot share one environment. Each distinct set is installed once, with
 ``pip install --no-deps --target``, into ``runtime/<key>/site`` of the store,
 and a lane puts that directory on ``PYTHONPATH`` right after its build. On a
 host without network the wheels come from the bundle (``--no-index``).
+
+Installed beside the build rather than inside it, such a wheel's shared
+libraries are out of reach of a build library's relative RUNPATH (tilelang's
+libtvm.so needs libz3.so through ``$ORIGIN/../../z3/lib``), so the lane also
+puts the site's ``<package>/lib`` directories on ``LD_LIBRARY_PATH``. A host
+with a system libz3 hides the problem; the GPU host has none.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -24,6 +31,22 @@ def runtime_key(requirements: tuple[str, ...], python: str) -> str:
     version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                              capture_output=True, text=True).stdout.strip()
     return sha256_text("\n".join(sorted(requirements)) + f"\0{version}")
+
+
+def library_dirs(site: Path | None) -> list[str]:
+    """The ``<package>/lib`` directories of a runtime site that hold shared libraries, sorted."""
+    if site is None:
+        return []
+    return sorted(str(d) for d in site.glob("*/lib") if d.is_dir() and any(d.glob("*.so*")))
+
+
+def with_library_path(env: dict[str, str], site: Path | None) -> dict[str, str]:
+    """``env`` with the runtime site's library directories in front of its ``LD_LIBRARY_PATH``."""
+    dirs = library_dirs(site)
+    if dirs:
+        env = dict(env, LD_LIBRARY_PATH=os.pathsep.join(dirs + [p for p in env.get("LD_LIBRARY_PATH", "")
+                                                                 .split(os.pathsep) if p]))
+    return env
 
 
 def ensure(base: Base, store: Store, python: str, wheels: Path | None = None) -> Path | None:

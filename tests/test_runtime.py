@@ -56,3 +56,17 @@ def test_missing_runtime_wheel_is_a_build_error(tmp_path):
     with pytest.raises(BuildError, match=r"base old: cannot install runtime_requires \(tinydep==3.0\)"):
         runtime.ensure(_base("old", ("tinydep==3.0",)), Store(tmp_path / "cache"), sys.executable, wheels)
     assert not list((tmp_path / "cache" / "runtime").iterdir())  # nothing half-made is left
+
+
+def test_runtime_shared_libraries_go_on_ld_library_path(tmp_path):
+    # tilelang's libtvm.so finds libz3.so through $ORIGIN/../../z3/lib, which a runtime site beside the
+    # build cannot satisfy; the lane must name the site's library directories itself.
+    site = tmp_path / "site"
+    (site / "z3" / "lib").mkdir(parents=True)
+    (site / "z3" / "lib" / "libz3.so").write_bytes(b"")
+    (site / "tqdm" / "lib").mkdir(parents=True)          # a lib/ without shared libraries is not named
+    (site / "tqdm" / "lib" / "x.py").write_text("")
+    assert runtime.library_dirs(site) == [str(site / "z3" / "lib")]
+    env = runtime.with_library_path({"LD_LIBRARY_PATH": "/opt/a"}, site)
+    assert env["LD_LIBRARY_PATH"].split(":") == [str(site / "z3" / "lib"), "/opt/a"]
+    assert runtime.with_library_path({"X": "1"}, None) == {"X": "1"}
