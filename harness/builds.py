@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import stubs as stubs_mod
 from harness import ui
 from harness.errors import BuildError
 from harness.pins import Manifest
@@ -41,9 +42,12 @@ class Build:
     path: Path  # the entry directory
     site: Path  # put this on PYTHONPATH
     wheel: Path | None
+    stubs: tuple[str, ...] = ()  # modules the overlay replaced with stubs (harness/stubs.py)
 
     def describe(self) -> dict:
         info = {"key": self.key, "kind": self.kind}
+        if self.stubs:
+            info["stubbed_modules"] = list(self.stubs)
         if self.wheel is not None:
             info["wheel"] = self.wheel.name
             info["wheel_sha256"] = sha256_file(self.wheel)
@@ -51,7 +55,10 @@ class Build:
 
 
 def build_key(tree_key: str, manifest: Manifest) -> str:
-    return hashlib.sha256(f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}".encode()).hexdigest()
+    text = f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}"
+    if manifest.build == "overlay" and manifest.stubs:
+        text += f"\0stubs {stubs_mod.STUB_VERSION}\0" + json.dumps(manifest.stubs, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def lookup(store: Store, key: str) -> Build | None:
@@ -61,7 +68,7 @@ def lookup(store: Store, key: str) -> Build | None:
         return None
     info = json.loads(meta.read_text())
     wheel = path / info["wheel"] if info.get("wheel") else None
-    return Build(key, info["kind"], path, path / "site", wheel)
+    return Build(key, info["kind"], path, path / "site", wheel, tuple(info.get("stubs", ())))
 
 
 def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: str) -> Build:
@@ -80,7 +87,7 @@ def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: st
                 install_wheel(wheel, tmp / "site", label)
                 info["wheel"] = wheel.name
             else:
-                _overlay(tree, manifest, tmp / "site", label)
+                info["stubs"] = _overlay(tree, manifest, tmp / "site", label)
             (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
     return lookup(store, key)
 
@@ -115,7 +122,8 @@ def install_wheel(wheel: Path, site: Path, label: str) -> None:
     _run(cmd, label, "pip install")
 
 
-def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> None:
+def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str]:
+    """Lay out the tree's packages under ``site``, plus the manifest's stubs; return the stubbed names."""
     site.mkdir(parents=True)
     roots = [tree / "src", tree]
     for name in manifest.import_names:
@@ -125,6 +133,10 @@ def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> None:
         shutil.copytree(src, site / name, ignore=shutil.ignore_patterns("__pycache__", ".git"))
     for info in tree.glob("*.dist-info"):
         shutil.copytree(info, site / info.name)
+    clash = [n for n in manifest.stubs if (site / n.split(".")[0]).exists()]
+    if clash:
+        raise BuildError(f"build {label}: stubs {clash} would overwrite a package of the tree")
+    return stubs_mod.write(site, manifest.stubs, manifest.target)
 
 
 def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None:
@@ -136,12 +148,18 @@ def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None
 
 
 def import_check(build: Build, modules: list[str], python: str, label: str) -> dict[str, str]:
-    """Import each module from the build with ``python``; check it comes from the build, not elsewhere."""
+    """Import each module from the build with ``python``; check it comes from the build, not elsewhere.
+
+    For a build with stubs, the answer also says, per stubbed module, whether the stub or a real
+    installation was imported (key ``stub:<module>``).
+    """
     code = (
         "import importlib, json, sys\n"
-        "out = {}\n"
+        + stubs_mod.REPORT_CODE
+        + "out = {}\n"
         "for name in sys.argv[1:]:\n"
         "    out[name] = importlib.import_module(name).__file__\n"
+        f"out.update({{'stub:' + k: v for k, v in _stub_report({list(build.stubs)!r}).items()}})\n"
         "print(json.dumps(out))\n"
     )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + _existing_pythonpath()))
@@ -152,6 +170,8 @@ def import_check(build: Build, modules: list[str], python: str, label: str) -> d
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     site = str(build.site.resolve())
     for name, file in found.items():
+        if name.startswith("stub:"):
+            continue
         if not str(Path(file).resolve()).startswith(site):
             raise BuildError(f"import check of {label}: {name} was imported from {file}, not from the build at {site}")
     return found
@@ -173,6 +193,7 @@ def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, l
         with store.new_entry(final) as tmp:
             with tarfile.open(site_tar) as tf:
                 tf.extractall(tmp, filter="data")
-            info = {"kind": manifest.build, "key": key, "target": manifest.target}
+            info = {"kind": manifest.build, "key": key, "target": manifest.target,
+                    "stubs": sorted(manifest.stubs)}
             (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
     return lookup(store, key)

@@ -123,7 +123,22 @@ def _pack_modules(pack: Pack) -> list[str]:
     return mods
 
 
-def execute(ctx: Context, prep: Prepared) -> LaneResult:
+def run_dir_for(pack: Pack) -> Path:
+    """The directory the lanes of one ``run_pack`` share (``HARNESS_RUN_DIR`` in their environment).
+
+    Lanes that compare across builds use it: an equivalence pack's baseline lane writes its
+    results there and the patched lane reads them (one build per process). A ``HARNESS_RUN_DIR``
+    already set by the caller is used as is, so lanes run by separate commands can share one.
+    """
+    given = os.environ.get("HARNESS_RUN_DIR")
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"patchlane-run-{pack.id}-"))
+
+
+def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneResult:
     """Run the lane's reproducer against the prepared build and write its receipt."""
     pack, lane = prep.pack, prep.lane
     script = ctx.root / pack.reproducer
@@ -141,6 +156,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "HARNESS_PATCHED": "1" if lane.patched else "0",
         "HARNESS_BUILD_KEY": prep.build.key,
         "HARNESS_SENTINELS": json.dumps(sorted(sentinels(ctx.root))),
+        "HARNESS_RUN_DIR": str(run_dir or run_dir_for(pack)),
     })
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
@@ -207,12 +223,13 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
     gpu_ok, gpu_desc = (True, "not needed") if pack.requires == "cpu" else runs.cuda_available(ctx.python)
     results = []
+    run_dir = run_dir_for(pack)
     for prep in prepared:
         if not gpu_ok:
             results.append(LaneResult(pack.id, prep.lane.name, "skipped",
                                       f"needs a CUDA GPU; {gpu_desc}", Exit.SKIPPED))
             continue
-        result = execute(ctx, prep)
+        result = execute(ctx, prep, run_dir)
         results.append(result)
         if update_tracking and result.receipt is not None:
             ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
