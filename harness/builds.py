@@ -26,6 +26,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import stubs as stubs_mod
 from harness import ui
 from harness.errors import BuildError
 from harness.hashing import sha256_file, sha256_text
@@ -42,9 +43,12 @@ class Build:
     path: Path  # the entry directory
     site: Path  # put this on PYTHONPATH
     wheel: Path | None
+    stubs: tuple[str, ...] = ()  # modules the overlay replaced with stubs (harness/stubs.py)
 
     def describe(self) -> dict:
         info = {"key": self.key, "kind": self.kind}
+        if self.stubs:
+            info["stubbed_modules"] = list(self.stubs)
         if self.wheel is not None:
             info["wheel"] = self.wheel.name
             info["wheel_sha256"] = sha256_file(self.wheel)
@@ -52,7 +56,10 @@ class Build:
 
 
 def build_key(tree_key: str, manifest: Manifest) -> str:
-    return sha256_text(f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}")
+    text = f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}"
+    if manifest.build == "overlay" and manifest.stubs:
+        text += f"\0stubs {stubs_mod.STUB_VERSION}\0" + json.dumps(manifest.stubs, sort_keys=True)
+    return sha256_text(text)
 
 
 def lookup(store: Store, key: str) -> Build | None:
@@ -62,7 +69,7 @@ def lookup(store: Store, key: str) -> Build | None:
         return None
     info = json.loads(meta.read_text())
     wheel = path / info["wheel"] if info.get("wheel") else None
-    return Build(key, info["kind"], path, path / "site", wheel)
+    return Build(key, info["kind"], path, path / "site", wheel, tuple(info.get("stubs", ())))
 
 
 def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: str) -> Build:
@@ -75,7 +82,7 @@ def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: st
             install_wheel(wheel, tmp / "site", label)
             info["wheel"] = wheel.name
         else:
-            _overlay(tree, manifest, tmp / "site", label)
+            info["stubs"] = _overlay(tree, manifest, tmp / "site", label)
 
     return _create(key, manifest, store, make, f"building {label} ({manifest.build})", label)
 
@@ -97,6 +104,7 @@ def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, l
     def make(tmp: Path, info: dict) -> None:
         with tarfile.open(site_tar) as tf:
             tf.extractall(tmp, filter="data")
+        info["stubs"] = sorted(manifest.stubs)
 
     return _create(key, manifest, store, make, f"unpacking {label} from the bundle", label)
 
@@ -130,7 +138,8 @@ def install_wheel(wheel: Path, site: Path, label: str) -> None:
     _run(cmd, label, "pip install")
 
 
-def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> None:
+def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str]:
+    """Lay out the tree's packages under ``site``, plus the manifest's stubs; return the stubbed names."""
     site.mkdir(parents=True)
     roots = [tree / "src", tree]
     for name in manifest.import_names:
@@ -140,6 +149,10 @@ def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> None:
         shutil.copytree(src, site / name, ignore=shutil.ignore_patterns("__pycache__", ".git"))
     for info in tree.glob("*.dist-info"):
         shutil.copytree(info, site / info.name)
+    clash = [n for n in manifest.stubs if (site / n.split(".")[0]).exists()]
+    if clash:
+        raise BuildError(f"build {label}: stubs {clash} would overwrite a package of the tree")
+    return stubs_mod.write(site, manifest.stubs, manifest.target)
 
 
 def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None:
@@ -156,16 +169,20 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
 
     ``extra_path`` (the base's runtime dependencies) goes on ``PYTHONPATH`` right after the build;
     ``env`` replaces the inherited environment (the lane's ``LD_LIBRARY_PATH`` for those dependencies).
+    For a build with stubs, the answer also says, per stubbed module, whether the stub or a real
+    installation was imported (key ``stub:<module>``).
     """
     code = (
         "import importlib, json, sys\n"
-        "out = {}\n"
+        + stubs_mod.REPORT_CODE
+        + "out = {}\n"
         "for name in sys.argv[1:]:\n"
         "    out[name] = importlib.import_module(name).__file__\n"
+        f"out.update({{'stub:' + k: v for k, v in _stub_report({list(build.stubs)!r}).items()}})\n"
         "print(json.dumps(out))\n"
     )
-    env = dict(env if env is not None else os.environ, PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []),
-                                                         *inherited_pythonpath()]))
+    env = dict(env if env is not None else os.environ,
+               PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []), *inherited_pythonpath()]))
     proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
@@ -173,6 +190,8 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     site = str(build.site.resolve())
     for name, file in found.items():
+        if name.startswith("stub:"):
+            continue
         if not str(Path(file).resolve()).startswith(site):
             raise BuildError(f"import check of {label}: {name} was imported from {file}, not from the build at {site}")
     return found

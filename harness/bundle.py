@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,10 +90,14 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
             wheels = sorted(Path(deps_dir).glob("*.whl"))
         else:
             wheels = download_wheels(read_requirements(ctx.root / DEPS_FILE) + sorted(runtime), work, python_version)
+    stored = ctx.store.area("tmp") / "bundle-wheels-stored"
+    shutil.rmtree(stored, ignore_errors=True)
+    stored.mkdir(parents=True)
     for whl in wheels:
         arc = f"wheels/{whl.name}"
-        members[arc] = whl
-        index["wheels"].append({"file": arc, "sha256": sha256_file(whl)})
+        members[arc] = store_uncompressed(whl, stored / whl.name)
+        index["wheels"].append({"file": arc, "sha256": sha256_file(members[arc]),
+                                "downloaded_sha256": sha256_file(whl)})
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     try:
@@ -125,6 +130,24 @@ def _add_build(index: dict, members: dict[str, Path], ctx: lanes.Context, build:
         members[arc] = _tar_dir(build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
     entry["file"] = arc
     entry["sha256"] = sha256_file(members[arc])
+
+
+def store_uncompressed(wheel: Path, dest: Path) -> Path:
+    """``wheel`` rewritten with stored (uncompressed) members, so the bundle's xz sees the raw files.
+
+    A wheel's members are deflated; xz cannot shrink deflated bytes, and tilelang + z3 would not fit
+    a 64 MiB bundle that way. The rewritten wheel installs the same files (RECORD hashes are of
+    the member contents, which do not change); its own sha256 is the one in bundle.json, the
+    downloaded file's is kept next to it as ``downloaded_sha256``.
+    """
+    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(dest, "w", zipfile.ZIP_STORED) as out:
+        for info in src.infolist():
+            copy = zipfile.ZipInfo(info.filename, info.date_time)
+            copy.external_attr = info.external_attr
+            copy.compress_type = zipfile.ZIP_STORED
+            with src.open(info) as fh:
+                out.writestr(copy, fh.read())
+    return dest
 
 
 def _tar_dir(src: Path, dest: Path) -> Path:

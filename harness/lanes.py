@@ -151,7 +151,22 @@ def _pack_modules(pack: Pack) -> list[str]:
     return mods
 
 
-def execute(ctx: Context, prep: Prepared) -> LaneResult:
+def run_dir_for(pack: Pack) -> Path:
+    """The directory the lanes of one ``run_pack`` share (``HARNESS_RUN_DIR`` in their environment).
+
+    Lanes that compare across builds use it: an equivalence pack's baseline lane writes its
+    results there and the patched lane reads them (one build per process). A ``HARNESS_RUN_DIR``
+    already set by the caller is used as is, so lanes run by separate commands can share one.
+    """
+    given = os.environ.get("HARNESS_RUN_DIR")
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"patchlane-run-{pack.id}-"))
+
+
+def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneResult:
     """Run the lane's reproducer against the prepared build and write its receipt."""
     pack, lane = prep.pack, prep.lane
     script = ctx.root / pack.reproducer
@@ -168,6 +183,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "HARNESS_BASE_COMMIT": prep.base.commit,
         "HARNESS_PATCHED": "1" if lane.patched else "0",
         "HARNESS_BUILD_KEY": prep.build.key,
+        "HARNESS_RUN_DIR": str(run_dir or run_dir_for(pack)),
     })
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
@@ -240,13 +256,14 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
     gpus, gpu_desc = (0, "not needed") if pack.requires == "cpu" else runs.cuda_devices(ctx.python)
     results = []
+    run_dir = run_dir_for(pack)
     for prep in prepared:
         need = prep.lane.nproc if pack.requires == "cuda" else 0
         if gpus < need:
             why = f"needs {need} CUDA GPU(s); {gpu_desc}"
             results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
             continue
-        result = execute(ctx, prep)
+        result = execute(ctx, prep, run_dir)
         results.append(result)
         if update_tracking and result.receipt is not None:
             ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))

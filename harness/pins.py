@@ -61,6 +61,8 @@ class Manifest:
     build_note: str
     default_base: str
     bases: dict[str, Base] = field(default_factory=dict)
+    # overlay builds only: module name -> why it is replaced by a stub (see harness/stubs.py)
+    stubs: dict[str, str] = field(default_factory=dict)
 
     def base(self, name: str | None) -> Base:
         name = name or self.default_base
@@ -104,10 +106,25 @@ def load_manifest(root: Path, target: str) -> Manifest:
         build_note=get(doc, "build_note", str, where, default=""),
         default_base=get(doc, "default_base", str, where),
         bases=bases,
+        stubs=_load_stubs(doc, where),
     )
+    if manifest.stubs and manifest.build != "overlay":
+        raise ConfigError(f"{where}: [stubs] only applies to build = \"overlay\"")
     if manifest.default_base not in bases:
         raise ConfigError(f"{where}: default_base '{manifest.default_base}' is not one of the [bases]")
     return manifest
+
+
+def _load_stubs(doc, where: str) -> dict[str, str]:
+    table = get(doc, "stubs", dict, where, default={})
+    stubs = {}
+    for name, why in table.items():
+        if not isinstance(why, str) or not why.strip():
+            raise ConfigError(f"{where} [stubs]: '{name}' needs a reason (a non-empty string)")
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ConfigError(f"{where} [stubs]: '{name}' is not a module name")
+        stubs[str(name)] = str(why)
+    return stubs
 
 
 def _load_base(name: str, table, where: str) -> Base:

@@ -1,0 +1,185 @@
+"""Pack 04: Mamba-3 SISO backward computes V @ dO^T once per chunk -- equivalence check.
+
+The patch is a cleanup of ``mamba3_siso_bwd_kernel_dqkv`` (Triton): the masked V @ dO^T product is
+computed once instead of three times. Claim: every output of ``compute_dqkv`` -- dQ, dK, dV, dADT,
+dQK_dot, dD, d_issm_state -- is bitwise identical to the baseline build's, dense and varlen.
+
+One build per process, so the check spans two lanes sharing ``$HARNESS_RUN_DIR`` (see _mamba3.py):
+
+* baseline lane (pristine 2.3.2.post1): runs ``compute_dqkv`` twice on fixed inputs; the kernel
+  must be deterministic run to run (a bitwise comparison means nothing otherwise) ->
+  CONTRACT_HELD (else CONTRACT_BROKEN). Saves the outputs, prints their sha256 as FIGUREs, and
+  its backward time.
+* equivalence lane (04 series): same inputs, same launch config; every output bitwise equal to
+  the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output,
+  backward time and its ratio to the baseline lane's (median, min/max over the runs).
+
+Autotuning is bounded: the kernel's autotuner is given one launch config (``--config``) in both
+lanes, so both compile exactly one variant and compare the same schedule. (With autotuning the
+two lanes could pick different configs, and a different warp count may change the reduction
+order; that would not be the patch's doing.)
+
+    HARNESS_RUN_DIR=/tmp/r04 HARNESS_PATCHED=0 python pack04_siso_bwd_vdo_once.py   # then =1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from _lane import figure, lane, skip, stamp, verdict
+from _mamba3 import load_results, save_results, time_ms
+
+OUTPUTS = ("dQ", "dK", "dV", "dADT", "dQK_dot", "dD", "d_issm_state")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--headdim-qk", type=int, default=128)
+    p.add_argument("--headdim-v", type=int, default=64)
+    p.add_argument("--chunk", type=int, default=64)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--varlen", type=int, nargs="+", default=[192, 320, 256])
+    p.add_argument("--config", default="2,4", help="num_stages,num_warps of the single launch config")
+    p.add_argument("--perf-batch", type=int, default=4)
+    p.add_argument("--perf-seqlen", type=int, default=4096)
+    p.add_argument("--no-perf", action="store_true")
+    return p.parse_args()
+
+
+def pin_config(triton, module, spec: str) -> dict:
+    stages, warps = (int(x) for x in spec.split(","))
+    kernel = module.mamba3_siso_bwd_kernel_dqkv
+    if not hasattr(kernel, "configs"):
+        raise SystemExit("mamba3_siso_bwd_kernel_dqkv is not an autotuned kernel in this build")
+    kernel.configs = [triton.Config({}, num_stages=stages, num_warps=warps)]
+    return {"num_stages": stages, "num_warps": warps}
+
+
+def make_inputs(torch, a, batch, seqlen, cu_seqlens, seed, device):
+    """Inputs shaped as mamba3_siso_combined's backward passes them to compute_dqkv."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    H, N, P, C = a.heads, a.headdim_qk, a.headdim_v, a.chunk
+    if cu_seqlens is None:
+        nseq, nchunks = batch, (seqlen + C - 1) // C
+        starts = torch.zeros(seqlen, dtype=torch.long)
+        pos = torch.arange(seqlen)
+    else:
+        bounds = cu_seqlens.tolist()
+        nseq, nchunks = len(bounds) - 1, len(bounds) - 1 + seqlen // C
+        pos = torch.cat([torch.arange(e - s) for s, e in zip(bounds[:-1], bounds[1:], strict=True)])
+        starts = None
+    step = -(0.02 + 0.1 * torch.rand(batch, H, seqlen, generator=g))  # log2 decay per token
+    # within-chunk cumulative decay (chunks restart at each sequence start in varlen)
+    chunk_id = pos // C
+    da_cs = torch.empty_like(step)
+    key = chunk_id if starts is not None else torch.cumsum((pos == 0).long(), 0) * 10**6 + chunk_id
+    for k in key.unique():
+        idx = (key == k).nonzero().squeeze(1)
+        da_cs[..., idx] = torch.cumsum(step[..., idx], dim=-1)
+    bf16, f32 = torch.bfloat16, torch.float32
+
+    def rnd(*shape, scale=1.0, dtype=f32):
+        return (torch.randn(*shape, generator=g) * scale).to(dtype).to(device)
+
+    return {
+        "q": rnd(batch, seqlen, H, N, scale=N**-0.5, dtype=bf16),
+        "k": rnd(batch, seqlen, H, N, scale=N**-0.5, dtype=bf16),
+        "v": rnd(batch, seqlen, H, P, dtype=bf16),
+        "da_cs": da_cs.to(device),
+        "da_cs_sum": -(0.5 + torch.rand(batch, H, nchunks, generator=g)).to(device),
+        "qk_dot": rnd(batch, H, seqlen),
+        "SSM_States": rnd(batch, H, P, nchunks * N, scale=0.5, dtype=bf16),
+        "do": rnd(batch, seqlen, H, P, dtype=bf16),
+        "d_ossm_state": rnd(nseq, H, P, N, scale=0.1),
+        "d_ov_state": rnd(nseq, H, P, scale=0.1),
+        "D": rnd(H),
+    }
+
+
+def run(compute_dqkv, inputs, a, cu_seqlens):
+    out = compute_dqkv(**inputs, chunk_size=a.chunk, has_input_state=True, Cu_Seqlens=cu_seqlens)
+    return dict(zip(OUTPUTS, out, strict=True))
+
+
+def main() -> None:
+    a = parse_args()
+    if a.lane:
+        os.environ["HARNESS_LANE"] = a.lane
+    stamp("mamba-ssm", "mamba_ssm")
+    import torch
+
+    if not torch.cuda.is_available():
+        skip("needs a CUDA GPU (Triton kernels with TMA descriptors)")
+    import triton
+    from mamba_ssm.ops.triton.mamba3 import mamba3_siso_bwd
+    from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import _triton_alloc_fn
+
+    triton.set_allocator(_triton_alloc_fn)  # what the autograd backward does before launching
+    device = "cuda"
+    patched = os.environ.get("HARNESS_PATCHED") == "1"
+    config = pin_config(triton, mamba3_siso_bwd, a.config)
+    meta = {"heads": a.heads, "N": a.headdim_qk, "P": a.headdim_v, "chunk": a.chunk, "batch": a.batch,
+            "seqlen": a.seqlen, "varlen": a.varlen, "config": config}
+    figure("problem", meta, lane=lane())
+
+    lengths = a.varlen
+    cu = torch.tensor([0] + [sum(lengths[: i + 1]) for i in range(len(lengths))], dtype=torch.int32, device=device)
+    cases = {
+        "dense": (make_inputs(torch, a, a.batch, a.seqlen, None, seed=4, device=device), None),
+        "varlen": (make_inputs(torch, a, 1, int(cu[-1]), cu.cpu(), seed=14, device=device), cu),
+    }
+    results, deterministic = {}, True
+    for case, (inputs, cu_seqlens) in cases.items():
+        first = run(mamba3_siso_bwd.compute_dqkv, inputs, a, cu_seqlens)
+        second = run(mamba3_siso_bwd.compute_dqkv, inputs, a, cu_seqlens)
+        for name in OUTPUTS:
+            same = torch.equal(first[name], second[name])
+            deterministic &= same
+            if not same:
+                figure("run_to_run_differs", True, case=case, tensor=name)
+            results[f"{case}:{name}"] = first[name]
+
+    timing = None
+    if not a.no_perf:
+        perf_inputs = make_inputs(torch, a, a.perf_batch, a.perf_seqlen, None, seed=24, device=device)
+        timing = time_ms(torch, lambda: run(mamba3_siso_bwd.compute_dqkv, perf_inputs, a, None), repeat=30)
+        figure("compute_dqkv_ms", timing["median_ms"], unit="ms", spread_ms=[timing["min_ms"], timing["max_ms"]],
+               stdev_ms=timing["stdev_ms"], repeat=timing["repeat"], batch=a.perf_batch, seqlen=a.perf_seqlen,
+               heads=a.heads)
+
+    if not patched:
+        save_results("pack04-baseline", meta, results | {"timing_ms": torch.tensor(
+            [timing["median_ms"], timing["min_ms"], timing["max_ms"]] if timing else [])})
+        if deterministic:
+            verdict("CONTRACT_HELD", contract="baseline compute_dqkv is bitwise deterministic run to run",
+                    outputs=len(results))
+        else:
+            verdict("CONTRACT_BROKEN", contract="baseline compute_dqkv is bitwise deterministic run to run")
+        return
+
+    base = load_results("pack04-baseline", meta)
+    save_results("pack04-patched", meta, results)
+    differ = []
+    for key, t in results.items():
+        b = base.get(key)
+        same = b is not None and torch.equal(t.cpu(), b)
+        figure("bitwise_equal", same, output=key)
+        if not same:
+            differ.append(key)
+    bt = base.get("timing_ms")
+    if timing and bt is not None and bt.numel() == 3:
+        figure("bwd_time_ratio_patched_over_baseline", timing["median_ms"] / float(bt[0]),
+               patched_ms=[timing["min_ms"], timing["median_ms"], timing["max_ms"]],
+               baseline_ms=[float(bt[1]), float(bt[0]), float(bt[2])], note="[min, median, max] per lane")
+    if differ or not deterministic:
+        verdict("EQUIVALENCE_BROKEN", differ=differ, patched_deterministic=deterministic)
+    else:
+        verdict("EQUIVALENCE_VERIFIED", outputs=sorted(results), cases=list(cases))
+
+
+if __name__ == "__main__":
+    main()
