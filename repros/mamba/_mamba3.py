@@ -36,7 +36,8 @@ def digest(t) -> str:
     import torch
 
     h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
-    h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    # reshape(-1): a 0-dim tensor (a scalar control) cannot be viewed as bytes directly
+    h.update(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
