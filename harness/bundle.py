@@ -69,20 +69,24 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
         for lane in pack.lanes:
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
             runtime.update(prep.base.runtime_requires)
-            key = prep.build.key
-            entry = index["builds"].setdefault(key, {"target": pack.target, "kind": prep.build.kind,
-                                                     "lanes": []})
-            entry["lanes"].append(f"{pack.id}/{lane.name}")
-            if "file" in entry:
-                continue
-            if prep.build.wheel is not None:
-                arc = f"builds/{key[:20]}/{prep.build.wheel.name}"
-                members[arc] = prep.build.wheel
-            else:
-                arc = f"builds/{key[:20]}/site.tar"
-                members[arc] = _tar_dir(prep.build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
-            entry["file"] = arc
-            entry["sha256"] = sha256_file(members[arc])
+            # a with_baseline lane also needs its unpatched twin's build on the GPU host
+            lane_builds = [(prep.build, lane.name)]
+            if prep.baseline is not None:
+                lane_builds.append((prep.baseline, f"{lane.name}.baseline"))
+            for build, name in lane_builds:
+                key = build.key
+                entry = index["builds"].setdefault(key, {"target": pack.target, "kind": build.kind, "lanes": []})
+                entry["lanes"].append(f"{pack.id}/{name}")
+                if "file" in entry:
+                    continue
+                if build.wheel is not None:
+                    arc = f"builds/{key[:20]}/{build.wheel.name}"
+                    members[arc] = build.wheel
+                else:
+                    arc = f"builds/{key[:20]}/site.tar"
+                    members[arc] = _tar_dir(build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
+                entry["file"] = arc
+                entry["sha256"] = sha256_file(members[arc])
     with ui.status("downloading wheels for the GPU host"):
         work = ctx.store.area("tmp") / "bundle-wheels"
         shutil.rmtree(work, ignore_errors=True)

@@ -48,6 +48,7 @@ class Prepared:
     patches: tuple[series.Patch, ...]
     build: builds.Build
     imported: dict[str, str]
+    baseline: builds.Build | None = None  # the unpatched build, for lanes with ``with_baseline``
 
     @property
     def label(self) -> str:
@@ -107,7 +108,11 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
         imported = builds.import_check(build, modules, ctx.python, label)
         ui.note(f"import check ok: {', '.join(imported)} from the build")
-    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported)
+    baseline = None
+    if lane.with_baseline:
+        twin = Lane(name=f"{lane.name}.baseline", base=lane.base, patched=False, expect=lane.expect)
+        baseline = prepare(ctx, pack, twin, import_check=False).build
+    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline)
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -142,6 +147,8 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "HARNESS_BUILD_KEY": prep.build.key,
         "HARNESS_SENTINELS": json.dumps(sorted(sentinels(ctx.root))),
     })
+    if prep.baseline is not None:
+        env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
     cmd = [ctx.python, str(script), *lane.args]
@@ -159,6 +166,7 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "patches": [{"file": str(p.path.relative_to(ctx.root)), "sha256": p.sha256,
                      "upstream_status": p.upstream_status} for p in prep.patches],
         "build": prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"},
+        "baseline_build": prep.baseline.describe() if prep.baseline is not None else None,
         "imported": prep.imported,
         "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
         "harness": {"version": __version__, **_repo_state(ctx.root)},
@@ -205,10 +213,11 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
         return []
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
-    gpu_ok, gpu_desc = (True, "not needed") if pack.requires == "cpu" else runs.cuda_available(ctx.python)
+    needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in lanes)
+    gpu_ok, gpu_desc = runs.cuda_available(ctx.python) if needs_gpu else (True, "not needed")
     results = []
     for prep in prepared:
-        if not gpu_ok:
+        if pack.lane_requires(prep.lane) == "cuda" and not gpu_ok:
             results.append(LaneResult(pack.id, prep.lane.name, "skipped",
                                       f"needs a CUDA GPU; {gpu_desc}", Exit.SKIPPED))
             continue

@@ -53,6 +53,8 @@ class Lane:
     expect: str
     args: tuple[str, ...] = ()
     timeout: int = DEFAULT_TIMEOUT
+    requires: str | None = None  # overrides the pack's ``requires`` for this lane
+    with_baseline: bool = False  # the reproducer also gets the unpatched build (HARNESS_BASELINE_SITE)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,10 @@ class Pack:
     absorbed: dict | None
     mitigation: dict | None
     blocked: str | None
+
+    def lane_requires(self, lane: Lane) -> str:
+        """What hardware ``lane`` needs: its own ``requires``, else the pack's."""
+        return lane.requires or self.requires
 
     def lane(self, name: str) -> Lane:
         for lane in self.lanes:
@@ -251,8 +257,14 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
     timeout = field(t, "timeout", int, where, default=DEFAULT_TIMEOUT)
     if timeout <= 0:
         raise ConfigError(f"{where}: key 'timeout' must be positive")
-    return Lane(name=name, base=base, patched=field(t, "patched", bool, where), expect=expect,
-                args=tuple(str_list(t, "args", where)), timeout=timeout)
+    patched = field(t, "patched", bool, where)
+    with_baseline = field(t, "with_baseline", bool, where, default=False)
+    if with_baseline and not patched:
+        raise ConfigError(f"{where}: key 'with_baseline' needs a patched lane (the baseline is its unpatched twin)")
+    requires = choice(t, "requires", REQUIRES, where, default=None) if "requires" in t else None
+    return Lane(name=name, base=base, patched=patched, expect=expect,
+                args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
+                with_baseline=with_baseline)
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:
