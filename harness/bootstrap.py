@@ -13,7 +13,6 @@ so the run takes its builds from the bundle only.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -21,15 +20,9 @@ import sys
 import tarfile
 from pathlib import Path
 
+from harness.hashing import sha256_file
+
 TOP = "patchlane-bundle"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def main(argv: list[str]) -> int:
@@ -42,7 +35,7 @@ def main(argv: list[str]) -> int:
         print(f"harness.bootstrap: error: bundle {archive} not found", file=sys.stderr)
         return 4
     home = Path(os.environ.get("PATCHLANE_HOME") or Path.home() / ".cache" / "patchlane")
-    dest = home / "bundles" / _sha256(archive)[:16]
+    dest = home / "bundles" / sha256_file(archive)[:16]
     bundle_dir = dest / TOP
     if not (dest / ".complete").exists():
         print(f"> unpacking {archive} into {dest}", file=sys.stderr)
@@ -55,7 +48,7 @@ def main(argv: list[str]) -> int:
             tf.extractall(dest, filter="data")
         index = json.loads((bundle_dir / "bundle.json").read_text())
         for entry in index["wheels"] + list(index["builds"].values()):
-            if _sha256(bundle_dir / entry["file"]) != entry["sha256"]:
+            if sha256_file(bundle_dir / entry["file"]) != entry["sha256"]:
                 print(f"harness.bootstrap: error: {entry['file']} fails its sha256", file=sys.stderr)
                 return 4
         wheels = [str(bundle_dir / w["file"]) for w in index["wheels"]]

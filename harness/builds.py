@@ -23,13 +23,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness import ui
 from harness.errors import BuildError
+from harness.hashing import sha256_file
 from harness.pins import Manifest
-from harness.store import Store, sha256_file
+from harness.store import Store
 
 RECIPE_VERSION = "1"  # bump when the way builds are made changes
 
@@ -67,35 +69,49 @@ def lookup(store: Store, key: str) -> Build | None:
 def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: str) -> Build:
     """The cached build of ``tree``; builds it on first use."""
     key = build_key(tree_key, manifest)
+
+    def make(tmp: Path, info: dict) -> None:
+        if manifest.build == "wheel":
+            wheel = _pip_wheel(tree, tmp, label)
+            install_wheel(wheel, tmp / "site", label)
+            info["wheel"] = wheel.name
+        else:
+            _overlay(tree, manifest, tmp / "site", label)
+
+    return _create(key, manifest, store, make, f"building {label} ({manifest.build})", label)
+
+
+def adopt_wheel(wheel: Path, key: str, manifest: Manifest, store: Store, label: str) -> Build:
+    """Register a prebuilt wheel (from an offline bundle) as the build for ``key``."""
+
+    def make(tmp: Path, info: dict) -> None:
+        shutil.copy2(wheel, tmp / wheel.name)
+        install_wheel(tmp / wheel.name, tmp / "site", label)
+        info["wheel"] = wheel.name
+
+    return _create(key, manifest, store, make, f"installing {label} from the bundle", label)
+
+
+def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, label: str) -> Build:
+    """Register an overlay build (a tar of its ``site/``) from an offline bundle as the build for ``key``."""
+
+    def make(tmp: Path, info: dict) -> None:
+        with tarfile.open(site_tar) as tf:
+            tf.extractall(tmp, filter="data")
+
+    return _create(key, manifest, store, make, f"unpacking {label} from the bundle", label)
+
+
+def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: str) -> Build:
+    """The build entry for ``key``: reused when complete, else made by ``make(tmp, info)`` and renamed in."""
     with store.locked():
         found = lookup(store, key)
         if found is not None:
             ui.note(f"build {label}: cached ({key[:12]})")
             return found
-        final = store.area("builds") / key[:20]
-        with ui.status(f"building {label} ({manifest.build})"), store.new_entry(final) as tmp:
+        with ui.status(what), store.new_entry(store.area("builds") / key[:20]) as tmp:
             info = {"kind": manifest.build, "key": key, "target": manifest.target}
-            if manifest.build == "wheel":
-                wheel = _pip_wheel(tree, tmp, label)
-                install_wheel(wheel, tmp / "site", label)
-                info["wheel"] = wheel.name
-            else:
-                _overlay(tree, manifest, tmp / "site", label)
-            (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
-    return lookup(store, key)
-
-
-def adopt_wheel(wheel: Path, key: str, manifest: Manifest, store: Store, label: str) -> Build:
-    """Register a prebuilt wheel (from an offline bundle) as the build for ``key``."""
-    with store.locked():
-        found = lookup(store, key)
-        if found is not None:
-            return found
-        final = store.area("builds") / key[:20]
-        with store.new_entry(final) as tmp:
-            shutil.copy2(wheel, tmp / wheel.name)
-            install_wheel(tmp / wheel.name, tmp / "site", label)
-            info = {"kind": manifest.build, "key": key, "target": manifest.target, "wheel": wheel.name}
+            make(tmp, info)
             (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
     return lookup(store, key)
 
@@ -145,7 +161,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str) -> d
         "    out[name] = [mod.__file__] if mod.__file__ else list(getattr(mod, '__path__', []))\n"
         "print(json.dumps(out))\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + _existing_pythonpath()))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(build.site)] + inherited_pythonpath()))
     proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
@@ -162,22 +178,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str) -> d
     return {name: files[0] for name, files in found.items()}
 
 
-def _existing_pythonpath() -> list[str]:
+def inherited_pythonpath() -> list[str]:
+    """The caller's PYTHONPATH entries, kept after a build's own directories."""
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
-
-def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, label: str) -> Build:
-    """Register an overlay build (a tar of its ``site/``) from an offline bundle as the build for ``key``."""
-    import tarfile
-
-    with store.locked():
-        found = lookup(store, key)
-        if found is not None:
-            return found
-        final = store.area("builds") / key[:20]
-        with store.new_entry(final) as tmp:
-            with tarfile.open(site_tar) as tf:
-                tf.extractall(tmp, filter="data")
-            info = {"kind": manifest.build, "key": key, "target": manifest.target}
-            (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
-    return lookup(store, key)

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from harness import builds, lanes, receipts, ui
 from harness.errors import BundleError
+from harness.hashing import sha256_file
 from harness.pins import Manifest
-from harness.store import Store, sha256_file
+from harness.store import Store
 
 FORMAT = 1
 TOP = "patchlane-bundle"
@@ -69,24 +70,14 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
         for lane in pack.lanes:
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
             runtime.update(prep.base.runtime_requires)
+            for target, base_name in lane.extra_builds:
+                runtime.update(ctx.manifest(target).base(base_name).runtime_requires)
             # a with_baseline lane also needs its unpatched twin's build on the GPU host
-            lane_builds = [(prep.build, lane.name)]
+            _add_build(index, members, ctx, prep.build, f"{pack.id}/{lane.name}")
             if prep.baseline is not None:
-                lane_builds.append((prep.baseline, f"{lane.name}.baseline"))
-            for build, name in lane_builds:
-                key = build.key
-                entry = index["builds"].setdefault(key, {"target": pack.target, "kind": build.kind, "lanes": []})
-                entry["lanes"].append(f"{pack.id}/{name}")
-                if "file" in entry:
-                    continue
-                if build.wheel is not None:
-                    arc = f"builds/{key[:20]}/{build.wheel.name}"
-                    members[arc] = build.wheel
-                else:
-                    arc = f"builds/{key[:20]}/site.tar"
-                    members[arc] = _tar_dir(build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
-                entry["file"] = arc
-                entry["sha256"] = sha256_file(members[arc])
+                _add_build(index, members, ctx, prep.baseline, f"{pack.id}/{lane.name}.baseline")
+            for build in prep.extras:
+                _add_build(index, members, ctx, build, f"{pack.id}/{lane.name}")
     with ui.status("downloading wheels for the GPU host"):
         work = ctx.store.area("tmp") / "bundle-wheels"
         shutil.rmtree(work, ignore_errors=True)
@@ -113,6 +104,23 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
         partial.unlink(missing_ok=True)
         raise
     return index
+
+
+def _add_build(index: dict, members: dict[str, Path], ctx: lanes.Context, build: builds.Build, lane: str) -> None:
+    """Record ``build`` (its wheel, or a tar of its overlay directory) once, noting which lanes use it."""
+    key = build.key
+    entry = index["builds"].setdefault(key, {"kind": build.kind, "lanes": []})
+    entry["lanes"].append(lane)
+    if "file" in entry:
+        return
+    if build.wheel is not None:
+        arc = f"builds/{key[:20]}/{build.wheel.name}"
+        members[arc] = build.wheel
+    else:
+        arc = f"builds/{key[:20]}/site.tar"
+        members[arc] = _tar_dir(build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
+    entry["file"] = arc
+    entry["sha256"] = sha256_file(members[arc])
 
 
 def _tar_dir(src: Path, dest: Path) -> Path:

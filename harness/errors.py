@@ -14,11 +14,13 @@ code  name        meaning
 6     BUILD       building, installing or import-checking a build failed
 7     CRASH       a reproducer died: non-zero exit, no verdict, or no host stamp
 8     TIMEOUT     a reproducer ran past its time limit and was killed
+9     UPSTREAM    the GitHub API is unreachable, rate-limited or refused the token; nothing written
+10    LINT        a filing body failed its lint (private host, path, address or token)
 130   INTERRUPT   stopped by Ctrl-C
 ====  ==========  ==============================================================
 
 When several lanes end differently the most severe code wins, in the order
-USAGE > PIN > APPLY > BUILD > CRASH > TIMEOUT > MISMATCH > SKIPPED > OK.
+USAGE > PIN > UPSTREAM > LINT > APPLY > BUILD > CRASH > TIMEOUT > MISMATCH > SKIPPED > OK.
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ class Exit(enum.IntEnum):
     BUILD = 6
     CRASH = 7
     TIMEOUT = 8
+    UPSTREAM = 9
+    LINT = 10
     INTERRUPT = 130
 
 
 _SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH,
-             Exit.BUILD, Exit.APPLY, Exit.PIN, Exit.USAGE, Exit.INTERRUPT]
+             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.USAGE, Exit.INTERRUPT]
 
 
 def worst(codes) -> Exit:
@@ -92,3 +96,15 @@ class BundleError(HarnessError):
     """An offline bundle is missing, damaged, or lacks a build the run needs."""
 
     exit_code = Exit.PIN
+
+
+class UpstreamError(HarnessError):
+    """The GitHub API cannot be reached, is rate-limited, or refused the token."""
+
+    exit_code = Exit.UPSTREAM
+
+
+class LintError(HarnessError):
+    """A filing body failed its lint; the message holds one line per finding."""
+
+    exit_code = Exit.LINT

@@ -10,7 +10,6 @@ or from an offline bundle (``bundle`` is given), never a mix.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,7 +19,8 @@ from pathlib import Path
 
 from harness import __version__, builds, pins, receipts, runs, series, ui
 from harness.errors import ConfigError, Exit
-from harness.store import Store, sha256_file
+from harness.hashing import sha256_file
+from harness.store import Store
 from harness.tracking import Lane, Pack, Tracking, sentinels
 
 
@@ -49,6 +49,7 @@ class Prepared:
     build: builds.Build
     imported: dict[str, str]
     baseline: builds.Build | None = None  # the unpatched build, for lanes with ``with_baseline``
+    extras: tuple[builds.Build, ...] = ()
 
     @property
     def label(self) -> str:
@@ -76,43 +77,59 @@ def series_for(ctx: Context, pack: Pack) -> list[series.Patch]:
 
 def lane_build_key(ctx: Context, pack: Pack, lane: Lane) -> tuple[str, list[series.Patch]]:
     manifest = ctx.manifest(pack.target)
-    base = manifest.base(lane.base)
     patches = series_for(ctx, pack) if lane.patched else []
-    tree_key = series.series_key(pack.target, base.artifact.sha256, patches)
-    return builds.build_key(tree_key, manifest), patches
+    return _build_key(manifest, manifest.base(lane.base), patches), patches
+
+
+def _build_key(manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch]) -> str:
+    return builds.build_key(series.series_key(manifest.target, base.artifact.sha256, patches), manifest)
+
+
+def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch],
+                 label: str) -> builds.Build:
+    """The build of ``base`` + ``patches``: from the bundle when running offline, else made (or reused) here."""
+    key = _build_key(manifest, base, patches)
+    if ctx.bundle is not None:
+        return ctx.bundle.build_for(key, manifest, ctx.store, label)
+    checkout = pins.materialize(manifest, base.name, ctx.store, ctx.artifacts)
+    ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
+    if patches:
+        tree = series.apply(checkout, patches, ctx.store)
+        ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
+        tree_path, tree_key = tree.path, tree.key
+    else:
+        tree_path, tree_key = checkout.path, series.series_key(manifest.target, base.artifact.sha256, [])
+    build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
+    assert build.key == key
+    return build
 
 
 def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> Prepared:
     manifest = ctx.manifest(pack.target)
     base = manifest.base(lane.base)
-    key, patches = lane_build_key(ctx, pack, lane)
+    patches = series_for(ctx, pack) if lane.patched else []
     label = f"{pack.target} {base.name}{' + pack ' + pack.id + ' series' if lane.patched else ' (baseline)'}"
     if lane.patched and not patches:
         raise ConfigError(f"pack {pack.id}: lane '{lane.name}' is patched but patches/{pack.target}/{pack.id}/ "
                           "holds no patch")
-    if ctx.bundle is not None:
-        build = ctx.bundle.build_for(key, manifest, ctx.store, label)
-    else:
-        checkout = pins.materialize(manifest, base.name, ctx.store, ctx.artifacts)
-        ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
-        if patches:
-            tree = series.apply(checkout, patches, ctx.store)
-            ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
-            tree_path, tree_key = tree.path, tree.key
-        else:
-            tree_path, tree_key = checkout.path, series.series_key(pack.target, base.artifact.sha256, [])
-        build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
-        assert build.key == key
+    build = obtain_build(ctx, manifest, base, patches, label)
+    extras = []
+    for target, extra_base in lane.extra_builds:
+        other = ctx.manifest(target)
+        extras.append((other, obtain_build(ctx, other, other.base(extra_base), [], f"{target} {extra_base}")))
     imported = {}
     if import_check:
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
         imported = builds.import_check(build, modules, ctx.python, label)
-        ui.note(f"import check ok: {', '.join(imported)} from the build")
+        for other, extra in extras:
+            imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target))
+        ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
     baseline = None
     if lane.with_baseline:
         twin = Lane(name=f"{lane.name}.baseline", base=lane.base, patched=False, expect=lane.expect)
         baseline = prepare(ctx, pack, twin, import_check=False).build
-    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline)
+    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline,
+                    tuple(b for _, b in extras))
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -135,8 +152,8 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
     started = receipts.utc_now()
     env = dict(os.environ)
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(prep.build.site), str(ctx.root / "repros")]
-                                      + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        "PYTHONPATH": os.pathsep.join([str(prep.build.site), *(str(b.site) for b in prep.extras),
+                                       str(ctx.root / "repros"), *builds.inherited_pythonpath()]),
         "PYTHONUNBUFFERED": "1",
         "HARNESS_PACK": pack.id,
         "HARNESS_LANE": lane.name,
@@ -145,15 +162,16 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
         "HARNESS_BASE_COMMIT": prep.base.commit,
         "HARNESS_PATCHED": "1" if lane.patched else "0",
         "HARNESS_BUILD_KEY": prep.build.key,
-        "HARNESS_SENTINELS": json.dumps(sorted(sentinels(ctx.root))),
     })
     if prep.baseline is not None:
         env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
-    cmd = [ctx.python, str(script), *lane.args]
+    if lane.nproc > 1:
+        env.update(runs.MULTI_GPU_ENV)
+    cmd = runs.launch_command(ctx.python, lane.nproc, script, list(lane.args))
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
-    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, echo=ctx.echo)
+    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
     verdict, reason = outcome.verdict(lane.expect)
     data = {
         "pack": pack.id,
@@ -167,6 +185,9 @@ def execute(ctx: Context, prep: Prepared) -> LaneResult:
                      "upstream_status": p.upstream_status} for p in prep.patches],
         "build": prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"},
         "baseline_build": prep.baseline.describe() if prep.baseline is not None else None,
+        "extra_builds": [b.describe() for b in prep.extras],
+        "world_size": lane.nproc,
+        "ranks": outcome.stamps if lane.nproc > 1 else None,
         "imported": prep.imported,
         "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
         "harness": {"version": __version__, **_repo_state(ctx.root)},
@@ -214,12 +235,14 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
     needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in lanes)
-    gpu_ok, gpu_desc = runs.cuda_available(ctx.python) if needs_gpu else (True, "not needed")
+    gpus, gpu_desc = runs.cuda_devices(ctx.python) if needs_gpu else (0, "not needed")
     results = []
     for prep in prepared:
-        if pack.lane_requires(prep.lane) == "cuda" and not gpu_ok:
-            results.append(LaneResult(pack.id, prep.lane.name, "skipped",
-                                      f"needs a CUDA GPU; {gpu_desc}", Exit.SKIPPED))
+        # a cuda lane needs one GPU per rank; a cpu lane with nproc > 1 runs its ranks on the CPU (gloo)
+        need = prep.lane.nproc if pack.lane_requires(prep.lane) == "cuda" else 0
+        if gpus < need:
+            why = f"needs {need} CUDA GPU(s); {gpu_desc}"
+            results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
             continue
         result = execute(ctx, prep)
         results.append(result)

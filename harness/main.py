@@ -22,7 +22,8 @@ EPILOG = "exit codes:\n" + "\n".join(
 )
 
 
-COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts"]
+COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
+            "status", "body"]
 
 
 def build_parser() -> argparse.ArgumentParser:

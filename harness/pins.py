@@ -20,7 +20,8 @@ from pathlib import Path, PurePosixPath
 
 from harness import git, ui
 from harness.errors import ConfigError, PinError
-from harness.store import Store, sha256_file
+from harness.hashing import sha256_file
+from harness.store import Store
 from harness.tomlutil import choice, load_document, str_list
 from harness.tomlutil import field as get
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.store import sha256_file
+from harness.hashing import sha256_file
 
 SCHEMA = 1
 LOG = "output.log"

@@ -35,6 +35,7 @@ class Outcome:
     duration_s: float
     timed_out: bool
     stamp: dict | None = None
+    stamps: list[dict] = field(default_factory=list)  # one per rank on multi-process lanes
     sentinels: list[tuple[str, dict]] = field(default_factory=list)
     figures: list[dict] = field(default_factory=list)
     skipped: str | None = None
@@ -57,23 +58,39 @@ class Outcome:
         return "mismatch", f"printed {', '.join(seen)}; expected {expected}"
 
 
-def cuda_available(python: str) -> tuple[bool, str]:
-    """Whether ``python`` sees a CUDA device, and a description of what it sees."""
-    code = ("import torch,json;ok=torch.cuda.is_available();"
-            "print(json.dumps([ok, torch.cuda.get_device_name(0) if ok else 'no CUDA device visible to torch']))")
+# NVLink multicast can take a shared host's GPUs out of service: multi-GPU lanes always run with it off.
+MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def launch_command(python: str, nproc: int, script: Path, args: list[str]) -> list[str]:
+    """One process, or ``nproc`` ranks under torch.distributed.run on this host."""
+    if nproc == 1:
+        return [python, str(script), *args]
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script), *args]
+
+
+def cuda_devices(python: str) -> tuple[int, str]:
+    """How many CUDA devices ``python``'s torch sees, and what they are."""
+    code = ("import torch,json;n=torch.cuda.device_count() if torch.cuda.is_available() else 0;"
+            "print(json.dumps([n, ', '.join(torch.cuda.get_device_name(i) for i in range(n))"
+            " or 'no CUDA device visible to torch']))")
     try:
         proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"cannot probe CUDA with {python}: {exc}"
+        return 0, f"cannot probe CUDA with {python}: {exc}"
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return False, f"torch not importable by {python}: {last}"
-    ok, desc = json.loads(proc.stdout.strip().splitlines()[-1])
-    return bool(ok), desc
+        return 0, f"torch not importable by {python}: {last}"
+    n, desc = json.loads(proc.stdout.strip().splitlines()[-1])
+    return int(n), f"this host has {n}: {desc}" if n else desc
 
 
-def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, echo: bool = True) -> Outcome:
-    """Run ``cmd``, teeing its combined output into ``log_path``; kill its process group at ``timeout``."""
+def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
+        echo: bool = True) -> Outcome:
+    """Run ``cmd``, teeing its combined output into ``log_path``; kill its process group at ``timeout``.
+
+    ``sentinels`` is the vocabulary of verdict lines to look for in the log.
+    """
     start = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as log:
@@ -111,19 +128,17 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, ech
     code = proc.wait()
     outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),
                       timed_out=timed_out)
-    parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, _known_sentinels(env))
+    parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, sentinels)
     return outcome
-
-
-def _known_sentinels(env: dict[str, str]) -> set[str]:
-    return set(json.loads(env.get("HARNESS_SENTINELS", "[]")))
 
 
 def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
     for line in text.splitlines():
         tag, _, rest = line.partition(" ")
-        if tag == "HOST_STAMP" and outcome.stamp is None:
-            outcome.stamp = _json(rest)
+        if tag == "HOST_STAMP":
+            outcome.stamps.append(_json(rest))
+            if outcome.stamp is None:
+                outcome.stamp = outcome.stamps[0]
         elif tag == "FIGURE" and outcome.stamp is not None:
             outcome.figures.append(_json(rest))
         elif tag == "SKIPPED":

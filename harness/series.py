@@ -16,8 +16,9 @@ from pathlib import Path
 
 from harness import git, ui
 from harness.errors import ConfigError, SeriesError
+from harness.hashing import sha256_file
 from harness.pins import Checkout
-from harness.store import Store, sha256_file
+from harness.store import Store
 
 STATUS_RE = re.compile(
     r"^Upstream-Status:\s*(?P<status>Pending|Accepted|Backport|Denied|Submitted|Inappropriate)"
@@ -35,6 +36,12 @@ class Hunk:
     old_start: int
     header: str
     patch_line: int  # line of the @@ header in the patch file
+    old_lines: int = 1  # lines of the base the hunk covers (0 for a pure insertion)
+
+    @property
+    def old_range(self) -> tuple[int, int]:
+        """First and last base line the hunk touches (an insertion touches the line it follows)."""
+        return self.old_start, self.old_start + max(self.old_lines, 1) - 1
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,9 @@ def parse_patch(pack: str, path: Path) -> Patch:
             m = _HUNK.match(line)
             if m:
                 per_file += 1
-                hunks.append(Hunk(current or "?", per_file, int(m.group("old")), line.split("@@")[1].strip(), no))
+                old_len = int(m.group("oldlen")) if m.group("oldlen") is not None else 1
+                hunks.append(Hunk(current or "?", per_file, int(m.group("old")), line.split("@@")[1].strip(), no,
+                                  old_len))
     if status is None:
         raise ConfigError(f"{path}: no 'Upstream-Status:' line in the patch message (DEP-3); add one before the '---'")
     if not files:

@@ -9,6 +9,7 @@ unknown sentinels.
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import os
 import re
@@ -29,6 +30,8 @@ STATES = ("planned", "held", "ready", "filed", "absorbed", "retired", "blocked")
 THREAD_STATES = ("open", "draft", "merged", "closed", "unknown")
 REQUIRES = ("cuda", "cpu")
 MITIGATION_STATUS = ("active", "retired")
+# What a pack's change is; `harness waves` files crash fixes first and refactors late.
+CLASSES = ("crash-fix", "refactor", "feature", "precision", "perf")
 _PACK_ID = re.compile(r"^[0-9]{2}$")
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 DEFAULT_TIMEOUT = 900
@@ -55,6 +58,8 @@ class Lane:
     timeout: int = DEFAULT_TIMEOUT
     requires: str | None = None  # overrides the pack's ``requires`` for this lane
     with_baseline: bool = False  # the reproducer also gets the unpatched build (HARNESS_BASELINE_SITE)
+    nproc: int = 1  # >1: launched with torch.distributed.run, one process per rank (per GPU on cuda lanes)
+    extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Thread:
     role: str
     state: str
     verified: str | None
+    updated: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,7 @@ class Pack:
     absorbed: dict | None
     mitigation: dict | None
     blocked: str | None
+    cls: str | None = None  # tracking.toml key 'class'
 
     def lane_requires(self, lane: Lane) -> str:
         """What hardware ``lane`` needs: its own ``requires``, else the pack's."""
@@ -161,6 +168,29 @@ class Tracking:
                 lane_table[key] = value
         table["validation"][lane] = lane_table
 
+    def update_thread(self, pid: str, index: int, values: dict[str, Any]) -> None:
+        """Set keys of ``[[packs.<pid>.threads]]`` entry ``index`` (existing keys keep their place)."""
+        thread = self.doc["packs"][pid]["threads"][index]
+        for key, value in values.items():
+            if value is not None:
+                thread[key] = value
+
+    def check_filing_slot(self, pid: str) -> None:
+        table = self.doc["packs"][pid]
+        if "filing" in table and not isinstance(table["filing"], dict):
+            raise ConfigError(f"{self.path} [packs.{pid}]: key 'filing' is a note, not a table; "
+                              "a filing cannot be recorded over it")
+
+    def record_filing(self, pid: str, entry: dict[str, Any]) -> None:
+        """Set ``[packs.<pid>.filing]``: who decided to post, when, and what was posted."""
+        self.check_filing_slot(pid)
+        table = self.doc["packs"][pid]
+        filing = tomlkit.table()
+        for key, value in entry.items():
+            if value is not None:
+                filing[key] = value
+        table["filing"] = filing
+
     def save(self) -> None:
         """Write the document back atomically: the old file stays whole if anything fails."""
         text = tomlkit.dumps(self.doc)
@@ -172,6 +202,11 @@ class Tracking:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def _date_text(value) -> str | None:
+    """A thread's ``verified`` date, written either as a TOML date or as a string."""
+    return None if value is None else str(value)
 
 
 def normalize_id(pid: str) -> str:
@@ -207,7 +242,8 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
             url=field(th, "url", str, f"{where} threads[{i}]"),
             role=field(th, "role", str, f"{where} threads[{i}]", default="context"),
             state=choice(th, "state", THREAD_STATES, f"{where} threads[{i}]", default="unknown"),
-            verified=str(field(th, "verified", (str, object), f"{where} threads[{i}]", default="")) or None,
+            verified=_date_text(field(th, "verified", (str, datetime.date), f"{where} threads[{i}]", default=None)),
+            updated=field(th, "updated", str, f"{where} threads[{i}]", default=None),
         )
         for i, th in enumerate(t.get("threads", []))
     )
@@ -238,6 +274,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         absorbed=absorbed.unwrap() if absorbed is not None else None,
         mitigation=mitigation.unwrap() if mitigation is not None else None,
         blocked=field(t, "blocked", str, where, default=None),
+        cls=choice(t, "class", CLASSES, where) if "class" in t else None,
     )
 
 
@@ -262,9 +299,24 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
     if with_baseline and not patched:
         raise ConfigError(f"{where}: key 'with_baseline' needs a patched lane (the baseline is its unpatched twin)")
     requires = choice(t, "requires", REQUIRES, where, default=None) if "requires" in t else None
+    nproc = field(t, "nproc", int, where, default=1)
+    if nproc < 1:
+        raise ConfigError(f"{where}: key 'nproc' must be at least 1")
+    extra = []
+    for spec in str_list(t, "with_builds", where):
+        target, sep, extra_base = spec.partition("@")
+        if not sep:
+            raise ConfigError(f"{where}: key 'with_builds' entry {spec!r} must read TARGET@BASE")
+        try:
+            other = pins.load_manifest(root, target)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: key 'with_builds': {exc}") from None
+        if extra_base not in other.bases:
+            raise ConfigError(f"{where}: key 'with_builds': {other.path.name} has no base '{extra_base}'")
+        extra.append((target, extra_base))
     return Lane(name=name, base=base, patched=patched, expect=expect,
                 args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
-                with_baseline=with_baseline)
+                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra))
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:

@@ -54,6 +54,8 @@ def _cuda_facts() -> dict:
     facts["torch_cuda"] = torch.version.cuda
     facts["cuda_available"] = torch.cuda.is_available()
     if torch.cuda.is_available():
+        if "LOCAL_RANK" in os.environ:
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         idx = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(idx)
         facts["gpu"] = props.name
@@ -100,6 +102,10 @@ def stamp(distribution: str, module: str) -> dict:
         "patched": os.environ.get("HARNESS_PATCHED"),
         "build_key": os.environ.get("HARNESS_BUILD_KEY"),
     }
+    if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
+        facts["rank"] = int(os.environ.get("RANK", "0"))
+        facts["local_rank"] = int(os.environ.get("LOCAL_RANK", "0"))
+        facts["world_size"] = int(os.environ["WORLD_SIZE"])
     try:
         facts["target_version"] = metadata.version(distribution)
     except metadata.PackageNotFoundError:

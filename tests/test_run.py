@@ -70,7 +70,7 @@ def test_gpu_lane_without_gpu_is_skipped_after_build_and_import_check(lane_repo,
     lane_repo.write_tracking(requires="cuda")
     from harness import runs
 
-    monkeypatch.setattr(runs, "cuda_available", lambda python: (False, "no CUDA device visible to torch"))
+    monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
     assert _run(lane_repo) == 3
     out = capsys.readouterr()
     assert "import check ok" in out.err
@@ -103,7 +103,7 @@ def test_lane_requires_overrides_the_pack(lane_repo, monkeypatch, capsys):
     path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
     from harness import runs
 
-    monkeypatch.setattr(runs, "cuda_available", lambda python: (False, "no CUDA device visible to torch"))
+    monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
     assert _run(lane_repo) == 3
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["lane"] == "bug" and rec.data["verdict"] == "pass"
@@ -132,3 +132,101 @@ def test_with_baseline_lane_gets_the_unpatched_build(lane_repo):
     from harness.tracking import Tracking
 
     assert Tracking.load(lane_repo.root).pack("01").lane("fix").with_baseline
+
+
+def test_interrupted_build_leaves_no_entry_that_looks_complete(lane_repo, monkeypatch):
+    from harness import builds
+
+    real = builds._overlay
+
+    def interrupted(tree, manifest, site, label):
+        real(tree, manifest, site, label)  # half the work is on disk ...
+        raise KeyboardInterrupt  # ... when the user hits Ctrl-C
+
+    monkeypatch.setattr(builds, "_overlay", interrupted)
+    assert _run(lane_repo, "--lane", "bug") == 130
+    entries = list((lane_repo.cache / "builds").iterdir())
+    assert all(e.name.startswith(".tmp-") for e in entries) or not entries
+    monkeypatch.setattr(builds, "_overlay", real)
+    assert _run(lane_repo, "--lane", "bug") == 0
+    assert [e for e in (lane_repo.cache / "builds").iterdir() if not e.name.startswith(".tmp-")]
+    assert not [e for e in (lane_repo.cache / "builds").iterdir() if e.name.startswith(".tmp-")]
+
+
+def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
+    """nproc > 1: the launcher starts one process per rank; every rank's stamp lands in the receipt."""
+    from harness import runs
+
+    lane_repo.write_tracking()
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_REPRODUCED"\nnproc = 2', 1))
+    seen_env = {}
+
+    def fake_launch(python, nproc, script, args):
+        # stands in for torch.distributed.run: two ranks, rank 0 prints the verdict
+        ranks = " & ".join(f"WORLD_SIZE={nproc} RANK={r} LOCAL_RANK={r} FAKE_MODE={'silent' if r else ''} "
+                           f"{python} {script}" for r in range(nproc))
+        return ["sh", "-c", f"{ranks}; wait"]
+
+    real_run = runs.run
+
+    def spy_run(cmd, env, log_path, timeout, sentinels, echo=True):
+        seen_env.update(env)
+        return real_run(cmd, env, log_path, timeout, sentinels, echo)
+
+    monkeypatch.setattr(runs, "launch_command", fake_launch)
+    monkeypatch.setattr(runs, "run", spy_run)
+    monkeypatch.delenv("FAKE_MODE", raising=False)
+    assert _run(lane_repo, "--lane", "bug") == 0
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert rec.data["world_size"] == 2
+    assert sorted(s["rank"] for s in rec.data["ranks"]) == [0, 1]
+    assert seen_env["NCCL_NVLS_ENABLE"] == "0" and seen_env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+
+
+def test_lane_needing_more_gpus_than_the_host_has_is_skipped(lane_repo, monkeypatch):
+    from harness import runs
+
+    lane_repo.write_tracking(requires="cuda")
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('patched = true', 'patched = true\nnproc = 4'))
+    monkeypatch.setattr(runs, "cuda_devices", lambda python: (1, "this host has 1: NVIDIA H100"))
+    monkeypatch.setenv("FAKE_MODE", "")
+    assert _run(lane_repo) == 3  # the 1-GPU lane passes, the 4-GPU lane is skipped: SKIPPED wins over OK
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert rec.data["lane"] == "bug"
+
+
+def test_with_builds_puts_another_target_on_the_path(lane_repo, tmp_path):
+    import textwrap
+
+    from conftest import make_sdist
+
+    other = tmp_path / "other"
+    other.mkdir()
+    sdist = make_sdist(other, version="2.0")
+    import hashlib
+
+    (lane_repo.root / "upstream" / "helper.toml").write_text(textwrap.dedent(f'''\
+        target = "helper"
+        repo = "https://example.invalid/helper"
+        distribution = "fakepkg"
+        import_names = ["fakepkg"]
+        build = "overlay"
+        default_base = "2.0"
+        [bases."2.0"]
+        version = "2.0"
+        commit = ""
+        [bases."2.0".artifact]
+        kind = "sdist"
+        filename = "{sdist.name}"
+        url = "{sdist.as_uri()}"
+        sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
+    '''))
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('patched = false', 'patched = false\nwith_builds = ["helper@2.0"]', 1))
+    assert _run(lane_repo, "--lane", "bug") == 0
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert len(rec.data["extra_builds"]) == 1 and rec.data["extra_builds"][0]["kind"] == "overlay"
+    path.write_text(path.read_text().replace("helper@2.0", "helper@9.9"))
+    assert _run(lane_repo, "--lane", "bug") == 2

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
-from harness import lanes, pins, series, ui
+from harness import landing, pins, series, ui
 from harness.commands import _args
 from harness.commands._context import context
 
@@ -29,15 +26,6 @@ def main(args) -> int:
                  f"patches: {n_patches} with valid Upstream-Status")
     if not args.apply:
         return 0
-    for pack in ctx.tracking.packs.values():
-        patches = lanes.series_for(ctx, pack)
-        if not series.load_series(ctx.root, pack.target, pack.id):
-            continue
-        manifest = ctx.manifest(pack.target)
-        bases = sorted({lane.base for lane in pack.lanes if lane.patched} or {pack.base or manifest.default_base})
-        for base in bases:
-            checkout = pins.materialize(manifest, base, ctx.store, ctx.artifacts)
-            with tempfile.TemporaryDirectory(prefix="patchlane-check-") as tmp:
-                series.check_applies(checkout, patches, Path(tmp) / "tree")
-            ui.out.print(f"pack {pack.id}: {len(patches)} patch(es) apply on {pack.target} {base}")
+    for check in landing.apply_checks(ctx, keep_going=False):  # the first failure raises (exit 5)
+        ui.out.print(f"pack {check.pack}: {check.patches} patch(es) apply on {check.target} {check.base}")
     return 0

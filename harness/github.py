@@ -1,0 +1,124 @@
+"""A small GitHub REST client: the state of the pull requests and issues packs live on.
+
+The token comes from ``GITHUB_TOKEN`` or ``GH_TOKEN`` when set and is only ever
+sent in the Authorization header: it is never written to disk, a receipt or a
+message. ``api_url`` lets tests point the client at a local server. Being
+offline, rate-limited or refused is an ``UpstreamError`` (exit 9) with one line
+saying which; a thread that does not exist is a ``ThreadNotFound``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import requests
+
+from harness import __version__
+from harness.errors import ConfigError, UpstreamError
+
+DEFAULT_API = "https://api.github.com"
+_URL = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)/(?P<kind>pull|issues)/(?P<num>\d+)/?$")
+_REPO = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$")
+
+
+class ThreadNotFound(ConfigError):
+    """The API answered 404 for a thread URL named in tracking.toml."""
+
+
+@dataclass(frozen=True)
+class ThreadRef:
+    owner: str
+    repo: str
+    kind: str  # "pull" or "issues"
+    number: int
+
+    @property
+    def api_path(self) -> str:
+        return f"/repos/{self.owner}/{self.repo}/{'pulls' if self.kind == 'pull' else 'issues'}/{self.number}"
+
+
+@dataclass(frozen=True)
+class ThreadStatus:
+    url: str
+    state: str  # open, draft, merged, closed
+    updated: str  # ISO date-time of the last update, as GitHub gives it
+    title: str
+
+
+def parse_thread(url: str) -> ThreadRef | None:
+    """The pull request or issue a github.com URL names (None for commits and anything else)."""
+    m = _URL.match(url)
+    return ThreadRef(m["owner"], m["repo"], m["kind"], int(m["num"])) if m else None
+
+
+def repo_slug(url: str) -> str | None:
+    """'owner/name' of a github.com repository URL."""
+    m = _REPO.match(url)
+    return f"{m['owner']}/{m['repo']}" if m else None
+
+
+def token_from_env() -> str | None:
+    return os.environ.get("GITHUB_TOKEN") or os.environ.get("GH_TOKEN") or None
+
+
+class GitHub:
+    def __init__(self, api_url: str = DEFAULT_API, token: str | None = None, timeout: float = 15.0):
+        self.api_url = api_url.rstrip("/")
+        self.timeout = timeout
+        self._session = requests.Session()
+        self._session.headers.update({
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": "2022-11-28",
+            "User-Agent": f"patch-lane-harness/{__version__}",
+        })
+        if token:
+            self._session.headers["Authorization"] = f"Bearer {token}"
+
+    def get(self, path: str) -> dict:
+        url = self.api_url + path
+        try:
+            resp = self._session.get(url, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise UpstreamError(f"cannot reach {self.api_url} (offline?): {type(exc).__name__}",
+                                hint="nothing was written; retry when the network is back") from None
+        if resp.status_code == 404:
+            raise ThreadNotFound(f"{url}: not found (404)")
+        if resp.status_code in (403, 429) and (resp.headers.get("X-RateLimit-Remaining") == "0"
+                                               or resp.status_code == 429 or "Retry-After" in resp.headers):
+            raise UpstreamError(f"{self.api_url}: rate-limited{_reset(resp)}; nothing was written",
+                                hint="set GITHUB_TOKEN (or GH_TOKEN) for a higher limit, or retry later")
+        if resp.status_code in (401, 403):
+            raise UpstreamError(f"{self.api_url}: request refused ({resp.status_code}); check GITHUB_TOKEN/GH_TOKEN")
+        if resp.status_code >= 400:
+            raise UpstreamError(f"{url}: HTTP {resp.status_code}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise UpstreamError(f"{url}: answer is not JSON") from None
+
+    def thread(self, url: str) -> ThreadStatus:
+        ref = parse_thread(url)
+        if ref is None:
+            raise ConfigError(f"{url}: not a github.com pull request or issue URL")
+        data = self.get(ref.api_path)
+        if ref.kind == "pull":
+            if data.get("merged") or data.get("merged_at"):
+                state = "merged"
+            elif data.get("state") == "closed":
+                state = "closed"
+            else:
+                state = "draft" if data.get("draft") else "open"
+        else:
+            state = "closed" if data.get("state") == "closed" else "open"
+        return ThreadStatus(url, state, str(data.get("updated_at") or ""), str(data.get("title") or ""))
+
+
+def _reset(resp) -> str:
+    reset = resp.headers.get("X-RateLimit-Reset")
+    if reset and reset.isdigit():
+        return f" until {datetime.fromtimestamp(int(reset), UTC):%H:%M} UTC"
+    retry = resp.headers.get("Retry-After")
+    return f" (retry after {retry} s)" if retry else ""
