@@ -53,7 +53,7 @@ def _pack_session(spec):
             raise SystemExit(int(code))  # keep the harness's exit code; nox would fold SKIPPED into 0
 
     run_pack.__doc__ = spec.description
-    return nox.session(name=spec.name, default=False)(run_pack)
+    return nox.session(name=spec.name, python=spec.python, default=False)(run_pack)
 
 
 for _spec in pack_sessions(ROOT):

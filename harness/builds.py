@@ -177,7 +177,8 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
         + stubs_mod.REPORT_CODE
         + "out = {}\n"
         "for name in sys.argv[1:]:\n"
-        "    out[name] = importlib.import_module(name).__file__\n"
+        "    mod = importlib.import_module(name)\n"
+        "    out[name] = [mod.__file__] if mod.__file__ else list(getattr(mod, '__path__', []))\n"
         f"out.update({{'stub:' + k: v for k, v in _stub_report({list(build.stubs)!r}).items()}})\n"
         "print(json.dumps(out))\n"
     )
@@ -187,14 +188,18 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
         raise BuildError(f"import check of {label} failed for {', '.join(modules)}:\n{tail}")
+    # A namespace package (megatron has no __init__.py) has no __file__: every directory on its
+    # __path__ must then be in the build, so no other installation contributes modules to it.
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     site = str(build.site.resolve())
-    for name, file in found.items():
+    for name, files in found.items():
         if name.startswith("stub:"):
             continue
-        if not str(Path(file).resolve()).startswith(site):
-            raise BuildError(f"import check of {label}: {name} was imported from {file}, not from the build at {site}")
-    return found
+        outside = [f for f in files if not str(Path(f).resolve()).startswith(site)]
+        if outside or not files:
+            raise BuildError(f"import check of {label}: {name} was imported from "
+                             f"{', '.join(outside) or 'nowhere'}, not from the build at {site}")
+    return {name: value if name.startswith("stub:") else value[0] for name, value in found.items()}
 
 
 def inherited_pythonpath() -> list[str]:

@@ -81,7 +81,11 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
             runtime.update(prep.base.runtime_requires)
             for target, base_name in lane.extra_builds:
                 runtime.update(ctx.manifest(target).base(base_name).runtime_requires)
-            for build in (prep.build, *prep.extras):
+            # a with_baseline lane also needs its unpatched twin's build on the GPU host
+            _add_build(index, members, ctx, prep.build, f"{pack.id}/{lane.name}")
+            if prep.baseline is not None:
+                _add_build(index, members, ctx, prep.baseline, f"{pack.id}/{lane.name}.baseline")
+            for build in prep.extras:
                 _add_build(index, members, ctx, build, f"{pack.id}/{lane.name}")
     with ui.status("downloading wheels for the GPU host"):
         work = ctx.store.area("tmp") / "bundle-wheels"

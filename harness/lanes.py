@@ -48,6 +48,7 @@ class Prepared:
     patches: tuple[series.Patch, ...]
     build: builds.Build
     imported: dict[str, str]
+    baseline: builds.Build | None = None  # the unpatched build, for lanes with ``with_baseline``
     extras: tuple[builds.Build, ...] = ()
     runtime_site: Path | None = None  # the base's runtime_requires, installed for this lane only
 
@@ -134,8 +135,12 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
         for other, extra in extras:
             imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target))
         ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
-    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, tuple(b for _, b in extras),
-                    runtime_site)
+    baseline = None
+    if lane.with_baseline:
+        twin = Lane(name=f"{lane.name}.baseline", base=lane.base, patched=False, expect=lane.expect)
+        baseline = prepare(ctx, pack, twin, import_check=False).build
+    return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline=baseline,
+                    extras=tuple(b for _, b in extras), runtime_site=runtime_site)
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -185,6 +190,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         "HARNESS_BUILD_KEY": prep.build.key,
         "HARNESS_RUN_DIR": str(run_dir or run_dir_for(pack)),
     })
+    if prep.baseline is not None:
+        env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
     if lane.nproc > 1:
@@ -204,6 +211,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         "patches": [{"file": str(p.path.relative_to(ctx.root)), "sha256": p.sha256,
                      "upstream_status": p.upstream_status} for p in prep.patches],
         "build": prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"},
+        "baseline_build": prep.baseline.describe() if prep.baseline is not None else None,
         "extra_builds": [b.describe() for b in prep.extras],
         "world_size": lane.nproc,
         "ranks": outcome.stamps if lane.nproc > 1 else None,
@@ -254,11 +262,13 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
         return []
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
-    gpus, gpu_desc = (0, "not needed") if pack.requires == "cpu" else runs.cuda_devices(ctx.python)
+    needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in lanes)
+    gpus, gpu_desc = runs.cuda_devices(ctx.python) if needs_gpu else (0, "not needed")
     results = []
     run_dir = run_dir_for(pack)
     for prep in prepared:
-        need = prep.lane.nproc if pack.requires == "cuda" else 0
+        # a cuda lane needs one GPU per rank; a cpu lane with nproc > 1 runs its ranks on the CPU (gloo)
+        need = prep.lane.nproc if pack.lane_requires(prep.lane) == "cuda" else 0
         if gpus < need:
             why = f"needs {need} CUDA GPU(s); {gpu_desc}"
             results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))

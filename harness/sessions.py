@@ -3,7 +3,9 @@
 The noxfile imports this module before any dependency is installed, so it
 must not import tomlkit, rich or GitPython. Each pack becomes a session
 ``<prefix>_pack<NN>``; the prefix is the manifest's ``session_prefix`` or the
-first word of the target name (``liger-kernel`` -> ``liger``).
+first word of the target name (``liger-kernel`` -> ``liger``). A manifest's
+optional ``python`` (e.g. ``"3.12"`` where the upstream package requires it)
+becomes the session's interpreter; otherwise nox's own interpreter is used.
 """
 
 from __future__ import annotations
@@ -20,16 +22,25 @@ class PackSession:
     target: str
     description: str
     requirements: str | None  # requirements/lane-<target>.txt when it exists
+    python: str | None = None  # the manifest's ``python``: interpreter version the session needs
+
+
+def _manifest(root: Path, target: str) -> dict:
+    path = root / "upstream" / f"{target}.toml"
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
 
 
 def session_prefix(root: Path, target: str) -> str:
-    manifest = root / "upstream" / f"{target}.toml"
-    if manifest.is_file():
-        with open(manifest, "rb") as fh:
-            prefix = tomllib.load(fh).get("session_prefix")
-        if prefix:
-            return str(prefix)
-    return target.split("-")[0]
+    prefix = _manifest(root, target).get("session_prefix")
+    return str(prefix) if prefix else target.split("-")[0]
+
+
+def session_python(root: Path, target: str) -> str | None:
+    python = _manifest(root, target).get("python")
+    return str(python) if python else None
 
 
 def pack_sessions(root: Path) -> list[PackSession]:
@@ -43,5 +54,6 @@ def pack_sessions(root: Path) -> list[PackSession]:
         lanes = len(pack.get("lanes", []))
         desc = f"pack {pid} [{pack.get('kind', '?')}, {state}, {lanes} lane(s)]: {pack.get('title', '')}"
         out.append(PackSession(f"{session_prefix(root, target)}_pack{pid}", pid, target, desc,
-                               str(reqs.relative_to(root)) if reqs.is_file() else None))
+                               str(reqs.relative_to(root)) if reqs.is_file() else None,
+                               session_python(root, target)))
     return out

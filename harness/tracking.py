@@ -61,7 +61,9 @@ class Lane:
     expect: str
     args: tuple[str, ...] = ()
     timeout: int = DEFAULT_TIMEOUT
-    nproc: int = 1  # >1: launched with torch.distributed.run, one process per GPU
+    requires: str | None = None  # overrides the pack's ``requires`` for this lane
+    with_baseline: bool = False  # the reproducer also gets the unpatched build (HARNESS_BASELINE_SITE)
+    nproc: int = 1  # >1: launched with torch.distributed.run, one process per rank (per GPU on cuda lanes)
     extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
 
 
@@ -93,6 +95,10 @@ class Pack:
     mitigation: dict | None
     blocked: str | None
     cls: str | None = None  # tracking.toml key 'class'
+
+    def lane_requires(self, lane: Lane) -> str:
+        """What hardware ``lane`` needs: its own ``requires``, else the pack's."""
+        return lane.requires or self.requires
 
     def lane(self, name: str) -> Lane:
         for lane in self.lanes:
@@ -306,6 +312,11 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
     timeout = field(t, "timeout", int, where, default=DEFAULT_TIMEOUT)
     if timeout <= 0:
         raise ConfigError(f"{where}: key 'timeout' must be positive")
+    patched = field(t, "patched", bool, where)
+    with_baseline = field(t, "with_baseline", bool, where, default=False)
+    if with_baseline and not patched:
+        raise ConfigError(f"{where}: key 'with_baseline' needs a patched lane (the baseline is its unpatched twin)")
+    requires = choice(t, "requires", REQUIRES, where, default=None) if "requires" in t else None
     nproc = field(t, "nproc", int, where, default=1)
     if nproc < 1:
         raise ConfigError(f"{where}: key 'nproc' must be at least 1")
@@ -321,8 +332,9 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
         if extra_base not in other.bases:
             raise ConfigError(f"{where}: key 'with_builds': {other.path.name} has no base '{extra_base}'")
         extra.append((target, extra_base))
-    return Lane(name=name, base=base, patched=field(t, "patched", bool, where), expect=expect,
-                args=tuple(str_list(t, "args", where)), timeout=timeout, nproc=nproc, extra_builds=tuple(extra))
+    return Lane(name=name, base=base, patched=patched, expect=expect,
+                args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
+                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra))
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:

@@ -37,6 +37,8 @@ SENTINELS = {
     "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
     "CONTRACT_HELD": "a boundary contract holds",
     "CONTRACT_BROKEN": "a boundary contract is violated",
+    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
+    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
 }
 
 

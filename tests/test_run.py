@@ -94,6 +94,46 @@ def test_receipt_tampering_is_detected(lane_repo, capsys):
     json.loads((rec.dir / "receipt.json").read_text())
 
 
+def test_lane_requires_overrides_the_pack(lane_repo, monkeypatch, capsys):
+    """A cuda pack may carry a cpu lane: that lane runs, the other is skipped, the worst code wins (3)."""
+    lane_repo.write_tracking(requires="cuda")
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text()
+    i = text.index('name = "bug"')
+    path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
+    from harness import runs
+
+    monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
+    assert _run(lane_repo) == 3
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert rec.data["lane"] == "bug" and rec.data["verdict"] == "pass"
+
+
+def test_bad_lane_requires_and_baseline_on_unpatched_lane_are_config_errors(lane_repo, capsys):
+    path = lane_repo.root / "tracking.toml"
+    good = path.read_text()
+    i = good.index('name = "bug"')
+    path.write_text(good[:i] + 'requires = "tpu"\n' + good[i:])
+    assert _run(lane_repo) == 2
+    assert "key 'requires' is 'tpu'" in capsys.readouterr().err
+    path.write_text(good[:i] + "with_baseline = true\n" + good[i:])
+    assert _run(lane_repo) == 2
+    assert "key 'with_baseline' needs a patched lane" in capsys.readouterr().err
+
+
+def test_with_baseline_lane_gets_the_unpatched_build(lane_repo):
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text()
+    i = text.index('name = "fix"')
+    path.write_text(text[:i] + "with_baseline = true\n" + text[i:])
+    assert _run(lane_repo, "--lane", "fix") == 0
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert rec.data["baseline_build"]["key"] != rec.data["build"]["key"]
+    from harness.tracking import Tracking
+
+    assert Tracking.load(lane_repo.root).pack("01").lane("fix").with_baseline
+
+
 def test_interrupted_build_leaves_no_entry_that_looks_complete(lane_repo, monkeypatch):
     from harness import builds
 

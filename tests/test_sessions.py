@@ -21,6 +21,13 @@ def test_manifest_can_name_the_session_prefix(lane_repo):
     assert pack_sessions(lane_repo.root)[0].name == "fk_pack01"
 
 
+def test_manifest_can_name_the_session_python(lane_repo):
+    assert pack_sessions(lane_repo.root)[0].python is None
+    path = lane_repo.root / "upstream" / "fake.toml"
+    path.write_text('python = "3.12"\n' + path.read_text())
+    assert pack_sessions(lane_repo.root)[0].python == "3.12"
+
+
 def test_nox_lists_every_pack_of_the_real_tracking_file():
     proc = subprocess.run([sys.executable, "-m", "nox", "-l", "-f", str(ROOT / "noxfile.py")],
                           capture_output=True, text=True, cwd=ROOT)
