@@ -13,7 +13,11 @@ formatted so an unchanged commit gives a byte-identical file:
   (subjects say ``[PATCH]``, so adding a commit does not touch the others);
 * blob ids are generated with ``--full-index`` and cut to 7 hex digits, so the
   width never depends on how many objects the checkout holds;
-* ``Date:`` is the author date's UTC day at 00:00:00 +0000.
+* ``Date:`` is the author date's UTC day at 00:00:00 +0000;
+* a regenerated patch that says what the old file said, once that noise
+  (commit id, time of day, blob id width, a ``-- <git version>`` signature)
+  is set aside, keeps the old file's bytes, so a series written by plain
+  ``git format-patch`` also regenerates to a zero diff.
 
 New files are written to a scratch directory beside the series and swapped in
 with renames; the old series is kept as a backup until the swap succeeded.
@@ -200,6 +204,24 @@ def normalize_patch(data: bytes) -> bytes:
     return b"\n".join(lines)
 
 
+_FROM_LINE = re.compile(rb"\AFrom [0-9a-f]{40} ")
+_SIGNATURE = re.compile(rb"\n-- \n[^\n]*\s*\Z")
+
+
+def content_key(data: bytes) -> bytes:
+    """A patch file without git format-patch's noise: what two files must share to say the same thing."""
+    data = _FROM_LINE.sub(b"From " + b"0" * 40 + b" ", normalize_patch(data))
+    return _SIGNATURE.sub(b"\n", data).rstrip(b"\n")
+
+
+def keep_unchanged(old_dir: Path, files: list[Path]) -> None:
+    """Put back the old file's bytes wherever the regenerated patch has the same content key."""
+    for f in files:
+        old = old_dir / f.name
+        if old.is_file() and content_key(old.read_bytes()) == content_key(f.read_bytes()):
+            shutil.copyfile(old, f)
+
+
 def keep_names(old_dir: Path, files: list[Path]) -> None:
     """Give a regenerated patch the slug of the old file with the same subject (its number is its position).
 
@@ -261,6 +283,8 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
         for f in files:
             series.parse_patch(pack.id, f)  # the Upstream-Status value itself, as every loader checks it
         keep_names(dest, files)
+        files = sorted(scratch.glob("*.patch"))
+        keep_unchanged(dest, files)
         result = compare(dest, scratch)
         if not result.changed or dry_run:
             return result

@@ -148,3 +148,21 @@ def test_a_commit_claiming_another_pack_is_refused(lane_repo, tmp_path, capsys):
     capsys.readouterr()
     assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
     assert "says 'Pack: 02'" in capsys.readouterr().err
+
+
+def test_a_plain_format_patch_file_regenerates_to_a_zero_diff(lane_repo, tmp_path, capsys):
+    # A series written by plain `git format-patch` (real commit id, time of day, long blob ids,
+    # a `-- <git version>` signature) must not show as modified when its content did not change.
+    d = lane_repo.root / "patches" / "fake" / "01"
+    [patch] = sorted(d.glob("*.patch"))
+    text = patch.read_text()
+    lines = text.split("\n")
+    lines[0] = lines[0].replace("0" * 40, "97c627b4d64c53c1d64560f9449eb7c57992c3f4")
+    lines = [ln.replace("00:00:00 +0000", "09:35:43 +0000") if ln.startswith("Date: ") else ln for ln in lines]
+    patch.write_text("\n".join(lines).rstrip("\n") + "\n-- \n2.39.5\n\n")
+    before = _series(lane_repo)
+    e = _edit(lane_repo, tmp_path)
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(e), *lane_repo.args()) == 0
+    assert "unchanged" in capsys.readouterr().out
+    assert _series(lane_repo) == before
