@@ -159,8 +159,7 @@ def plan_waves(tracking: Tracking) -> tuple[list[Wave], list[Skipped]]:
     skipped: dict[str, str] = {}
     for pack in order:  # dependencies come first, so their verdict is known
         if pack.state in NOT_FILED:
-            skipped[pack.id] = f"{pack.state}: " + (pack.blocked if pack.state == "blocked" and pack.blocked
-                                                    else NOT_FILED[pack.state])
+            skipped[pack.id] = f"{pack.state}: " + (pack.state_reason or NOT_FILED[pack.state])
         elif pack.kind in NOT_FILED_KINDS:
             skipped[pack.id] = f"kind {pack.kind}: nothing to file"
         else:

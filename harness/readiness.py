@@ -92,7 +92,7 @@ def readiness(root: Path, tracking: Tracking, pack: Pack, _seen: frozenset[str] 
         evidence.append(LaneEvidence(lane, rec, _lane_problem(lane, rec, manifest, changed)))
     reasons: list[str] = []
     if pack.state in NOT_FILED:
-        detail = pack.blocked if pack.state == "blocked" and pack.blocked else NOT_FILED[pack.state]
+        detail = pack.state_reason or NOT_FILED[pack.state]
         reasons.append(f"state {pack.state}: {detail}")
     if not pack.lanes:
         reasons.append("no lanes, so no receipts")

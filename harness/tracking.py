@@ -95,6 +95,12 @@ class Pack:
     mitigation: dict | None
     blocked: str | None
     cls: str | None = None  # tracking.toml key 'class'
+    held: str | None = None  # why a pack in state "held" is held back
+
+    @property
+    def state_reason(self) -> str | None:
+        """The recorded reason of a blocked or held pack (keys ``blocked`` / ``held``), if any."""
+        return {"blocked": self.blocked, "held": self.held}.get(self.state)
 
     def lane_requires(self, lane: Lane) -> str:
         """What hardware ``lane`` needs: its own ``requires``, else the pack's."""
@@ -281,6 +287,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         absorbed=absorbed.unwrap() if absorbed is not None else None,
         mitigation=mitigation.unwrap() if mitigation is not None else None,
         blocked=field(t, "blocked", str, where, default=None),
+        held=field(t, "held", str, where, default=None),
         cls=choice(t, "class", CLASSES, where) if "class" in t else None,
     )
 

@@ -105,3 +105,10 @@ def test_bug_report_with_only_unpatched_lanes_runs(lane_repo):
     assert cli("run", "01", *lane_repo.args()) == 0
     validation = _load(lane_repo).doc["packs"]["01"]["validation"]
     assert list(validation) == ["bug"] and validation["bug"]["patched"] is False
+
+
+def test_a_held_pack_carries_its_reason(lane_repo):
+    lane_repo.write_tracking(PACK_02.replace('state = "planned"', 'state = "held"\nheld = "no reproducer yet"'))
+    t = _load(lane_repo)
+    assert t.pack("02").state_reason == "no reproducer yet"
+    assert t.pack("01").state_reason is None
