@@ -78,9 +78,7 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
                               f"(lanes: {', '.join(f'{ln.name}@{ln.base}' for ln in pack.lanes) or 'none'})")
         for lane in chosen:
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
-            runtime.update(prep.base.runtime_requires)
-            for target, base_name in lane.extra_builds:
-                runtime.update(ctx.manifest(target).base(base_name).runtime_requires)
+            runtime.update(prep.runtime_requires)  # the base's and its extra builds' bases' (lanes.prepare)
             # a with_baseline lane also needs its unpatched twin's build on the GPU host
             _add_build(index, members, ctx, prep.build, f"{pack.id}/{lane.name}")
             if prep.baseline is not None:

@@ -230,3 +230,63 @@ def test_with_builds_puts_another_target_on_the_path(lane_repo, tmp_path):
     assert len(rec.data["extra_builds"]) == 1 and rec.data["extra_builds"][0]["kind"] == "overlay"
     path.write_text(path.read_text().replace("helper@2.0", "helper@9.9"))
     assert _run(lane_repo, "--lane", "bug") == 2
+
+
+def test_with_builds_brings_the_extra_bases_runtime(lane_repo, tmp_path, monkeypatch):
+    # megatron-core + mamba-ssm (pack 16's mamba3 stage): mamba's tilelang/z3 runtime must be on the lane's
+    # PYTHONPATH and LD_LIBRARY_PATH, and the extra build's import check must see it, though the lane's own
+    # base lists no runtime_requires.
+    import hashlib
+    import io
+    import tarfile
+    import textwrap
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    info = "tinydep-1.0.dist-info"
+    files = {"tinydep/__init__.py": "VERSION = '1.0'\n", "tinydep/lib/libtiny.so": "",
+             f"{info}/METADATA": "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\n" for f in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheels / "tinydep-1.0-py3-none-any.whl", "w") as zf:
+        for arc, text in files.items():
+            zf.writestr(arc, text)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+
+    sdist = tmp_path / "helperpkg-2.0.tar.gz"
+    members = {"helperpkg-2.0/PKG-INFO": "Metadata-Version: 2.1\nName: helperpkg\nVersion: 2.0\n",
+               "helperpkg-2.0/pyproject.toml": '[project]\nname = "helperpkg"\nversion = "2.0"\n',
+               "helperpkg-2.0/src/helperpkg/__init__.py": "import tinydep  # the base's runtime_requires\n"}
+    with tarfile.open(sdist, "w:gz") as tf:
+        for name, text in members.items():
+            ti = tarfile.TarInfo(name)
+            ti.size = len(text.encode())
+            tf.addfile(ti, io.BytesIO(text.encode()))
+    (lane_repo.root / "upstream" / "helper.toml").write_text(textwrap.dedent(f'''\
+        target = "helper"
+        repo = "https://example.invalid/helper"
+        distribution = "helperpkg"
+        import_names = ["helperpkg"]
+        build = "overlay"
+        default_base = "2.0"
+        [bases."2.0"]
+        version = "2.0"
+        commit = ""
+        runtime_requires = ["tinydep==1.0"]
+        [bases."2.0".artifact]
+        kind = "sdist"
+        filename = "{sdist.name}"
+        url = "{sdist.as_uri()}"
+        sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
+    '''))
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('patched = false', 'patched = false\nwith_builds = ["helper@2.0"]', 1))
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text("import os, helperpkg, tinydep\nassert any(p.endswith('tinydep/lib') for p in "
+                     "os.environ['LD_LIBRARY_PATH'].split(os.pathsep))\n" + repro.read_text())
+    assert _run(lane_repo, "--lane", "bug") == 0
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert rec.data["runtime_requires"] == ["tinydep==1.0"]
+    assert rec.data["imported"]["helperpkg"].startswith(str(lane_repo.cache))

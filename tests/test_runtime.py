@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import runtime
-from harness.errors import BuildError
+from harness.errors import BuildError, ConfigError
 from harness.pins import Artifact, Base
 from harness.store import Store
 
@@ -70,3 +70,14 @@ def test_runtime_shared_libraries_go_on_ld_library_path(tmp_path):
     env = runtime.with_library_path({"LD_LIBRARY_PATH": "/opt/a"}, site)
     assert env["LD_LIBRARY_PATH"].split(":") == [str(site / "z3" / "lib"), "/opt/a"]
     assert runtime.with_library_path({"X": "1"}, None) == {"X": "1"}
+
+
+def test_combine_merges_bases_and_rejects_conflicting_pins():
+    # a lane with with_builds needs its own base's runtime and the extra build's base's in one site
+    merged = runtime.combine([("megatron-lm 0.19.2", ()), ("mamba 2.3.2.post1", ("tilelang==0.1.8", "einops==0.8.2")),
+                              ("other 1.0", ("Einops==0.8.2", "tqdm==4.67.3"))])
+    assert merged == ("tilelang==0.1.8", "einops==0.8.2", "tqdm==4.67.3")
+    with pytest.raises(ConfigError, match=r"mamba 2.3.2.post1 pins 'apache-tvm-ffi==0.1.9', tilelang 0.1.15 pins "
+                                          r"'apache_tvm_ffi==0.1.12'"):
+        runtime.combine([("mamba 2.3.2.post1", ("apache-tvm-ffi==0.1.9",)),
+                         ("tilelang 0.1.15", ("apache_tvm_ffi==0.1.12",))])

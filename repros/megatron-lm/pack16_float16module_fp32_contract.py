@@ -24,27 +24,64 @@ Runs on CPU: torch.distributed gloo with world size 1 and megatron's own
 ``parallel_state.initialize_model_parallel()`` (Float16Module.forward asks it for the
 pipeline group).
 
+``--stage mamba3`` (lanes mamba3-stage-bug / mamba3-stage-fix, CUDA, mamba-ssm 2.3.2.post1
+beside megatron-core through ``with_builds``): the same question about the REAL author
+``mamba_ssm.modules.mamba3.Mamba3`` (MIMO, TileLang kernels; bf16 weights, the module's own
+fp32 parameters dt_bias, D, B_bias, C_bias, mimo_x/z/o). Our host code declares them the way
+a user of the patched Megatron would, without touching mamba-ssm:
+``mixer.keep_fp32_params = (...)`` on the instance (inert on the baseline build). First an
+unwrapped copy runs forward+backward twice (the reference and its run-to-run control; if the
+kernels cannot run at all, the lane crashes instead of blaming the cast), then the
+Float16Module-wrapped module:
+
+* baseline: the declared parameters come out bf16 (FIGURE dtypes_after_wrap) and the wrapped
+  forward/backward raises in the kernel (it takes DT, the biases and D as float32) or gives
+  non-finite / off-reference results -> BUG_REPRODUCED; cast but no consequence -> BUG_ABSENT;
+* patched: the declared parameters stay fp32 (same objects, storage, values), output and
+  gradients are finite and equal the unwrapped module's (bf16 input, no autocast) within
+  max(K_NOISE x run-to-run control, bf16 unit roundoff), and over two SGD steps no parameter is
+  re-cast (dtype, object and data_ptr stable) -> FIX_VALIDATED, else FIX_FAILED.
+
     HARNESS_LANE=bug-0.19.2 python pack16_float16module_fp32_contract.py [--lane NAME]
+    HARNESS_PATCHED=0 python pack16_float16module_fp32_contract.py --stage mamba3  # mamba_ssm on the path
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import socket
 import sys
+from pathlib import Path
 
-from _lane import figure, lane, stamp, verdict
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mamba"))  # _mamba3 helpers (stage mamba3)
+
+from _lane import figure, lane, skip, stamp, verdict  # noqa: E402
 
 CONTRACT = ("dt_bias", "D", "B_bias", "C_bias")  # declared through keep_fp32_params
 MARKED = "mimo_x_bias"  # declared through keep_fp32(param) where the build has it
 HIDDEN, NHEADS, HEADDIM, DSTATE, RANK = 64, 4, 16, 8, 2
 STEPS = 3
+# The author Mamba3's parameters that it creates in fp32 even with dtype=bf16 (modules/mamba3.py), all
+# consumed as float32 by the MIMO TileLang kernels (T.float32 in mamba3_mimo_fwd.py) or, for dt_bias,
+# through DT = softplus(dd_dt + dt_bias).
+MAMBA3_CONTRACT = ("dt_bias", "D", "B_bias", "C_bias", "mimo_x", "mimo_z", "mimo_o")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+    p.add_argument("--stage", choices=("standin", "mamba3"), default="standin",
+                   help="standin: CPU toy with Mamba-3's parameter names; mamba3: the real Mamba3 MIMO (CUDA)")
+    p.add_argument("--d-model", type=int, default=256, help="stage mamba3")
+    p.add_argument("--d-state", type=int, default=128, help="stage mamba3 (Mamba3 default)")
+    p.add_argument("--headdim", type=int, default=64, help="stage mamba3 (Mamba3 default)")
+    p.add_argument("--mimo-rank", type=int, default=4, help="stage mamba3 (Mamba3 default)")
+    p.add_argument("--chunk", type=int, default=16, help="stage mamba3: 64 / mimo_rank, as upstream recommends")
+    p.add_argument("--batch", type=int, default=2, help="stage mamba3")
+    p.add_argument("--seqlen", type=int, default=128, help="stage mamba3")
+    p.add_argument("--seed", type=int, default=16)
     return p.parse_args()
 
 
@@ -97,10 +134,195 @@ def standin_class(torch, keep_fp32):
     return Mamba3Standin
 
 
+# --------------------------------------------------------------------------- stage mamba3 (CUDA)
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 800 else text[:800] + " ..."
+
+
+def _fwd_bwd(torch, model, x, dout):
+    """One forward+backward; returns (output as fp32, {param name in the mixer: grad clone})."""
+    for p in model.parameters():
+        p.grad = None
+    out = model(x)
+    (out.float() * dout).sum().backward()
+    torch.cuda.synchronize()
+    return out.detach().float(), {n.removeprefix("module."): (p.grad.detach().clone() if p.grad is not None else None)
+                                  for n, p in model.named_parameters()}  # Float16Module names them module.<name>
+
+
+def _compare(torch, got_out, got, ref_out, ref, ref2_out, ref2, failures, case):
+    """Output and every grad against the unwrapped reference; tolerance from the reference's run-to-run control."""
+    from _mamba3 import BF16_FLOOR, K_NOISE, max_abs, rel_fro
+
+    pairs = [("output", got_out, ref_out, ref2_out)] + [(n, got[n], ref[n], ref2[n]) for n in ref]
+    worst = {}
+    for name, g, r, r2 in pairs:
+        if r is None:
+            continue
+        if g is None:
+            failures.append(f"{case}: {name} has no grad")
+            continue
+        finite = bool(torch.isfinite(g.float()).all())
+        control = rel_fro(r2, r)
+        tol = max(K_NOISE * control, BF16_FLOOR)
+        err = rel_fro(g, r) if g.shape == r.shape else float("inf")
+        ok = finite and err <= tol
+        worst[name] = err
+        figure("vs_unwrapped_rel_fro", err, None, case=case, tensor=name, tolerance=tol, control=control,
+               max_abs=max_abs(g, r) if g.shape == r.shape else None, finite=finite,
+               dtype=str(g.dtype).replace("torch.", ""), ok=ok)
+        if not ok:
+            failures.append(f"{case}: {name} " + (f"rel_fro {err:.3g} > {tol:.3g}" if finite else "not finite"))
+    return worst
+
+
+def stage_mamba3(args) -> int:
+    stamp("megatron-core", "megatron.core.transformer.module")
+    import torch
+
+    if not torch.cuda.is_available():
+        skip("needs a CUDA GPU: the real Mamba3 MIMO runs TileLang kernels; the CPU lanes use the stand-in")
+    import mamba_ssm
+    import torch.distributed as dist
+    from mamba_ssm.modules.mamba3 import Mamba3
+    from megatron.core import parallel_state
+    from megatron.core.transformer import module as mcore_module
+    from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    patched = os.environ.get("HARNESS_PATCHED", "1" if "fix" in lane() else "0") == "1"
+    figure("mamba_ssm", getattr(mamba_ssm, "__version__", None), None, file=mamba_ssm.__file__)
+    figure("keep_fp32_marker_api", hasattr(mcore_module, "keep_fp32"), None)
+    init_single_process(parallel_state, dist)
+    device = "cuda"
+    torch.manual_seed(args.seed)
+    mixer = Mamba3(d_model=args.d_model, d_state=args.d_state, headdim=args.headdim, is_mimo=True,
+                   mimo_rank=args.mimo_rank, chunk_size=args.chunk, layer_idx=0, device=device, dtype=torch.bfloat16)
+    built = {n: str(p.dtype).replace("torch.", "") for n, p in mixer.named_parameters()}
+    fp32_built = sorted(n for n, d in built.items() if d == "float32")
+    figure("block", {"class": f"{type(mixer).__module__}.{type(mixer).__qualname__}", "is_mimo": mixer.is_mimo,
+                     "d_model": args.d_model, "d_state": args.d_state, "headdim": args.headdim,
+                     "nheads": mixer.nheads, "mimo_rank": mixer.mimo_rank, "chunk_size": args.chunk,
+                     "batch": args.batch, "seqlen": args.seqlen, "param_dtypes": built}, None, lane=lane())
+    failures: list[str] = []
+    if sorted(MAMBA3_CONTRACT) != fp32_built:
+        failures.append(f"the author module's fp32 parameters are {fp32_built}, not {sorted(MAMBA3_CONTRACT)}")
+    # The host's declaration, as a user of the patched Megatron writes it; no mamba-ssm change. Inert on baseline.
+    mixer.keep_fp32_params = MAMBA3_CONTRACT
+
+    g = torch.Generator(device="cpu").manual_seed(args.seed + 1)
+    x32 = torch.randn(args.batch, args.seqlen, args.d_model, generator=g).to(torch.bfloat16).float().to(device)
+    dout = torch.randn(args.batch, args.seqlen, args.d_model, generator=g).to(device)
+
+    # Reference: an unwrapped copy (fp32 contract intact) fed the same bf16 input, no autocast; twice for a control.
+    reference = copy.deepcopy(mixer)
+    ref_out, ref = _fwd_bwd(torch, reference, x32.to(torch.bfloat16), dout)
+    ref2_out, ref2 = _fwd_bwd(torch, reference, x32.to(torch.bfloat16), dout)
+    figure("reference_fwd_bwd", "ok", None, finite=bool(torch.isfinite(ref_out).all()))
+
+    before = dict(mixer.named_parameters())
+    snap = {n: (p.data_ptr(), p.detach().clone()) for n, p in before.items()}
+    config = TransformerConfig(num_layers=1, hidden_size=args.d_model, num_attention_heads=mixer.nheads, bf16=True,
+                               params_dtype=torch.float32)
+    wrapped = Float16Module(config, mixer)
+    after = dict(wrapped.module.named_parameters())
+    dtypes = {n: str(p.dtype).replace("torch.", "") for n, p in after.items()}
+    figure("dtypes_after_wrap", {n: dtypes[n] for n in MAMBA3_CONTRACT}, None, all_params=dtypes)
+    cast_declared = [n for n in MAMBA3_CONTRACT if after[n].dtype != torch.float32]
+    for n in MAMBA3_CONTRACT:
+        p = after[n]
+        if p.dtype == torch.float32:
+            if p is not before[n]:
+                failures.append(f"{n}: Parameter object replaced by the wrap")
+            if p.data_ptr() != snap[n][0]:
+                failures.append(f"{n}: storage moved by the wrap")
+            if not torch.equal(p.detach(), snap[n][1]):
+                failures.append(f"{n}: value changed by the wrap")
+        else:
+            err = (p.detach().double() - snap[n][1].double()).abs().max().item()
+            figure("cast_rounding_max_abs", err, None, param=n, dtype=dtypes[n])
+    if cast_declared:
+        failures.append(f"cast to 16 bits by Float16Module: {', '.join(cast_declared)}")
+    not_bf16 = [n for n, p in after.items() if n not in MAMBA3_CONTRACT and p.dtype != torch.bfloat16]
+    if not_bf16:
+        failures.append(f"undeclared parameters not bf16 after the wrap: {', '.join(not_bf16)}")
+
+    # Step 1 through the real wrapper: fp32 input -> bf16 on the first stage, output back to fp32.
+    consequence, error = None, None
+    try:
+        out, grads = _fwd_bwd(torch, wrapped, x32, dout)
+    except Exception as exc:  # the kernel's dtype check (or whatever the bf16 parameters break)
+        consequence, error = "raised", _short(exc)
+        out = grads = None
+    figure("wrapped_fwd_bwd", consequence or "ok", None, error=error)
+    if out is not None:
+        worst = _compare(torch, out, grads, ref_out, ref, ref2_out, ref2, failures, "step1")
+        finite = bool(torch.isfinite(out).all()) and all(
+            bool(torch.isfinite(v.float()).all()) for v in grads.values() if v is not None)
+        if not finite:
+            consequence = "non_finite"
+        elif any(f.startswith("step1:") for f in failures):
+            consequence = "differs_from_unwrapped"
+        figure("wrapped_worst_rel_fro", max(worst.values()) if worst else None, None, finite=finite)
+        for n in MAMBA3_CONTRACT:
+            gr = grads.get(n)
+            if gr is None or gr.dtype != torch.float32:
+                failures.append(f"step1: {n}.grad is {None if gr is None else gr.dtype}")
+    else:
+        failures.append(f"step1: wrapped forward/backward raised {error}")
+
+    if not patched:
+        dist.destroy_process_group()
+        details = {"lane": lane(), "declared": list(MAMBA3_CONTRACT), "cast_declared": cast_declared,
+                   "consequence": consequence, "error": error}
+        if cast_declared and consequence:
+            verdict("BUG_REPRODUCED", observed="Float16Module cast the fp32-contract parameters to bf16; the "
+                                               f"wrapped Mamba3 MIMO then {consequence}", **details)
+        else:
+            verdict("BUG_ABSENT", observed=("parameters cast but the kernels accepted them and matched the "
+                                            "unwrapped module" if cast_declared else "no parameter cast"), **details)
+        return 0
+
+    # Step 2 after an SGD step: nothing re-cast, nothing moved, still finite (patched lanes).
+    if out is not None:
+        params = dict(wrapped.module.named_parameters())
+        ptrs = {n: p.data_ptr() for n, p in params.items()}
+        opt = torch.optim.SGD(wrapped.parameters(), lr=1e-3)
+        opt.step()  # step 1's update
+        try:
+            out2, grads2 = _fwd_bwd(torch, wrapped, x32, dout)
+            opt.step()  # step 2's update
+            finite2 = bool(torch.isfinite(out2).all()) and all(
+                bool(torch.isfinite(v.float()).all()) for v in grads2.values() if v is not None)
+            figure("step2_finite", finite2, None)
+            if not finite2:
+                failures.append("step2: output or grads not finite")
+        except Exception as exc:
+            failures.append(f"step2: wrapped forward/backward raised {_short(exc)}")
+        now = dict(wrapped.module.named_parameters())
+        stable = {n: (now[n] is params[n] and now[n].data_ptr() == ptrs[n]) for n in params}
+        figure("params_stable_over_two_steps", all(stable.values()), None,
+               unstable=[n for n, ok in stable.items() if not ok],
+               dtypes={n: str(now[n].dtype).replace("torch.", "") for n in MAMBA3_CONTRACT})
+        for n in MAMBA3_CONTRACT:
+            if now[n].dtype != torch.float32:
+                failures.append(f"after two steps: {n} is {now[n].dtype}")
+        failures += [f"after two steps: {n} re-allocated or replaced (re-cast?)" for n, ok in stable.items() if not ok]
+    dist.destroy_process_group()
+    verdict("FIX_FAILED" if failures else "FIX_VALIDATED", lane=lane(), declared=list(MAMBA3_CONTRACT),
+            cast_declared=cast_declared, failures=failures[:20], n_failures=len(failures))
+    return 0
+
+
 def main() -> int:
     args = parse_args()
     if args.lane:
         os.environ["HARNESS_LANE"] = args.lane
+    if args.stage == "mamba3":
+        return stage_mamba3(args)
     stamp("megatron-core", "megatron.core.transformer.module")
 
     import torch
