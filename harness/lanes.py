@@ -50,11 +50,12 @@ class Prepared:
     imported: dict[str, str]
     baseline: builds.Build | None = None  # the unpatched build, for lanes with ``with_baseline``
     extras: tuple[builds.Build, ...] = ()
-    runtime_site: Path | None = None  # the base's runtime_requires, installed for this lane only
+    runtime_site: Path | None = None  # runtime_requires of the base and of the extra builds' bases, for this lane only
+    runtime_requires: tuple[str, ...] = ()  # what runtime_site holds
 
     @property
     def path_entries(self) -> list[str]:
-        """PYTHONPATH entries of this lane, in order: the build, its extra builds, the base's runtime deps."""
+        """PYTHONPATH entries of this lane, in order: the build, its extra builds, the runtime deps."""
         return ([str(self.build.site)] + [str(b.site) for b in self.extras]
                 + ([str(self.runtime_site)] if self.runtime_site else []))
 
@@ -123,24 +124,30 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     extras = []
     for target, extra_base in lane.extra_builds:
         other = ctx.manifest(target)
-        extras.append((other, obtain_build(ctx, other, other.base(extra_base), [], f"{target} {extra_base}")))
+        extras.append((other, other.base(extra_base),
+                       obtain_build(ctx, other, other.base(extra_base), [], f"{target} {extra_base}")))
     wheels = ctx.bundle.path / "wheels" if ctx.bundle is not None else None
-    runtime_site = runtime.ensure(base, ctx.store, ctx.python, wheels) if import_check else None
+    # an extra build needs its own base's runtime (mamba's tilelang) on this lane's path as well
+    reqs = runtime.combine([(f"{manifest.target} {base.name}", base.runtime_requires)]
+                           + [(f"{other.target} {xbase.name}", xbase.runtime_requires) for other, xbase, _ in extras])
+    runtime_site = runtime.ensure_requirements(reqs, label, ctx.store, ctx.python, wheels) if import_check else None
     runtime_path = [str(runtime_site)] if runtime_site else []
     imported = {}
     if import_check:
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
         imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path,
                                        env=runtime.with_library_path(dict(os.environ), runtime_site))
-        for other, extra in extras:
-            imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target))
+        for other, _, extra in extras:
+            imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target,
+                                                extra_path=runtime_path,
+                                                env=runtime.with_library_path(dict(os.environ), runtime_site)))
         ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
     baseline = None
     if lane.with_baseline:
         twin = Lane(name=f"{lane.name}.baseline", base=lane.base, patched=False, expect=lane.expect)
         baseline = prepare(ctx, pack, twin, import_check=False).build
     return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline=baseline,
-                    extras=tuple(b for _, b in extras), runtime_site=runtime_site)
+                    extras=tuple(b for _, _, b in extras), runtime_site=runtime_site, runtime_requires=reqs)
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -215,7 +222,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         "extra_builds": [b.describe() for b in prep.extras],
         "world_size": lane.nproc,
         "ranks": outcome.stamps if lane.nproc > 1 else None,
-        "runtime_requires": list(prep.base.runtime_requires),
+        "runtime_requires": list(prep.runtime_requires),
         "imported": prep.imported,
         "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
         "harness": {"version": __version__, **_repo_state(ctx.root)},

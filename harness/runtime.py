@@ -12,16 +12,23 @@ libraries are out of reach of a build library's relative RUNPATH (tilelang's
 libtvm.so needs libz3.so through ``$ORIGIN/../../z3/lib``), so the lane also
 puts the site's ``<package>/lib`` directories on ``LD_LIBRARY_PATH``. A host
 with a system libz3 hides the problem; the GPU host has none.
+
+A lane with ``with_builds`` (another target's build on its path, e.g. megatron-core's
+Float16Module around mamba-ssm's Mamba3) needs those bases' runtime requirements too:
+``combine`` merges the lane's own base's list with theirs (one pin per distribution; two
+different pins of one distribution is a configuration error) and ``ensure_requirements``
+installs the merged set as one site.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
 from harness import ui
-from harness.errors import BuildError
+from harness.errors import BuildError, ConfigError
 from harness.hashing import sha256_text
 from harness.pins import Base
 from harness.store import Store
@@ -49,9 +56,42 @@ def with_library_path(env: dict[str, str], site: Path | None) -> dict[str, str]:
     return env
 
 
+def _dist_name(requirement: str) -> str:
+    """The normalized distribution name of a pin like ``apache-tvm-ffi==0.1.9`` (PEP 503)."""
+    name = re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def combine(sources: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
+    """The requirements of several bases (``(label, runtime_requires)`` pairs), merged in order, duplicates once.
+
+    Two sources pinning one distribution differently cannot share a site: ConfigError naming both.
+    """
+    out: list[str] = []
+    seen: dict[str, tuple[str, str]] = {}
+    for label, reqs in sources:
+        for req in reqs:
+            name = _dist_name(req)
+            if name in seen:
+                first, first_label = seen[name]
+                if first.replace(" ", "") != req.replace(" ", ""):
+                    raise ConfigError(f"runtime_requires conflict: {first_label} pins {first!r}, {label} pins {req!r}; "
+                                      "one lane cannot have both on its path")
+                continue
+            seen[name] = (req, label)
+            out.append(req)
+    return tuple(out)
+
+
 def ensure(base: Base, store: Store, python: str, wheels: Path | None = None) -> Path | None:
     """The site directory holding ``base.runtime_requires`` (None when it lists nothing)."""
-    reqs = tuple(base.runtime_requires)
+    return ensure_requirements(tuple(base.runtime_requires), f"base {base.name}", store, python, wheels)
+
+
+def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python: str,
+                        wheels: Path | None = None) -> Path | None:
+    """The site directory holding exactly ``reqs`` (None when empty), installed once per distinct set."""
+    reqs = tuple(reqs)
     if not reqs:
         return None
     key = runtime_key(reqs, python)
@@ -59,7 +99,7 @@ def ensure(base: Base, store: Store, python: str, wheels: Path | None = None) ->
     with store.locked():
         if (final / "site").is_dir():
             return final / "site"
-        with ui.status(f"installing runtime of base {base.name}: {', '.join(reqs)}"), store.new_entry(final) as tmp:
+        with ui.status(f"installing runtime of {label}: {', '.join(reqs)}"), store.new_entry(final) as tmp:
             cmd = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
                    "--target", str(tmp / "site")]
             if wheels is not None:
@@ -67,6 +107,6 @@ def ensure(base: Base, store: Store, python: str, wheels: Path | None = None) ->
             proc = subprocess.run(cmd + list(reqs), capture_output=True, text=True)
             if proc.returncode != 0:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
-                raise BuildError(f"base {base.name}: cannot install runtime_requires ({', '.join(reqs)}):\n{tail}")
+                raise BuildError(f"{label}: cannot install runtime_requires ({', '.join(reqs)}):\n{tail}")
             (tmp / "requirements.txt").write_text("\n".join(reqs) + "\n")
     return final / "site"
