@@ -198,31 +198,14 @@ def test_lane_needing_more_gpus_than_the_host_has_is_skipped(lane_repo, monkeypa
 
 
 def test_with_builds_puts_another_target_on_the_path(lane_repo, tmp_path):
-    import textwrap
 
     from conftest import make_sdist
 
     other = tmp_path / "other"
     other.mkdir()
     sdist = make_sdist(other, version="2.0")
-    import hashlib
 
-    (lane_repo.root / "upstream" / "helper.toml").write_text(textwrap.dedent(f'''\
-        target = "helper"
-        repo = "https://example.invalid/helper"
-        distribution = "fakepkg"
-        import_names = ["fakepkg"]
-        build = "overlay"
-        default_base = "2.0"
-        [bases."2.0"]
-        version = "2.0"
-        commit = ""
-        [bases."2.0".artifact]
-        kind = "sdist"
-        filename = "{sdist.name}"
-        url = "{sdist.as_uri()}"
-        sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
-    '''))
+    _helper_manifest(lane_repo, sdist, "fakepkg")
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('patched = false', 'patched = false\nwith_builds = ["helper@2.0"]', 1))
     assert _run(lane_repo, "--lane", "bug") == 0
@@ -236,10 +219,8 @@ def test_with_builds_brings_the_extra_bases_runtime(lane_repo, tmp_path, monkeyp
     # megatron-core + mamba-ssm (pack 16's mamba3 stage): mamba's tilelang/z3 runtime must be on the lane's
     # PYTHONPATH and LD_LIBRARY_PATH, and the extra build's import check must see it, though the lane's own
     # base lists no runtime_requires.
-    import hashlib
     import io
     import tarfile
-    import textwrap
     import zipfile
 
     wheels = tmp_path / "wheels"
@@ -264,23 +245,7 @@ def test_with_builds_brings_the_extra_bases_runtime(lane_repo, tmp_path, monkeyp
             ti = tarfile.TarInfo(name)
             ti.size = len(text.encode())
             tf.addfile(ti, io.BytesIO(text.encode()))
-    (lane_repo.root / "upstream" / "helper.toml").write_text(textwrap.dedent(f'''\
-        target = "helper"
-        repo = "https://example.invalid/helper"
-        distribution = "helperpkg"
-        import_names = ["helperpkg"]
-        build = "overlay"
-        default_base = "2.0"
-        [bases."2.0"]
-        version = "2.0"
-        commit = ""
-        runtime_requires = ["tinydep==1.0"]
-        [bases."2.0".artifact]
-        kind = "sdist"
-        filename = "{sdist.name}"
-        url = "{sdist.as_uri()}"
-        sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
-    '''))
+    _helper_manifest(lane_repo, sdist, "helperpkg", runtime_requires=["tinydep==1.0"])
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('patched = false', 'patched = false\nwith_builds = ["helper@2.0"]', 1))
     repro = lane_repo.root / "repros" / "fake" / "pack01.py"
@@ -290,3 +255,28 @@ def test_with_builds_brings_the_extra_bases_runtime(lane_repo, tmp_path, monkeyp
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["runtime_requires"] == ["tinydep==1.0"]
     assert rec.data["imported"]["helperpkg"].startswith(str(lane_repo.cache))
+
+
+def _helper_manifest(lane_repo, sdist, package: str, runtime_requires=()) -> None:
+    """upstream/helper.toml: a second target whose one base (2.0) is ``sdist``, for ``with_builds`` lanes."""
+    import hashlib
+    import json
+    import textwrap
+
+    (lane_repo.root / "upstream" / "helper.toml").write_text(textwrap.dedent(f'''\
+        target = "helper"
+        repo = "https://example.invalid/helper"
+        distribution = "{package}"
+        import_names = ["{package}"]
+        build = "overlay"
+        default_base = "2.0"
+        [bases."2.0"]
+        version = "2.0"
+        commit = ""
+        runtime_requires = {json.dumps(list(runtime_requires))}
+        [bases."2.0".artifact]
+        kind = "sdist"
+        filename = "{sdist.name}"
+        url = "{sdist.as_uri()}"
+        sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
+    '''))
