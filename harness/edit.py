@@ -222,23 +222,27 @@ def keep_unchanged(old_dir: Path, files: list[Path]) -> None:
             shutil.copyfile(old, f)
 
 
-def keep_names(old_dir: Path, files: list[Path]) -> None:
+def keep_names(old_dir: Path, files: list[Path]) -> list[Path]:
     """Give a regenerated patch the slug of the old file with the same subject (its number is its position).
 
     Hand-named files keep their names, so an unchanged series stays byte- and name-identical.
+    Returns the files under their final names.
     """
     if not old_dir.is_dir():
-        return
+        return files
     by_subject = {}
     for p in sorted(old_dir.glob("*.patch")):
         try:
             by_subject.setdefault(series.parse_patch("", p).subject, p.name[5:])
         except ConfigError:
             continue
+    named = []
     for f in files:
         slug = by_subject.get(series.parse_patch("", f).subject)
         if slug and f.name[5:] != slug:
-            f.rename(f.with_name(f"{f.name[:4]}-{slug}"))
+            f = f.rename(f.with_name(f"{f.name[:4]}-{slug}"))
+        named.append(f)
+    return named
 
 
 def _check_commits(pack: Pack, repo, start: str, end: str) -> None:
@@ -282,9 +286,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
         files = format_series(repo, own.start, "HEAD", scratch)
         for f in files:
             series.parse_patch(pack.id, f)  # the Upstream-Status value itself, as every loader checks it
-        keep_names(dest, files)
-        files = sorted(scratch.glob("*.patch"))
-        keep_unchanged(dest, files)
+        keep_unchanged(dest, keep_names(dest, files))
         result = compare(dest, scratch)
         if not result.changed or dry_run:
             return result

@@ -124,8 +124,8 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     extras = []
     for target, extra_base in lane.extra_builds:
         other = ctx.manifest(target)
-        extras.append((other, other.base(extra_base),
-                       obtain_build(ctx, other, other.base(extra_base), [], f"{target} {extra_base}")))
+        xbase = other.base(extra_base)
+        extras.append((other, xbase, obtain_build(ctx, other, xbase, [], f"{target} {extra_base}")))
     wheels = ctx.bundle.path / "wheels" if ctx.bundle is not None else None
     # an extra build needs its own base's runtime (mamba's tilelang) on this lane's path as well
     reqs = runtime.combine([(f"{manifest.target} {base.name}", base.runtime_requires)]
@@ -134,13 +134,12 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     runtime_path = [str(runtime_site)] if runtime_site else []
     imported = {}
     if import_check:
+        env = runtime.with_library_path(dict(os.environ), runtime_site)
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
-        imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path,
-                                       env=runtime.with_library_path(dict(os.environ), runtime_site))
+        imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path, env=env)
         for other, _, extra in extras:
             imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target,
-                                                extra_path=runtime_path,
-                                                env=runtime.with_library_path(dict(os.environ), runtime_site)))
+                                                extra_path=runtime_path, env=env))
         ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
     baseline = None
     if lane.with_baseline:

@@ -30,7 +30,6 @@ from pathlib import Path
 from harness import ui
 from harness.errors import BuildError, ConfigError
 from harness.hashing import sha256_text
-from harness.pins import Base
 from harness.store import Store
 
 
@@ -56,15 +55,19 @@ def with_library_path(env: dict[str, str], site: Path | None) -> dict[str, str]:
     return env
 
 
+def _project(requirement: str) -> str:
+    """The project name as written at the start of a requirement like ``apache-tvm-ffi==0.1.9``."""
+    return re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0]
+
+
 def _dist_name(requirement: str) -> str:
     """The normalized distribution name of a pin like ``apache-tvm-ffi==0.1.9`` (PEP 503)."""
-    name = re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0]
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return re.sub(r"[-_.]+", "-", _project(requirement)).lower()
 
 
 def _spec(requirement: str) -> tuple[str, str]:
     """``(normalized name, version specifier without spaces)``: 'Einops == 0.8.2' and 'einops==0.8.2' are one pin."""
-    name = re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0]
+    name = _project(requirement)
     return _dist_name(name), requirement.strip()[len(name):].replace(" ", "")
 
 
@@ -87,11 +90,6 @@ def combine(sources: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:
             seen[name] = (req, label)
             out.append(req)
     return tuple(out)
-
-
-def ensure(base: Base, store: Store, python: str, wheels: Path | None = None) -> Path | None:
-    """The site directory holding ``base.runtime_requires`` (None when it lists nothing)."""
-    return ensure_requirements(tuple(base.runtime_requires), f"base {base.name}", store, python, wheels)
 
 
 def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python: str,

@@ -9,7 +9,6 @@ import pytest
 
 from harness import runtime
 from harness.errors import BuildError, ConfigError
-from harness.pins import Artifact, Base
 from harness.store import Store
 
 
@@ -29,8 +28,9 @@ def _wheel(dest: Path, name: str, version: str) -> Path:
     return path
 
 
-def _base(name: str, reqs: tuple[str, ...]) -> Base:
-    return Base(name, name, "", "test", Artifact("wheel", "x.whl", "file:///x.whl", "0" * 64), reqs)
+def _ensure(base: str, reqs: tuple[str, ...], store: Store, wheels: Path) -> Path | None:
+    """The runtime site of a base named ``base`` that lists ``reqs``, installed offline from ``wheels``."""
+    return runtime.ensure_requirements(reqs, f"base {base}", store, sys.executable, wheels)
 
 
 def test_each_base_gets_its_own_runtime_offline(tmp_path):
@@ -39,22 +39,22 @@ def test_each_base_gets_its_own_runtime_offline(tmp_path):
     _wheel(wheels, "tinydep", "1.0")
     _wheel(wheels, "tinydep", "2.0")
     store = Store(tmp_path / "cache")
-    old = runtime.ensure(_base("old", ("tinydep==1.0",)), store, sys.executable, wheels)
-    new = runtime.ensure(_base("new", ("tinydep==2.0",)), store, sys.executable, wheels)
+    old = _ensure("old", ("tinydep==1.0",), store, wheels)
+    new = _ensure("new", ("tinydep==2.0",), store, wheels)
     assert old != new
     for site, version in ((old, "1.0"), (new, "2.0")):
         out = subprocess.run([sys.executable, "-c", "import tinydep; print(tinydep.VERSION)"],
                              env={"PYTHONPATH": str(site)}, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == version
-    assert runtime.ensure(_base("again", ("tinydep==1.0",)), store, sys.executable, wheels) == old  # cached
-    assert runtime.ensure(_base("none", ()), store, sys.executable, wheels) is None
+    assert _ensure("again", ("tinydep==1.0",), store, wheels) == old  # cached
+    assert _ensure("none", (), store, wheels) is None
 
 
 def test_missing_runtime_wheel_is_a_build_error(tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     with pytest.raises(BuildError, match=r"base old: cannot install runtime_requires \(tinydep==3.0\)"):
-        runtime.ensure(_base("old", ("tinydep==3.0",)), Store(tmp_path / "cache"), sys.executable, wheels)
+        _ensure("old", ("tinydep==3.0",), Store(tmp_path / "cache"), wheels)
     assert not list((tmp_path / "cache" / "runtime").iterdir())  # nothing half-made is left
 
 
