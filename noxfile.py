@@ -1,14 +1,19 @@
 """nox sessions: ``tests``, ``lint``, and one ``<target>_pack<NN>`` per pack in tracking.toml.
 
-A pack session installs the harness (and what the target's import check needs,
-from requirements/lane-<target>.txt) into its virtualenv and runs
-``harness run <pack>``. Its exit code is the harness's (see ``harness --help``):
+A pack session runs ``harness run <pack>`` in its target's lane environment: one
+virtualenv per target (``.nox/lane-<target>-py<X.Y>``), shared by all of that
+target's pack sessions, holding the harness and requirements/lane-<target>.txt.
+Sharing matters: the megatron lane needs a CUDA build of torch (about 5 GB), and
+five megatron packs each installing their own copy once filled a CI disk.
+The interpreter is the manifest's ``python`` (``python3.12`` on PATH, or pyenv's) or
+nox's own. A session's exit code is the harness's (see ``harness --help``):
 0 all lanes as expected, 3 a GPU lane was skipped on this host, others failures.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -18,7 +23,7 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
-from harness.sessions import pack_sessions  # noqa: E402  (stdlib-only module)
+from harness.sessions import find_interpreter, pack_sessions  # noqa: E402  (stdlib-only module)
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "tests"]
@@ -38,22 +43,40 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "harness", "tests", "repros", "noxfile.py")
 
 
+def _lane_env(session: nox.Session, spec) -> Path:
+    """Create (once) and update the target's shared virtualenv; return its directory."""
+    python = find_interpreter(spec.python) if spec.python else sys.executable
+    if python is None:
+        session.error(f"{spec.name} needs python{spec.python} (upstream/{spec.target}.toml sets "
+                      f"python = \"{spec.python}\"): none on PATH runs, nor under pyenv's versions/")
+    version = spec.python or "{}.{}".format(*sys.version_info[:2])
+    envdir = session.cache_dir.parent / spec.lane_env(version)
+    if not (envdir / "bin" / "python").exists():
+        session.log(f"creating the {spec.target} lane environment {envdir} (shared by its pack sessions)")
+        session.run(python, "-m", "venv", str(envdir), external=True)
+    pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet")
+    session.run_install(*pip, "-e", ".", external=True)
+    if spec.requirements:
+        session.run_install(*pip, "-r", spec.requirements, external=True)
+    return envdir
+
+
 def _pack_session(spec):
     def run_pack(session: nox.Session) -> None:
-        session.install("-e", ".")
-        if spec.requirements:
-            session.install("-r", spec.requirements)
+        envdir = _lane_env(session, spec)
+        env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
         with tempfile.TemporaryDirectory() as tmp:
             result = Path(tmp) / "result.json"
-            session.run("harness", "run", spec.pack, "--result-file", str(result), *session.posargs,
-                        success_codes=[int(c) for c in Exit])
+            session.run(str(envdir / "bin" / "harness"), "run", spec.pack, "--result-file", str(result),
+                        *session.posargs, env=env, external=True, success_codes=[int(c) for c in Exit])
             code = Exit(json.loads(result.read_text())["exit"]) if result.exists() else Exit.USAGE
         if code != Exit.OK:
             session.warn(f"{spec.name}: harness exit {int(code)} ({code.name})")
             raise SystemExit(int(code))  # keep the harness's exit code; nox would fold SKIPPED into 0
 
     run_pack.__doc__ = spec.description
-    return nox.session(name=spec.name, python=spec.python, default=False)(run_pack)
+    # venv_backend="none": the session's environment is the target's shared one (_lane_env), not its own.
+    return nox.session(name=spec.name, venv_backend="none", default=False)(run_pack)
 
 
 for _spec in pack_sessions(ROOT):

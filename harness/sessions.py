@@ -6,10 +6,15 @@ must not import tomlkit, rich or GitPython. Each pack becomes a session
 first word of the target name (``liger-kernel`` -> ``liger``). A manifest's
 optional ``python`` (e.g. ``"3.12"`` where the upstream package requires it)
 becomes the session's interpreter; otherwise nox's own interpreter is used.
+All pack sessions of one target share one virtualenv (``PackSession.lane_env``).
 """
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +28,11 @@ class PackSession:
     description: str
     requirements: str | None  # requirements/lane-<target>.txt when it exists
     python: str | None = None  # the manifest's ``python``: interpreter version the session needs
+
+    def lane_env(self, python_version: str) -> str:
+        """The directory name (under nox's envdir) of the virtualenv that all of this target's
+        pack sessions share: ``lane-<target>-py<X.Y>``."""
+        return f"lane-{self.target}-py{python_version}"
 
 
 def _manifest(root: Path, target: str) -> dict:
@@ -57,3 +67,23 @@ def pack_sessions(root: Path) -> list[PackSession]:
                                str(reqs.relative_to(root)) if reqs.is_file() else None,
                                session_python(root, target)))
     return out
+
+
+def find_interpreter(version: str) -> str | None:
+    """A ``python<version>`` that runs and is that version: the one on PATH, else a pyenv install.
+
+    pyenv hosts often have 3.12 installed but not selected; its shim is then on PATH and
+    fails when run, so each candidate is tried rather than trusted.
+    """
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = [shutil.which(f"python{version}")]
+    candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}*", "bin", f"python{version}")))
+    for exe in filter(None, candidates):
+        try:
+            out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                 capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out == version:
+            return exe
+    return None
