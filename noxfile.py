@@ -23,7 +23,8 @@ import nox
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
-from harness.sessions import find_interpreter, pack_sessions  # noqa: E402  (stdlib-only module)
+from harness.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
+from harness.sessions import pack_sessions  # noqa: E402  (stdlib-only module)
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "tests"]

@@ -30,13 +30,12 @@ from pathlib import Path
 from harness import ui
 from harness.errors import BuildError, ConfigError
 from harness.hashing import sha256_text
+from harness.interpreters import python_version
 from harness.store import Store
 
 
 def runtime_key(requirements: tuple[str, ...], python: str) -> str:
-    version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True).stdout.strip()
-    return sha256_text("\n".join(sorted(requirements)) + f"\0{version}")
+    return sha256_text("\n".join(sorted(requirements)) + f"\0{python_version(python)}")
 
 
 def library_dirs(site: Path | None) -> list[str]:

@@ -11,10 +11,6 @@ All pack sessions of one target share one virtualenv (``PackSession.lane_env``).
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,22 +64,3 @@ def pack_sessions(root: Path) -> list[PackSession]:
                                session_python(root, target)))
     return out
 
-
-def find_interpreter(version: str) -> str | None:
-    """A ``python<version>`` that runs and is that version: the one on PATH, else a pyenv install.
-
-    pyenv hosts often have 3.12 installed but not selected; its shim is then on PATH and
-    fails when run, so each candidate is tried rather than trusted.
-    """
-    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
-    candidates = [shutil.which(f"python{version}")]
-    candidates += sorted(glob.glob(os.path.join(root, "versions", f"{version}*", "bin", f"python{version}")))
-    for exe in filter(None, candidates):
-        try:
-            out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                 capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if out == version:
-            return exe
-    return None
