@@ -9,9 +9,11 @@ real ``git format-patch`` file, and a reproducer prints the protocol lines.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import shutil
 import subprocess
+import sys
 import tarfile
 import textwrap
 from dataclasses import dataclass, field
@@ -241,3 +243,18 @@ def wide_console():
     ui.out.width = 250
     yield
     ui.out.width = old
+
+
+@pytest.fixture(scope="session")
+def load_reproducer():
+    """Import a reproducer file as a module, with repros/ on sys.path only while it loads (for ``_lane``)."""
+    def load(path: Path, name: str):
+        sys.path.insert(0, str(REPO / "repros"))
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            return mod
+        finally:
+            sys.path.remove(str(REPO / "repros"))
+    return load

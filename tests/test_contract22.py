@@ -8,7 +8,6 @@ targets on every rank). The lanes themselves run through ``harness run 22``.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -27,15 +26,8 @@ def pack():
 
 
 @pytest.fixture(scope="module")
-def repro():
-    sys.path.insert(0, str(ROOT / "repros"))
-    try:
-        spec = importlib.util.spec_from_file_location("contract22", REPRO)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)  # imports only _lane at module level
-        return mod
-    finally:
-        sys.path.remove(str(ROOT / "repros"))
+def repro(load_reproducer):
+    return load_reproducer(REPRO, "contract22")  # imports only _lane at module level
 
 
 def test_entry_is_a_megatron_contract_on_the_pin(pack):

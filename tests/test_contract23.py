@@ -6,9 +6,7 @@ decision logic (fed synthetic numbers) and the pack's declaration. No torch need
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,15 +19,8 @@ SCALES = (0.1, 1.0, 10.0, 100.0)
 
 
 @pytest.fixture(scope="module")
-def c23():
-    sys.path.insert(0, str(ROOT / "repros"))
-    try:
-        spec = importlib.util.spec_from_file_location("contract23", SCRIPT)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        yield mod
-    finally:
-        sys.path.remove(str(ROOT / "repros"))
+def c23(load_reproducer):
+    return load_reproducer(SCRIPT, "contract23")
 
 
 def _drift(c23, rms_id, rms_pn=None, dist_pn=None, finite_id=None, tol=0.01):
