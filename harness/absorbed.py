@@ -17,18 +17,15 @@ Three outcomes per target, at a (newer) base:
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import tomlkit
 
-from harness import pins, rebase
-from harness.lanes import Context
-from harness.tracking import Tracking
+from harness import pins, rebase, series
+from harness.context import Context
+from harness.tracking import PACK_ID, Tracking
 
-_PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
-_PACK_DIR = re.compile(r"^[0-9]{2}$")
 _TRANSIENT = (".regen-", ".refresh-")  # the tool's own scratch directories while it runs
 
 
@@ -65,14 +62,28 @@ def scan_drift(root: Path, tracking: Tracking, target: str | None = None) -> lis
             pack = tracking.packs.get(pdir.name)
             if not pdir.is_dir():
                 found.append(Drift(pdir, "file outside a pack directory"))
-            elif not _PACK_DIR.match(pdir.name) or pack is None:
+            elif not PACK_ID.match(pdir.name) or pack is None:
                 found.append(Drift(pdir, f"no pack '{pdir.name}' in tracking.toml"))
             elif pack.target != tdir.name:
                 found.append(Drift(pdir, f"pack {pack.id} targets {pack.target}, not {tdir.name}"))
             else:
-                for f in sorted(pdir.rglob("*")):
-                    if f.is_file() and (f.parent != pdir or not _PATCH_NAME.match(f.name)):
-                        found.append(Drift(f, "not a NNNN-slug.patch file of the pack's series"))
+                found.extend(_series_drift(pdir, pins.load_manifest(root, tdir.name)))
+    return found
+
+
+def _series_drift(pdir: Path, manifest: pins.Manifest) -> list[Drift]:
+    """Files of a pack directory that are not its series: NNNN-slug.patch at the top (the pack's own base)
+    or in ``<base>/`` for a base of the manifest (a ported series), nothing else."""
+    found = []
+    for f in sorted(pdir.rglob("*")):
+        if not f.is_file() or any(part.startswith(_TRANSIENT) for part in f.relative_to(pdir).parts):
+            continue
+        rel = f.relative_to(pdir).parts
+        if len(rel) == 2 and rel[0] not in manifest.bases:
+            found.append(Drift(f, f"'{rel[0]}/' is not a base of upstream/{manifest.target}.toml "
+                                  f"(bases: {', '.join(manifest.bases)})"))
+        elif len(rel) > 2 or not series.PATCH_NAME.match(f.name):
+            found.append(Drift(f, "not a NNNN-slug.patch file of the pack's series"))
     return found
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import builds, lanes, receipts, ui
+from harness.context import Context
 from harness.errors import BundleError
 from harness.hashing import sha256_file
 from harness.pins import Manifest
@@ -58,7 +59,7 @@ def read_requirements(path: Path) -> list[str]:
     return [ln.split("#")[0].strip() for ln in path.read_text().splitlines() if ln.split("#")[0].strip()]
 
 
-def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: str = "3.12",
+def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = "3.12",
          deps_dir: Path | None = None, bases: list[str] | None = None) -> dict:
     """Write the bundle for ``pack_ids`` to ``output`` (atomically) and return its index.
 
@@ -117,7 +118,7 @@ def make(ctx: lanes.Context, pack_ids: list[str], output: Path, python_version: 
     return index
 
 
-def _add_build(index: dict, members: dict[str, Path], ctx: lanes.Context, build: builds.Build, lane: str) -> None:
+def _add_build(index: dict, members: dict[str, Path], ctx: Context, build: builds.Build, lane: str) -> None:
     """Record ``build`` (its wheel, or a tar of its overlay directory) once, noting which lanes use it."""
     key = build.key
     entry = index["builds"].setdefault(key, {"kind": build.kind, "lanes": []})

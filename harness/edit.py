@@ -6,18 +6,10 @@ one commit per patch (the ``gbp pq import`` / ``devtool modify`` model). Which
 commits belong to which pack is recorded in ``.git/patchlane-edit.json``.
 
 ``regenerate`` turns the pack's commits (everything after its dependencies'
-last commit) back into ``patches/<target>/<pack>/`` with ``git format-patch``,
-formatted so an unchanged commit gives a byte-identical file:
-
-* ``--zero-commit`` (``From 000...``), ``--no-signature``, ``--no-numbered``
-  (subjects say ``[PATCH]``, so adding a commit does not touch the others);
-* blob ids are generated with ``--full-index`` and cut to 7 hex digits, so the
-  width never depends on how many objects the checkout holds;
-* ``Date:`` is the author date's UTC day at 00:00:00 +0000;
-* a regenerated patch that says what the old file said, once that noise
-  (commit id, time of day, blob id width, a ``-- <git version>`` signature)
-  is set aside, keeps the old file's bytes, so a series written by plain
-  ``git format-patch`` also regenerates to a zero diff.
+last commit) back into the series with ``series.format_series`` (deterministic:
+an unchanged commit gives a byte-identical file). A checkout made on the pack's
+own base writes ``patches/<target>/<pack>/``; one made on another base (``edit
+--base main``) writes the ported series ``patches/<target>/<pack>/<base>/``.
 
 New files are written to a scratch directory beside the series and swapped in
 with renames; the old series is kept as a backup until the swap succeeded.
@@ -25,35 +17,21 @@ with renames; the old series is kept as a backup until the swap succeeded.
 
 from __future__ import annotations
 
-import difflib
-import email.utils
 import json
 import os
 import re
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
-from datetime import UTC
 from pathlib import Path
 
-from harness import git, pins, series, ui
-from harness.errors import ConfigError, EditError
+from harness import git, series, ui
+from harness.context import Context
+from harness.errors import EditError, SeriesError
 from harness.hashing import sha256_file
-from harness.lanes import Context
 from harness.tracking import Pack
 
 STATE_FILE = "patchlane-edit.json"
-# Every option that a config setting (format.*, diff.*) could otherwise change is spelled out, so a
-# checkout's own config cannot alter the output.
-FORMAT_OPTIONS = (
-    "--zero-commit", "--no-signature", "--no-numbered", "--full-index", "--no-renames",
-    "--diff-algorithm=myers", "-U3", "--src-prefix=a/", "--dst-prefix=b/", "--subject-prefix=PATCH",
-    "--no-thread", "--no-cover-letter", "--no-notes", "--no-attach", "--no-add-header", "--no-to", "--no-cc",
-    "--no-base", "--encode-email-headers",
-)
-_INDEX = re.compile(r"^index ([0-9a-f]{40})\.\.([0-9a-f]{40})(.*)$")
-_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _PACK_TRAILER = re.compile(r"^Pack:\s*(\S+)\s*$", re.M)
 
 
@@ -100,7 +78,8 @@ def default_dir(ctx: Context, pack: Pack) -> Path:
 def start(ctx: Context, pack: Pack, base_name: str | None, dest: Path, force: bool = False) -> EditState:
     """Make ``dest`` an edit checkout of ``pack`` (dependencies' commits first, then the pack's)."""
     manifest = ctx.manifest(pack.target)
-    checkout = pins.materialize(manifest, base_name or pack.base, ctx.store, ctx.artifacts)
+    base_name = manifest.base(base_name or pack.base).name
+    checkout = ctx.materialize(manifest, base_name)
     if dest.exists() and any(dest.iterdir()):
         if not force:
             raise EditError(f"{dest} already exists and is not empty",
@@ -113,11 +92,9 @@ def start(ctx: Context, pack: Pack, base_name: str | None, dest: Path, force: bo
     try:
         repo = git.clone(checkout.path, scratch / "tree", branch=f"pack-{pack.id}")
         ranges = []
-        for p in ctx.tracking.closure(pack.id):
-            if p.target != pack.target:
-                continue
+        for p in series.dependency_chain(ctx.tracking, pack, base_name):
             begin = repo.head.commit.hexsha
-            patches = series.load_series(ctx.root, p.target, p.id)
+            patches = series.load_series(ctx.root, p.target, p.id, base_name)
             for patch in patches:
                 series.apply_patch(repo, patch, checkout)
             ranges.append(PackRange(p.id, begin, repo.head.commit.hexsha, {x.name: x.sha256 for x in patches}))
@@ -133,14 +110,7 @@ def start(ctx: Context, pack: Pack, base_name: str | None, dest: Path, force: bo
 
 # --------------------------------------------------------------------------- regenerate
 
-@dataclass(frozen=True)
-class Regenerated:
-    changed: bool
-    diff: str
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-    modified: tuple[str, ...]
-    backup: Path | None = None
+Regenerated = series.SeriesDiff
 
 
 def _refuse_unregenerated(checkout: Path) -> None:
@@ -169,80 +139,6 @@ def _refuse_dirty(repo, where: Path) -> None:
                          ("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick")):
         if (gd / marker).exists():
             raise EditError(f"{where}: a {what} is in progress; finish or abort it first")
-
-
-def format_series(repo, start: str, end: str, out: Path) -> list[Path]:
-    """``git format-patch start..end`` into ``out``, normalized (see the module docstring)."""
-    merges = repo.git.rev_list("--merges", f"{start}..{end}").split()
-    if merges:
-        raise EditError(f"{repo.working_dir}: merge commit {merges[0][:12]} in the series; a series is linear")
-    names = repo.git.format_patch(*FORMAT_OPTIONS, "-o", str(out), f"{start}..{end}").splitlines()
-    files = [Path(n) if Path(n).is_absolute() else Path(repo.working_dir) / n for n in names if n.strip()]
-    for f in files:
-        f.write_bytes(normalize_patch(f.read_bytes()))
-    return files
-
-
-def normalize_patch(data: bytes) -> bytes:
-    """Cut blob ids to 7 digits and the ``Date:`` header to the author's UTC day."""
-    lines = data.split(b"\n")
-    in_header = True
-    for i, raw in enumerate(lines):
-        if in_header:
-            if raw == b"":
-                in_header = False
-            elif raw.startswith(b"Date: "):
-                when = email.utils.parsedate_to_datetime(raw[6:].decode())
-                when = when.astimezone(UTC) if when.tzinfo else when
-                lines[i] = (f"Date: {_DAYS[when.weekday()]}, {when.day} {_MONTHS[when.month - 1]} {when.year} "
-                            "00:00:00 +0000").encode()
-            continue
-        if raw.startswith(b"index "):
-            m = _INDEX.match(raw.decode("ascii", "replace"))
-            if m:
-                lines[i] = f"index {m.group(1)[:7]}..{m.group(2)[:7]}{m.group(3)}".encode()
-    return b"\n".join(lines)
-
-
-_FROM_LINE = re.compile(rb"\AFrom [0-9a-f]{40} ")
-_SIGNATURE = re.compile(rb"\n-- \n[^\n]*\s*\Z")
-
-
-def content_key(data: bytes) -> bytes:
-    """A patch file without git format-patch's noise: what two files must share to say the same thing."""
-    data = _FROM_LINE.sub(b"From " + b"0" * 40 + b" ", normalize_patch(data))
-    return _SIGNATURE.sub(b"\n", data).rstrip(b"\n")
-
-
-def keep_unchanged(old_dir: Path, files: list[Path]) -> None:
-    """Put back the old file's bytes wherever the regenerated patch has the same content key."""
-    for f in files:
-        old = old_dir / f.name
-        if old.is_file() and content_key(old.read_bytes()) == content_key(f.read_bytes()):
-            shutil.copyfile(old, f)
-
-
-def keep_names(old_dir: Path, files: list[Path]) -> list[Path]:
-    """Give a regenerated patch the slug of the old file with the same subject (its number is its position).
-
-    Hand-named files keep their names, so an unchanged series stays byte- and name-identical.
-    Returns the files under their final names.
-    """
-    if not old_dir.is_dir():
-        return files
-    by_subject = {}
-    for p in sorted(old_dir.glob("*.patch")):
-        try:
-            by_subject.setdefault(series.parse_patch("", p).subject, p.name[5:])
-        except ConfigError:
-            continue
-    named = []
-    for f in files:
-        slug = by_subject.get(series.parse_patch("", f).subject)
-        if slug and f.name[5:] != slug:
-            f = f.rename(f.with_name(f"{f.name[:4]}-{slug}"))
-        named.append(f)
-    return named
 
 
 def _check_commits(pack: Pack, repo, start: str, end: str) -> None:
@@ -274,23 +170,27 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     except git.GitCommandError:
         raise EditError(f"{checkout}: the dependencies' commits (up to {own.start[:12]}) were rewritten; "
                         f"edit a dependency with 'harness edit <dep>' instead") from None
-    dest = series.series_dir(ctx.root, pack.target, pack.id)
-    current = {p.name: sha256_file(p) for p in sorted(dest.glob("*.patch"))} if dest.is_dir() else {}
+    source = series.series_dir(ctx.root, pack.target, pack.id, state.base)  # what the checkout was made from
+    dest = series.write_dir(ctx.root, pack, state.base, ctx.manifest(pack.target).default_base)
+    current = {p.name: sha256_file(p) for p in sorted(source.glob("*.patch"))} if source.is_dir() else {}
     if current != own.patches:
-        raise EditError(f"{dest}: changed since 'harness edit' made {checkout}; regenerating would overwrite it",
+        raise EditError(f"{source}: changed since 'harness edit' made {checkout}; regenerating would overwrite it",
                         hint="commit or move those changes, then run 'harness edit --force' again")
     dest.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".regen-{pack.id}-", dir=dest.parent))
     try:
         _check_commits(pack, repo, own.start, "HEAD")
-        files = format_series(repo, own.start, "HEAD", scratch)
+        try:
+            files = series.format_series(repo, own.start, "HEAD", scratch)
+        except SeriesError as exc:
+            raise EditError(str(exc)) from None
         for f in files:
             series.parse_patch(pack.id, f)  # the Upstream-Status value itself, as every loader checks it
-        keep_unchanged(dest, keep_names(dest, files))
-        result = compare(dest, scratch)
+        series.keep_unchanged(source, series.keep_names(source, files))
+        result = series.compare(source, scratch)
         if not result.changed or dry_run:
             return result
-        backup = replace_series(dest, scratch)
+        backup = series.replace_series(dest, scratch)
         scratch = None  # it is the series now
         own.end = repo.head.commit.hexsha
         own.patches = {p.name: sha256_file(p) for p in sorted(dest.glob("*.patch"))}
@@ -303,50 +203,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def compare(old_dir: Path, new_dir: Path) -> Regenerated:
-    """What replacing ``old_dir``'s patches by ``new_dir``'s would change, as a unified diff of the files.
-
-    Files are paired by their NNNN number, so a reworded subject shows as a modified patch.
-    """
-    old = {p.name[:4]: p for p in sorted(old_dir.glob("*.patch"))} if old_dir.is_dir() else {}
-    new = {p.name[:4]: p for p in sorted(new_dir.glob("*.patch"))}
-    chunks: list[str] = []
-    added, removed, modified = [], [], []
-    for no in sorted(set(old) | set(new)):
-        a, b = old.get(no), new.get(no)
-        a_text = a.read_text(errors="surrogateescape").splitlines(keepends=True) if a else []
-        b_text = b.read_text(errors="surrogateescape").splitlines(keepends=True) if b else []
-        if a and b and a.name == b.name and a_text == b_text:
-            continue
-        (modified if a and b else added if b else removed).append((b or a).name)
-        chunks.extend(difflib.unified_diff(a_text, b_text, f"a/{a.name}" if a else "/dev/null",
-                                           f"b/{b.name}" if b else "/dev/null"))
-    return Regenerated(bool(chunks), "".join(chunks), tuple(added), tuple(removed), tuple(modified))
-
-
-def replace_series(dest: Path, new: Path) -> Path | None:
-    """Swap the directory ``new`` in as ``dest``; return the backup of the old series (None if there was none).
-
-    Two renames on one filesystem: at every instant either the old or the new series is whole on
-    disk, and a failure between them puts the old one back.
-    """
-    backup = None
-    if dest.exists():
-        backup = dest.with_name(f".{dest.name}.bak-{os.getpid()}")
-        if backup.exists():
-            shutil.rmtree(backup)
-        os.replace(dest, backup)
-    try:
-        os.replace(new, dest)
-    except BaseException:
-        if backup is not None:
-            os.replace(backup, dest)
-        raise
-    os.chmod(dest, 0o755)  # mkdtemp made it 0700
-    return backup
-
-
-def print_result(result: Regenerated, dest: Path) -> None:
+def print_result(result: series.SeriesDiff, dest: Path) -> None:
     if not result.changed:
         ui.out.print(f"{dest}: unchanged (regenerated series is byte-identical)")
         return

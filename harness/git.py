@@ -23,7 +23,8 @@ IDENTITY = {
 GitCommandError = git.GitCommandError
 
 
-def _env() -> dict[str, str]:
+def clean_env() -> dict[str, str]:
+    """The environment for every git the tool runs: fixed identity, no user or system config."""
     env = dict(os.environ)
     env.update(IDENTITY)
     # Never let a user's global hooks, templates or signing config leak in.
@@ -34,14 +35,14 @@ def _env() -> dict[str, str]:
 
 def repo(path: Path) -> git.Repo:
     r = git.Repo(path)
-    r.git.update_environment(**_env())
+    r.git.update_environment(**clean_env())
     return r
 
 
 def init_snapshot(path: Path, message: str) -> str:
     """Make ``path`` a git repository whose one commit holds every file in it; return the sha."""
     r = git.Repo.init(path, initial_branch="base")
-    r.git.update_environment(**_env())
+    r.git.update_environment(**clean_env())
     r.git.config("core.autocrlf", "false")
     r.git.config("gc.auto", "0")
     r.git.add("-A", "-f", ".")
@@ -52,7 +53,7 @@ def init_snapshot(path: Path, message: str) -> str:
 
 def clone(src: Path, dest: Path, branch: str) -> git.Repo:
     """A local clone of ``src`` at its HEAD, checked out on a new ``branch``."""
-    git.Repo.clone_from(str(src), str(dest), no_hardlinks=False, env=_env())
+    git.Repo.clone_from(str(src), str(dest), no_hardlinks=False, env=clean_env())
     r = repo(dest)
     r.git.checkout("-q", "-b", branch)
     return r

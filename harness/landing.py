@@ -18,7 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import pins, series
+from harness import series
+from harness.context import Context
 from harness.errors import HarnessError
 from harness.readiness import DONE_STATES, NOT_FILED
 from harness.tracking import Pack, Tracking
@@ -58,26 +59,26 @@ class ApplyCheck:
     error: str | None  # None: the series applied
 
 
-def bases_to_check(ctx, pack: Pack) -> list[str]:
-    """The bases a pack's series must apply on: its patched lanes' bases, else its base, else the default."""
+def bases_to_check(ctx: Context, pack: Pack) -> list[str]:
+    """The bases a pack's series declares: its own base (top-level series), every base it was ported to
+    (``patches/<target>/<pack>/<base>/``) and the bases of its patched lanes."""
     manifest = ctx.manifest(pack.target)
-    return sorted({lane.base for lane in pack.lanes if lane.patched} or {pack.base or manifest.default_base})
+    declared = {pack.base or manifest.default_base, *series.ported_bases(ctx.root, pack.target, pack.id)}
+    return sorted(declared | {lane.base for lane in pack.lanes if lane.patched})
 
 
-def apply_checks(ctx, packs: list[Pack] | None = None, keep_going: bool = True) -> list[ApplyCheck]:
+def apply_checks(ctx: Context, packs: list[Pack] | None = None, keep_going: bool = True) -> list[ApplyCheck]:
     """Apply every pack's series (declared dependencies underneath) on each base it must apply on."""
-    from harness.lanes import series_for  # lanes imports builds/runs; only needed here
-
     out = []
     for pack in packs or list(ctx.tracking.packs.values()):
         if not series.load_series(ctx.root, pack.target, pack.id):
             continue
-        patches = series_for(ctx, pack)
         manifest = ctx.manifest(pack.target)
         for base in bases_to_check(ctx, pack):
+            patches = series.series_for(ctx.tracking, ctx.root, pack, base)
             error = None
             try:
-                checkout = pins.materialize(manifest, base, ctx.store, ctx.artifacts)
+                checkout = ctx.materialize(manifest, base)
                 with tempfile.TemporaryDirectory(prefix="patchlane-check-") as tmp:
                     series.check_applies(checkout, patches, Path(tmp) / "tree")
             except HarnessError as exc:

@@ -12,31 +12,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import __version__, builds, pins, receipts, runs, runtime, series, ui
+from harness.context import Context
 from harness.errors import ConfigError, Exit
 from harness.hashing import sha256_file
-from harness.store import Store
-from harness.tracking import Lane, Pack, Tracking, sentinels
-
-
-@dataclass
-class Context:
-    root: Path
-    tracking: Tracking
-    store: Store
-    python: str = sys.executable
-    artifacts: list[Path] = field(default_factory=list)
-    bundle: object | None = None  # harness.bundle.OpenBundle
-    receipts_dir: Path | None = None
-    echo: bool = True
-
-    def manifest(self, target: str) -> pins.Manifest:
-        return pins.load_manifest(self.root, target)
+from harness.tracking import Lane, Pack, sentinels
 
 
 @dataclass(frozen=True)
@@ -74,23 +58,13 @@ class LaneResult:
     receipt: receipts.Receipt | None = None
 
 
-def series_for(ctx: Context, pack: Pack) -> list[series.Patch]:
-    """Every patch a patched lane of ``pack`` applies: its same-target dependencies' series first."""
-    out: list[series.Patch] = []
-    for p in ctx.tracking.closure(pack.id):
-        if p.target == pack.target:
-            out.extend(series.load_series(ctx.root, p.target, p.id))
-    return out
-
-
-def lane_build_key(ctx: Context, pack: Pack, lane: Lane) -> tuple[str, list[series.Patch]]:
-    manifest = ctx.manifest(pack.target)
-    patches = series_for(ctx, pack) if lane.patched else []
-    return _build_key(manifest, manifest.base(lane.base), patches), patches
+def series_for(ctx: Context, pack: Pack, base: str | None = None) -> list[series.Patch]:
+    """Every patch a patched lane of ``pack`` on ``base`` applies (see ``series.series_for``)."""
+    return series.series_for(ctx.tracking, ctx.root, pack, base or pack.base or ctx.manifest(pack.target).default_base)
 
 
 def _build_key(manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch]) -> str:
-    return builds.build_key(series.series_key(manifest.target, base.artifact.sha256, patches), manifest)
+    return builds.build_key(series.series_key(manifest.target, base.pin, patches), manifest)
 
 
 def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch],
@@ -99,14 +73,14 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
     key = _build_key(manifest, base, patches)
     if ctx.bundle is not None:
         return ctx.bundle.build_for(key, manifest, ctx.store, label)
-    checkout = pins.materialize(manifest, base.name, ctx.store, ctx.artifacts)
+    checkout = ctx.materialize(manifest, base.name)
     ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
     if patches:
         tree = series.apply(checkout, patches, ctx.store)
         ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
         tree_path, tree_key = tree.path, tree.key
     else:
-        tree_path, tree_key = checkout.path, series.series_key(manifest.target, base.artifact.sha256, [])
+        tree_path, tree_key = checkout.path, series.series_key(manifest.target, base.pin, [])
     build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
     assert build.key == key
     return build
@@ -115,10 +89,11 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
 def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> Prepared:
     manifest = ctx.manifest(pack.target)
     base = manifest.base(lane.base)
-    patches = series_for(ctx, pack) if lane.patched else []
+    patches = series_for(ctx, pack, base.name) if lane.patched else []
     label = f"{pack.target} {base.name}{' + pack ' + pack.id + ' series' if lane.patched else ' (baseline)'}"
     if lane.patched and not patches:
-        raise ConfigError(f"pack {pack.id}: lane '{lane.name}' is patched but patches/{pack.target}/{pack.id}/ "
+        raise ConfigError(f"pack {pack.id}: lane '{lane.name}' is patched but "
+                          f"{series.series_dir(ctx.root, pack.target, pack.id, base.name).relative_to(ctx.root)}/ "
                           "holds no patch")
     build = obtain_build(ctx, manifest, base, patches, label)
     extras = []
@@ -211,8 +186,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         "title": pack.title,
         "lane": lane.name,
         "target": pack.target,
-        "base": {"name": prep.base.name, "version": prep.base.version, "commit": prep.base.commit,
-                 "artifact": prep.base.artifact.filename, "sha256": prep.base.artifact.sha256},
+        "base": prep.base.describe(),
         "patched": lane.patched,
         "patches": [{"file": str(p.path.relative_to(ctx.root)), "sha256": p.sha256,
                      "upstream_status": p.upstream_status} for p in prep.patches],

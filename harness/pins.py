@@ -1,18 +1,31 @@
 """Pinned upstreams: the manifests in ``upstream/`` and their materialization.
 
-A manifest names the upstream repository, the registry artefact of each base
-(file name, URL, size, sha256) and the upstream commit it corresponds to.
-Materializing a base downloads (or finds) the artefact, checks its sha256
-before anything is extracted, unpacks it and records it as the single commit
-of a fresh git repository (tag ``pristine``): the base every series applies to.
+A manifest names the upstream repository and its named bases. A base is one of two kinds:
+
+* a **release**: a registry artefact (file name, URL, size, sha256), with the upstream commit of its
+  tag where one is known. Materializing downloads (or finds) the artefact, checks its sha256 before
+  anything is extracted, unpacks it and records it as the single commit of a fresh git repository;
+* a **git commit** (``[bases.NAME.git]``: full commit id, the ref it was read from and that ref's
+  date): materializing fetches exactly that commit, one deep, from a local mirror when one is
+  configured (``--git-mirrors DIR`` / ``$PATCHLANE_GIT_MIRRORS``, holding ``owner+name.git``) and
+  otherwise from the repository URL, and checks that HEAD is that id. Upstream main and dev branches
+  are bases of this kind.
+
+Either way the result is a git checkout tagged ``pristine`` in the store: the base every series
+applies to. A base that cannot be had leaves nothing in the cache.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import re
 import shutil
+import subprocess
 import tarfile
 import urllib.error
+import urllib.parse
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
@@ -27,6 +40,8 @@ from harness.tomlutil import field as get
 
 BUILD_KINDS = ("wheel", "overlay")
 ARTIFACT_KINDS = ("sdist", "wheel")
+MIRRORS_ENV = "PATCHLANE_GIT_MIRRORS"
+PYPI_URL = "https://pypi.org/pypi"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
@@ -41,13 +56,51 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class GitPin:
+    """An upstream commit as a base: ``url`` is the repository, ``ref`` what the commit was read from."""
+
+    url: str
+    commit: str
+    ref: str
+    date: str
+
+
+@dataclass(frozen=True)
 class Base:
     name: str
     version: str
-    commit: str
+    commit: str  # the upstream commit: a git base's own, a release's tag commit ("" when unknown)
     role: str
-    artifact: Artifact
+    artifact: Artifact | None  # a release base; None for a git base
     runtime_requires: tuple[str, ...] = ()
+    git: GitPin | None = None  # a git base; None for a release base
+    commit_source: str = ""  # for a release: where its commit was read ("none" when unknown)
+    commit_note: str = ""
+
+    @property
+    def kind(self) -> str:
+        """``git`` for a commit base, else the artefact kind (``sdist`` or ``wheel``)."""
+        return "git" if self.git is not None else self.artifact.kind
+
+    @property
+    def pin(self) -> str:
+        """What identifies the base's content exactly: the artefact's sha256 or the full commit id."""
+        return self.git.commit if self.git is not None else self.artifact.sha256
+
+    @property
+    def source_label(self) -> str:
+        if self.git is not None:
+            return f"{self.git.url} {self.git.ref} @ {self.git.commit}"
+        return f"{self.artifact.filename} (sha256 {self.artifact.sha256})"
+
+    def describe(self) -> dict:
+        """The base as a receipt records it."""
+        out = {"name": self.name, "version": self.version, "commit": self.commit, "kind": self.kind, "pin": self.pin}
+        if self.git is not None:
+            out |= {"repo": self.git.url, "ref": self.git.ref, "ref_date": self.git.date}
+        else:
+            out |= {"artifact": self.artifact.filename, "sha256": self.artifact.sha256}
+        return out
 
 
 @dataclass(frozen=True)
@@ -61,6 +114,8 @@ class Manifest:
     build_note: str
     default_base: str
     bases: dict[str, Base] = field(default_factory=dict)
+    # the base a filing is made against (upstream main where the manifest has it); default: default_base
+    filing_base: str = ""
     # overlay builds only: module name -> why it is replaced by a stub (see harness/stubs.py)
     stubs: dict[str, str] = field(default_factory=dict)
 
@@ -92,26 +147,30 @@ def load_manifest(root: Path, target: str) -> Manifest:
         raise ConfigError(f"{where}: key 'target' must equal the file name '{target}'")
     bases: dict[str, Base] = {}
     raw_bases = get(doc, "bases", dict, where)
+    repo = get(doc, "repo", str, where)
     for name, table in doc["bases"].items():
-        bases[name] = _load_base(name, table, f"{where} [bases.\"{name}\"]")
+        bases[name] = _load_base(name, table, f"{where} [bases.\"{name}\"]", repo)
     if not raw_bases:
         raise ConfigError(f"{where}: [bases] is empty")
     manifest = Manifest(
         target=target,
         path=path,
-        repo=get(doc, "repo", str, where),
+        repo=repo,
         distribution=get(doc, "distribution", str, where),
         import_names=tuple(str_list(doc, "import_names", where)),
         build=choice(doc, "build", BUILD_KINDS, where),
         build_note=get(doc, "build_note", str, where, default=""),
         default_base=get(doc, "default_base", str, where),
         bases=bases,
+        filing_base=get(doc, "filing_base", str, where, default=""),
         stubs=_load_stubs(doc, where),
     )
     if manifest.stubs and manifest.build != "overlay":
         raise ConfigError(f"{where}: [stubs] only applies to build = \"overlay\"")
     if manifest.default_base not in bases:
         raise ConfigError(f"{where}: default_base '{manifest.default_base}' is not one of the [bases]")
+    if manifest.filing_base and manifest.filing_base not in bases:
+        raise ConfigError(f"{where}: filing_base '{manifest.filing_base}' is not one of the [bases]")
     return manifest
 
 
@@ -127,10 +186,27 @@ def _load_stubs(doc, where: str) -> dict[str, str]:
     return stubs
 
 
-def _load_base(name: str, table, where: str) -> Base:
+def _load_base(name: str, table, where: str, repo: str) -> Base:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: must be a table")
+    has_art, has_git = "artifact" in table, "git" in table
+    if has_art == has_git:
+        raise ConfigError(f"{where}: a base has exactly one of the tables 'artifact' (a release) "
+                          "or 'git' (an upstream commit)")
+    common = dict(name=name, version=get(table, "version", str, where), role=get(table, "role", str, where, default=""),
+                  runtime_requires=tuple(str_list(table, "runtime_requires", where)))
+    if has_git:
+        git_where = where[:-1] + ".git]"
+        gt = get(table, "git", dict, where)
+        commit = get(gt, "commit", str, git_where)
+        if not _HEX40.match(commit):
+            raise ConfigError(f"{git_where}: commit must be a full 40-hex commit id, got {commit!r}")
+        if "commit" in table:
+            raise ConfigError(f"{where}: a git base names its commit in [git] only")
+        pin = GitPin(url=get(gt, "url", str, git_where, default=repo), commit=commit,
+                     ref=get(gt, "ref", str, git_where), date=get(gt, "date", str, git_where))
+        return Base(commit=commit, artifact=None, git=pin, commit_source="git", **common)
     art_where = where[:-1] + ".artifact]"
-    if "artifact" not in table:
-        raise ConfigError(f"{where}: missing table 'artifact'")
     art = table["artifact"]
     sha = get(art, "sha256", str, art_where).lower()
     if not _HEX64.match(sha):
@@ -142,11 +218,9 @@ def _load_base(name: str, table, where: str) -> Base:
     if "/" in filename or filename.startswith("."):
         raise ConfigError(f"{art_where}: filename must be a plain file name, got {filename!r}")
     return Base(
-        name=name,
-        version=get(table, "version", str, where),
         commit=commit,
-        role=get(table, "role", str, where, default=""),
-        runtime_requires=tuple(str_list(table, "runtime_requires", where)),
+        commit_source=get(table, "commit_source", str, where, default=""),
+        commit_note=get(table, "commit_note", str, where, default=""),
         artifact=Artifact(
             kind=choice(art, "kind", ARTIFACT_KINDS, art_where),
             filename=filename,
@@ -154,6 +228,7 @@ def _load_base(name: str, table, where: str) -> Base:
             sha256=sha,
             size=get(art, "size", int, art_where, default=None),
         ),
+        **common,
     )
 
 
@@ -216,6 +291,19 @@ def _download(url: str, dest: Path, size: int | None) -> None:
 # --------------------------------------------------------------------------- materializing
 
 @dataclass(frozen=True)
+class Sources:
+    """Where bases may come from besides their URLs: artefact directories and git mirror directories."""
+
+    artifacts: tuple[Path, ...] = ()
+    git_mirrors: tuple[Path, ...] = ()
+
+
+def mirrors_from_env() -> tuple[Path, ...]:
+    """``$PATCHLANE_GIT_MIRRORS``: directories (os.pathsep-separated) holding ``owner+name.git`` mirrors."""
+    return tuple(Path(p).expanduser() for p in os.environ.get(MIRRORS_ENV, "").split(os.pathsep) if p)
+
+
+@dataclass(frozen=True)
 class Checkout:
     """A pristine, git-initialised base: ``path`` holds the tree, ``commit`` its sha."""
 
@@ -225,21 +313,105 @@ class Checkout:
     commit: str
 
 
+def base_dir(store: Store, target: str, base: Base) -> Path:
+    return store.area("bases") / target / f"{base.name}-{base.pin[:12]}"
+
+
 def materialize(manifest: Manifest, base_name: str | None, store: Store,
-                search_dirs: list[Path] = ()) -> Checkout:
-    """The base's checkout in the store, created on first use and reused afterwards."""
+                sources: Sources | list[Path] | tuple[Path, ...] = ()) -> Checkout:
+    """The base's checkout in the store, created on first use and reused afterwards.
+
+    ``sources`` is a ``Sources``, or (older callers) just the artefact directories.
+    """
+    if not isinstance(sources, Sources):
+        sources = Sources(artifacts=tuple(sources))
     base = manifest.base(base_name)
-    art = base.artifact
     with store.locked():
-        final = store.area("bases") / manifest.target / f"{base.name}-{art.sha256[:12]}"
+        final = base_dir(store, manifest.target, base)
         if not (final / ".git").is_dir():
-            archive = fetch(art, store, search_dirs)
-            with ui.status(f"unpacking {art.filename}"), store.new_entry(final) as tmp:
-                _extract(archive, art.kind, tmp)
-                message = f"{manifest.target} {base.version} pristine ({art.filename}, sha256 {art.sha256})"
-                git.init_snapshot(tmp, message)
+            if base.git is not None:
+                with ui.status(f"fetching {base.git.url} {base.git.commit[:12]}"), store.new_entry(final) as tmp:
+                    fetch_commit(base.git, tmp, sources.git_mirrors)
+            else:
+                art = base.artifact
+                archive = fetch(art, store, list(sources.artifacts))
+                with ui.status(f"unpacking {art.filename}"), store.new_entry(final) as tmp:
+                    _extract(archive, art.kind, tmp)
+                    message = f"{manifest.target} {base.version} pristine ({art.filename}, sha256 {art.sha256})"
+                    git.init_snapshot(tmp, message)
         commit = git.repo(final).head.commit.hexsha
+    if base.git is not None and commit != base.git.commit:  # a cache entry someone changed by hand
+        raise PinError(f"{final}: HEAD is {commit}, not the pinned {base.git.commit}",
+                       hint="remove that directory; the next run fetches the commit again")
     return Checkout(manifest.target, base, final, commit)
+
+
+# --------------------------------------------------------------------------- git bases
+
+def mirror_name(url: str) -> str:
+    """``https://github.com/owner/name(.git)`` -> ``owner+name.git``, the mirrors' directory name."""
+    parts = [p for p in url.rstrip("/").removesuffix(".git").split("/") if p]
+    if len(parts) < 2:
+        raise ConfigError(f"repository URL {url!r} has no owner/name")
+    return f"{parts[-2]}+{parts[-1]}.git"
+
+
+def git_sources(pin: GitPin, mirrors: tuple[Path, ...] = ()) -> list[str]:
+    """Where ``pin`` is fetched from, in order: each configured mirror that has the repository, then its URL."""
+    mirrors = tuple(mirrors) + mirrors_from_env()
+    name = mirror_name(pin.url)
+    found = [str(d / name) for d in mirrors if (Path(d) / name).is_dir()]
+    return found + [pin.url]
+
+
+def fetch_commit(pin: GitPin, dest: Path, mirrors: tuple[Path, ...] = ()) -> None:
+    """Make ``dest`` a git repository whose HEAD is exactly ``pin.commit``, fetched one commit deep.
+
+    Each source is tried in turn; every failure is named in the error (exit 4). ``dest`` is a
+    scratch directory the caller discards on failure, so nothing half-fetched stays in the cache.
+    """
+    env = {**git.clean_env(), "GIT_TERMINAL_PROMPT": "0",
+           # give up on a stalled network fetch instead of hanging a CI job
+           "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": "60"}
+    failures = []
+    mirrors = tuple(mirrors) + mirrors_from_env()
+    missing = [str(Path(d) / mirror_name(pin.url)) for d in mirrors if not (Path(d) / mirror_name(pin.url)).is_dir()]
+    for source in git_sources(pin, mirrors):
+        shutil.rmtree(dest / ".git", ignore_errors=True)
+        steps = [["git", "init", "-q", "--initial-branch=base", str(dest)],
+                 ["git", "-C", str(dest), "fetch", "-q", "--no-tags", "--depth", "1", source, pin.commit],
+                 ["git", "-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "-q", "--detach",
+                  "FETCH_HEAD"]]
+        error = None
+        for cmd in steps:
+            try:
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                error = str(exc)
+                break
+            if done.returncode != 0:
+                error = _last_line(done.stderr) or f"exit {done.returncode}"
+                break
+        if error is None:
+            head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, capture_output=True,
+                                  text=True).stdout.strip()
+            if head != pin.commit:
+                error = f"HEAD is {head or '?'} after the fetch, not {pin.commit}"
+            else:
+                subprocess.run(["git", "-C", str(dest), "tag", "pristine"], env=env, check=True)
+                return
+        failures.append(f"{source}: {error}")
+    tried = "; ".join(failures)
+    if missing:
+        tried += "; no mirror at " + ", ".join(missing)
+    raise PinError(f"cannot fetch commit {pin.commit} ({pin.ref}): {tried}",
+                   hint=f"offline? point --git-mirrors (or ${MIRRORS_ENV}) at a directory holding "
+                        f"{mirror_name(pin.url)}")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
 
 
 def _extract(archive: Path, kind: str, dest: Path) -> None:
@@ -274,3 +446,76 @@ def _check_member(name: str, archive: Path) -> None:
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts:
         raise PinError(f"{archive.name}: refusing unsafe member path {name!r}")
+
+
+# --------------------------------------------------------------------------- a release not in the manifest
+
+def pypi_base(manifest: Manifest, version: str) -> Base:
+    """The base for release ``version`` from the PyPI JSON API, same artefact kind as the default base."""
+    index = os.environ.get("PATCHLANE_PYPI_URL", PYPI_URL).rstrip("/")
+    url = f"{index}/{manifest.distribution}/{version}/json"
+    try:
+        files = _read_json(url)["urls"]
+    except PinError:
+        # Some mirrors serve only the project document; its "releases" table has the same file entries.
+        project = f"{index}/{manifest.distribution}/json"
+        try:
+            releases = _read_json(project)["releases"]
+        except PinError:
+            raise PinError(f"cannot read {url} nor {project}") from None
+        if version not in releases:
+            raise PinError(f"{project}: {manifest.distribution} has no release {version}") from None
+        files, url = releases[version], project
+    release = manifest.base(None) if manifest.base(None).artifact else next(
+        (b for b in manifest.bases.values() if b.artifact is not None), None)
+    if release is None:
+        raise ConfigError(f"{manifest.path}: no release base to take the artefact kind from")
+    ref = release.artifact
+    want = "sdist" if ref.kind == "sdist" else "bdist_wheel"
+    files = [u for u in files if u.get("packagetype") == want]
+    if ref.kind == "wheel":  # same interpreter/ABI/platform tags as the current pin
+        tags = ref.filename.rsplit("-", 3)[1:]
+        files = [u for u in files if u["filename"].rsplit("-", 3)[1:] == tags]
+    if not files:
+        raise PinError(f"{url}: release {version} has no {want} like {ref.filename}")
+    f = files[0]
+    sha = f.get("digests", {}).get("sha256", "")
+    if not re.fullmatch(r"[0-9a-f]{64}", sha):
+        raise PinError(f"{url}: {f['filename']} has no sha256 digest")
+    file_url = urllib.parse.urljoin(url, f["url"])  # mirrors may answer with URLs relative to the document
+    art = Artifact(ref.kind, f["filename"], file_url, sha, f.get("size"))
+    return Base(name=version, version=version, commit="", role="candidate pin (from the PyPI JSON API)",
+                artifact=art, commit_note="not looked up: added by harness rebase --to-version")
+
+
+def _read_json(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            return json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise PinError(f"cannot read {url}: {exc}") from None
+
+
+def with_base(manifest: Manifest, base: Base) -> Manifest:
+    return dataclasses.replace(manifest, bases={**manifest.bases, base.name: base})
+
+
+def manifest_snippet(base: Base) -> str:
+    a = base.artifact
+    size = f"\nsize = {a.size}" if a.size is not None else ""
+    return (f'[bases."{base.name}"]\nversion = "{base.version}"\ncommit = ""\n'
+            f'commit_note = "not looked up: added by harness rebase --to-version"\ncommit_source = "none"\n'
+            f'role = "{base.role}"\nruntime_requires = []\n\n'
+            f'[bases."{base.name}".artifact]\nkind = "{a.kind}"\nfilename = "{a.filename}"\nurl = "{a.url}"\n'
+            f'sha256 = "{a.sha256}"   # PyPI JSON digest; the download matched it{size}\n')
+
+
+def write_manifest(manifest: Manifest, base: Base) -> None:
+    """Append the base's tables to the manifest; the file is left as it was if the result does not load."""
+    old = manifest.path.read_text(encoding="utf-8")
+    manifest.path.write_text(old.rstrip("\n") + "\n\n" + manifest_snippet(base), encoding="utf-8")
+    try:
+        load_manifest(manifest.path.parent.parent, manifest.target)
+    except ConfigError:
+        manifest.path.write_text(old, encoding="utf-8")
+        raise

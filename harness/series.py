@@ -1,18 +1,41 @@
-"""Ordered patch series: ``patches/<target>/<pack>/NNNN-*.patch`` in git format-patch form.
+"""Ordered patch series: the one owner of patch files and of the git operations on them.
 
-Each patch must carry an ``Upstream-Status:`` line in its message, in the
-DEP-3 / Yocto tradition. A series is applied with ``git am`` on a clone of the
-pristine base, dependencies' series first, in a scratch directory that only
-becomes the patched tree when every patch applied: a failure leaves nothing
-half-applied and names the pack, the patch file, the path and the hunk.
+A pack's series is ``patches/<target>/<pack>/NNNN-*.patch`` (git format-patch form) for the pack's
+own base, plus ``patches/<target>/<pack>/<base>/NNNN-*.patch`` for each other base it was ported to
+(e.g. ``patches/mamba/07/main/``: the same change rebuilt on upstream main). ``series_for`` picks,
+for a base, each same-target dependency's series and then the pack's own; a dependency that
+upstream absorbed at that base contributes nothing there.
+
+Each patch must carry an ``Upstream-Status:`` line in its message, in the DEP-3 / Yocto tradition.
+A series is applied with ``git am`` on a clone of the pristine base in a scratch directory that only
+becomes the patched tree when every patch applied: a failure leaves nothing half-applied and names
+the pack, the patch file, the path and the hunk.
+
+Writing a series back (``format_series``) is deterministic, so an unchanged commit gives a
+byte-identical file:
+
+* ``--zero-commit`` (``From 000...``), ``--no-signature``, ``--no-numbered`` (subjects say
+  ``[PATCH]``, so adding a commit does not touch the others);
+* blob ids are generated with ``--full-index`` and cut to 7 hex digits, so the width never depends
+  on how many objects the checkout holds;
+* ``Date:`` is the author date's UTC day at 00:00:00 +0000;
+* a regenerated patch that says what the old file said, once that noise (commit id, time of day,
+  blob id width, a ``-- <git version>`` signature) is set aside, keeps the old file's bytes
+  (``keep_unchanged``), so a series written by plain ``git format-patch`` regenerates to a zero diff.
 """
 
 from __future__ import annotations
 
+import difflib
+import email.utils
 import hashlib
+import os
 import re
+import shutil
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness import git, ui
 from harness.errors import ConfigError, SeriesError
@@ -20,12 +43,17 @@ from harness.hashing import sha256_file
 from harness.pins import Checkout
 from harness.store import Store
 
+if TYPE_CHECKING:
+    from harness.tracking import Pack, Tracking
+
 STATUS_RE = re.compile(
     r"^Upstream-Status:\s*(?P<status>Pending|Accepted|Backport|Denied|Submitted|Inappropriate)"
     r"(?:\s+\[(?P<detail>[^\]]+)\])?\s*$"
 )
 _NEEDS_DETAIL = {"Backport", "Submitted", "Inappropriate", "Denied"}
-_PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
+PATCH_NAME = re.compile(r"^\d{4}-[A-Za-z0-9._-]+\.patch$")
+# How every patch is applied as a commit (the tool's own applies and `harness edit`).
+AM_OPTIONS = ("--quiet", "--keep-cr", "--committer-date-is-author-date")
 _HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,(?P<oldlen>\d+))? \+(?P<new>\d+)(?:,(?P<newlen>\d+))? @@")
 
 
@@ -60,20 +88,34 @@ class Patch:
         return self.path.name
 
 
-def series_dir(root: Path, target: str, pack: str) -> Path:
-    return root / "patches" / target / pack
+def series_dir(root: Path, target: str, pack: str, base: str | None = None) -> Path:
+    """Where the pack's series lives: its own base's at the top, a ported one under ``<base>/``."""
+    top = root / "patches" / target / pack
+    return top / base if base is not None and (top / base).is_dir() else top
 
 
-def load_series(root: Path, target: str, pack: str) -> list[Patch]:
-    """The pack's patches in order (an empty list when it has none)."""
-    d = series_dir(root, target, pack)
+def write_dir(root: Path, pack: Pack, base: str, default_base: str) -> Path:
+    """Where a series rebuilt on ``base`` is written: the top level for the pack's own base, else ``<base>/``."""
+    top = root / "patches" / pack.target / pack.id
+    return top if base == (pack.base or default_base) else top / base
+
+
+def ported_bases(root: Path, target: str, pack: str) -> list[str]:
+    """The bases the pack carries a ported series for (the sub-directories of its series directory)."""
+    top = root / "patches" / target / pack
+    return sorted(d.name for d in top.iterdir() if d.is_dir() and not d.name.startswith(".")) if top.is_dir() else []
+
+
+def load_series(root: Path, target: str, pack: str, base: str | None = None) -> list[Patch]:
+    """The pack's patches in order for ``base`` (its ported series if it has one; an empty list when none)."""
+    d = series_dir(root, target, pack, base)
     if not d.is_dir():
         return []
     patches = []
     for p in sorted(d.iterdir()):
-        if p.name.startswith(".") or p.is_dir():
+        if p.name.startswith(".") or p.is_dir():  # dot-files, and the ported series of other bases
             continue
-        if not _PATCH_NAME.match(p.name):
+        if not PATCH_NAME.match(p.name):
             raise ConfigError(f"{p}: patch files are named NNNN-slug.patch")
         patches.append(parse_patch(pack, p))
     return patches
@@ -130,8 +172,30 @@ def parse_patch(pack: str, path: Path) -> Patch:
     return Patch(pack, path, subject, status, detail, sha256_file(path), tuple(files), tuple(hunks))
 
 
+def absorbed_at(pack: Pack, base: str | None) -> bool:
+    """Whether tracking.toml records that upstream absorbed ``pack`` at ``base`` (``[absorbed] base``)."""
+    return base is not None and bool(pack.absorbed) and pack.absorbed.get("base") == base
+
+
+def series_for(tracking: Tracking, root: Path, pack: Pack, base: str | None) -> list[Patch]:
+    """Every patch a patched lane of ``pack`` on ``base`` applies: same-target dependencies' series first.
+
+    A dependency that upstream absorbed at ``base`` is already in the base and contributes nothing.
+    """
+    out: list[Patch] = []
+    for p in dependency_chain(tracking, pack, base):
+        out.extend(load_series(root, p.target, p.id, base))
+    return out
+
+
+def dependency_chain(tracking: Tracking, pack: Pack, base: str | None) -> list[Pack]:
+    """The same-target packs whose series go under ``pack``'s on ``base`` (dependencies first, then the pack)."""
+    return [p for p in tracking.closure(pack.id)
+            if p.target == pack.target and (p.id == pack.id or not absorbed_at(p, base))]
+
+
 def series_key(target: str, artifact_sha256: str, patches: list[Patch]) -> str:
-    """Content key of a patched tree: the base artefact's sha256 plus each patch's sha256, in order."""
+    """Content key of a patched tree: the base's pin (artefact sha256 or commit id) plus each patch's sha256."""
     h = hashlib.sha256()
     h.update(f"{target}\0{artifact_sha256}\0".encode())
     for p in patches:
@@ -149,7 +213,7 @@ class PatchedTree:
 
 def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
     """The base with ``patches`` applied as commits, cached by content key."""
-    key = series_key(base.target, base.base.artifact.sha256, patches)
+    key = series_key(base.target, base.base.pin, patches)
     with store.locked():
         final = store.area("trees") / base.target / key[:20]
         if not (final / ".git").is_dir():
@@ -168,39 +232,212 @@ def check_applies(base: Checkout, patches: list[Patch], scratch: Path) -> None:
         apply_patch(repo, patch, base)
 
 
-def apply_patch(repo, patch: Patch, base: Checkout) -> None:
+def apply_patch(repo, patch: Patch, base: Checkout, *extra: str) -> None:
     """`git am` one patch onto ``repo`` (checked first); a failure names pack, file, path and hunk."""
+    where = f"pack {patch.pack}: {patch.path.parent.name}/{patch.name} does not apply on {base.target} {base.base.name}"
+    status, log = git_apply(repo, "--check", *extra, str(patch.path))
+    if status != 0:
+        raise SeriesError(f"{where}: {explain(repo, patch)}")
     try:
-        repo.git.apply("--check", str(patch.path))
-    except git.GitCommandError as exc:
-        raise SeriesError(_explain(patch, base, exc.stderr or str(exc))) from None
-    try:
-        repo.git.am("--quiet", "--keep-cr", "--committer-date-is-author-date", str(patch.path))
+        repo.git.am(*AM_OPTIONS, *extra, str(patch.path))
     except git.GitCommandError as exc:
         try:
             repo.git.am("--abort")
         except git.GitCommandError:
             pass
-        raise SeriesError(_explain(patch, base, exc.stderr or str(exc))) from None
+        raise SeriesError(f"{where}: {_last_error(exc.stderr or str(exc))}") from None
 
 
-def _explain(patch: Patch, base: Checkout, stderr: str) -> str:
-    where = f"pack {patch.pack}: {patch.path.parent.name}/{patch.name} does not apply on {base.target} {base.base.name}"
-    m = re.search(r"patch failed: (.+?):(\d+)", stderr)
-    if m:
-        path, line = m.group(1), int(m.group(2))
-        hunk = next((h for h in patch.hunks if h.path == path and h.old_start == line), None)
-        if hunk is None:
-            hunk = next((h for h in patch.hunks if h.path == path), None)
-        if hunk is not None:
-            return (f"{where}: {path} hunk #{hunk.index} (@@ {hunk.header} @@, patch line {hunk.patch_line}): "
-                    "context does not match the base")
-        return f"{where}: {path} near line {line}: context does not match the base"
-    m = re.search(r"error: (.+?): (No such file or directory|does not exist in index)", stderr)
-    if m:
-        return f"{where}: {m.group(1)}: file is not in the base"
-    m = re.search(r"error: (.+?): already exists in working directory", stderr)
-    if m:
-        return f"{where}: {m.group(1)}: the patch creates it but the base already has it"
-    first = next((ln for ln in stderr.splitlines() if ln.strip().startswith("error")), stderr.strip()[:200])
-    return f"{where}: {first.strip()}"
+def git_apply(repo, *args: str) -> tuple[int, str]:
+    """``git apply ARGS`` in ``repo``: its exit status and its output (stdout and stderr together)."""
+    status, out, err = repo.git.apply(*args, with_extended_output=True, with_exceptions=False)
+    return status, f"{out}\n{err}"
+
+
+_CHECKING = re.compile(r"^Checking patch (.+)\.\.\.$")
+_REJECTED = re.compile(r"^Rejected hunk #(\d+)\.$")
+_APPLYING = re.compile(r"^Applying patch (.+) with \d+ reject")
+
+
+def explain(repo, patch: Patch) -> str:
+    """Which files and hunks of ``patch`` fail on ``repo``'s HEAD, from ``git apply --reject`` (tree restored)."""
+    _, log = git_apply(repo, "--reject", "-v", str(patch.path))
+    repo.git.reset("-q", "--hard")
+    repo.git.clean("-q", "-fdx")
+    rejected: dict[str, list[Hunk | int]] = {}
+    problems: list[str] = []
+    current = "?"
+    for line in log.splitlines():
+        line = line.strip()
+        m = _APPLYING.match(line) or _CHECKING.match(line)
+        if m:
+            current = m.group(1)
+        m = _REJECTED.match(line)
+        if m:
+            index = int(m.group(1))
+            hunk = next((h for h in patch.hunks if h.path == current and h.index == index), None)
+            rejected.setdefault(current, []).append(hunk or index)
+        m = re.match(r"error: (.+?): (does not exist in index|No such file or directory)", line)
+        if m:
+            problems.append(f"{m.group(1)}: file is not in the base")
+        m = re.match(r"error: (.+?): already exists in working directory", line)
+        if m:
+            problems.append(f"{m.group(1)}: the patch creates it but the base already has it")
+    for path, hunks in rejected.items():
+        total = sum(1 for h in patch.hunks if h.path == path)
+        shown = ", ".join(f"hunk #{h.index} (@@ {h.header} @@, patch line {h.patch_line})" if isinstance(h, Hunk)
+                          else f"hunk #{h}" for h in hunks)
+        problems.append(f"{path} {shown}: context does not match the base ({len(hunks)} of {total} hunks)")
+    return "; ".join(dict.fromkeys(problems)) or _last_error(log)
+
+
+def _last_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith(("error", "fatal"))]
+    return (errors or lines or ["git gave no reason"])[0][:200]
+
+
+# --------------------------------------------------------------------------- writing a series back
+
+# Every option that a config setting (format.*, diff.*) could otherwise change is spelled out, so a
+# checkout's own config cannot alter the output.
+FORMAT_OPTIONS = (
+    "--zero-commit", "--no-signature", "--no-numbered", "--full-index", "--no-renames",
+    "--diff-algorithm=myers", "-U3", "--src-prefix=a/", "--dst-prefix=b/", "--subject-prefix=PATCH",
+    "--no-thread", "--no-cover-letter", "--no-notes", "--no-attach", "--no-add-header", "--no-to", "--no-cc",
+    "--no-base", "--encode-email-headers",
+)
+_INDEX = re.compile(r"^index ([0-9a-f]{40})\.\.([0-9a-f]{40})(.*)$")
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_FROM_LINE = re.compile(rb"\AFrom [0-9a-f]{40} ")
+_SIGNATURE = re.compile(rb"\n-- \n[^\n]*\s*\Z")
+
+
+def format_series(repo, start: str, end: str, out: Path) -> list[Path]:
+    """``git format-patch start..end`` into ``out``, normalized (see the module docstring)."""
+    merges = repo.git.rev_list("--merges", f"{start}..{end}").split()
+    if merges:
+        raise SeriesError(f"{repo.working_dir}: merge commit {merges[0][:12]} in the series; a series is linear")
+    names = repo.git.format_patch(*FORMAT_OPTIONS, "-o", str(out), f"{start}..{end}").splitlines()
+    files = [Path(n) if Path(n).is_absolute() else Path(repo.working_dir) / n for n in names if n.strip()]
+    for f in files:
+        f.write_bytes(normalize_patch(f.read_bytes()))
+    return files
+
+
+def normalize_patch(data: bytes) -> bytes:
+    """Cut blob ids to 7 digits and the ``Date:`` header to the author's UTC day."""
+    lines = data.split(b"\n")
+    in_header = True
+    for i, raw in enumerate(lines):
+        if in_header:
+            if raw == b"":
+                in_header = False
+            elif raw.startswith(b"Date: "):
+                when = email.utils.parsedate_to_datetime(raw[6:].decode())
+                when = when.astimezone(UTC) if when.tzinfo else when
+                lines[i] = (f"Date: {_DAYS[when.weekday()]}, {when.day} {_MONTHS[when.month - 1]} {when.year} "
+                            "00:00:00 +0000").encode()
+            continue
+        if raw.startswith(b"index "):
+            m = _INDEX.match(raw.decode("ascii", "replace"))
+            if m:
+                lines[i] = f"index {m.group(1)[:7]}..{m.group(2)[:7]}{m.group(3)}".encode()
+    return b"\n".join(lines)
+
+
+def content_key(data: bytes) -> bytes:
+    """A patch file without git format-patch's noise: what two files must share to say the same thing."""
+    data = _FROM_LINE.sub(b"From " + b"0" * 40 + b" ", normalize_patch(data))
+    return _SIGNATURE.sub(b"\n", data).rstrip(b"\n")
+
+
+def keep_unchanged(old_dir: Path, files: list[Path]) -> None:
+    """Put back the old file's bytes wherever the regenerated patch has the same content key."""
+    for f in files:
+        old = old_dir / f.name
+        if old.is_file() and content_key(old.read_bytes()) == content_key(f.read_bytes()):
+            shutil.copyfile(old, f)
+
+
+def keep_names(old_dir: Path, files: list[Path]) -> list[Path]:
+    """Give a regenerated patch the slug of the old file with the same subject (its number is its position).
+
+    Hand-named files keep their names, so an unchanged series stays byte- and name-identical.
+    Returns the files under their final names.
+    """
+    if not old_dir.is_dir():
+        return files
+    by_subject = {}
+    for p in sorted(old_dir.glob("*.patch")):
+        try:
+            by_subject.setdefault(parse_patch("", p).subject, p.name[5:])
+        except ConfigError:
+            continue
+    named = []
+    for f in files:
+        slug = by_subject.get(parse_patch("", f).subject)
+        if slug and f.name[5:] != slug:
+            f = f.rename(f.with_name(f"{f.name[:4]}-{slug}"))
+        named.append(f)
+    return named
+
+
+@dataclass(frozen=True)
+class SeriesDiff:
+    """What replacing one series directory by another changes."""
+
+    changed: bool
+    diff: str
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    modified: tuple[str, ...]
+    backup: Path | None = None
+
+
+def compare(old_dir: Path, new_dir: Path) -> SeriesDiff:
+    """What replacing ``old_dir``'s patches by ``new_dir``'s would change, as a unified diff of the files.
+
+    Files are paired by their NNNN number, so a reworded subject shows as a modified patch.
+    """
+    old = {p.name[:4]: p for p in sorted(old_dir.glob("*.patch"))} if old_dir.is_dir() else {}
+    new = {p.name[:4]: p for p in sorted(new_dir.glob("*.patch"))}
+    chunks: list[str] = []
+    added, removed, modified = [], [], []
+    for no in sorted(set(old) | set(new)):
+        a, b = old.get(no), new.get(no)
+        a_text = a.read_text(errors="surrogateescape").splitlines(keepends=True) if a else []
+        b_text = b.read_text(errors="surrogateescape").splitlines(keepends=True) if b else []
+        if a and b and a.name == b.name and a_text == b_text:
+            continue
+        (modified if a and b else added if b else removed).append((b or a).name)
+        chunks.extend(difflib.unified_diff(a_text, b_text, f"a/{a.name}" if a else "/dev/null",
+                                           f"b/{b.name}" if b else "/dev/null"))
+    return SeriesDiff(bool(chunks), "".join(chunks), tuple(added), tuple(removed), tuple(modified))
+
+
+def replace_series(dest: Path, new: Path) -> Path | None:
+    """Swap the directory ``new`` in as ``dest``; return the backup of the old series (None if there was none).
+
+    Two renames on one filesystem: at every instant either the old or the new series is whole on
+    disk, and a failure between them puts the old one back. Ported series of other bases (sub-
+    directories of ``dest``) move over into the new directory untouched.
+    """
+    backup = None
+    if dest.exists():
+        for sub in sorted(d for d in dest.iterdir() if d.is_dir() and not d.name.startswith(".")):
+            if not (new / sub.name).exists():
+                shutil.copytree(sub, new / sub.name)
+        backup = dest.with_name(f".{dest.name}.bak-{os.getpid()}")
+        if backup.exists():
+            shutil.rmtree(backup)
+        os.replace(dest, backup)
+    try:
+        os.replace(new, dest)
+    except BaseException:
+        if backup is not None:
+            os.replace(backup, dest)
+        raise
+    os.chmod(dest, 0o755)  # mkdtemp made it 0700
+    return backup

@@ -37,7 +37,7 @@ CLASSES = ("crash-fix", "refactor", "feature", "precision", "perf")
 UNPATCHED_KINDS = ("bug-report", "regression-guard")
 # Sentinels that judge our patched build; only a patched lane may expect them.
 FIX_SENTINELS = ("FIX_VALIDATED", "FIX_FAILED")
-_PACK_ID = re.compile(r"^[0-9]{2}$")
+PACK_ID = re.compile(r"^[0-9]{2}$")
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 DEFAULT_TIMEOUT = 900
 
@@ -134,7 +134,7 @@ class Tracking:
         manifests: dict[str, pins.Manifest] = {}
         for pid, table in packs_table.items():
             where = f"{path} [packs.{pid}]"
-            if not _PACK_ID.match(pid):
+            if not PACK_ID.match(pid):
                 raise ConfigError(f"{where}: pack ids are two digits, like 09")
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: must be a table")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import git, lanes, pins, series
+from harness.context import Context
 from harness.store import Store
 from harness.tracking import Tracking
 
@@ -42,7 +43,7 @@ def test_real_pin_materializes_with_its_pinned_sha(manifest, store, base):
 
 def test_pack09_series_applies_on_0_8_1_and_changes_the_backward(manifest, store):
     tracking = Tracking.load(ROOT)
-    ctx = lanes.Context(root=ROOT, tracking=tracking, store=store)
+    ctx = Context(root=ROOT, tracking=tracking, store=store)
     patches = lanes.series_for(ctx, tracking.pack("09"))
     assert patches and all(p.upstream_status for p in patches)
     assert all(FLCE in p.files for p in patches)
@@ -59,7 +60,7 @@ def test_pack09_series_applies_on_0_8_1_and_changes_the_backward(manifest, store
 def test_pack09_series_does_not_apply_on_the_current_pin(manifest, store):
     """0.8.5 carries upstream's own fix (#1298): our series is superseded there, which the lane reflects."""
     tracking = Tracking.load(ROOT)
-    ctx = lanes.Context(root=ROOT, tracking=tracking, store=store)
+    ctx = Context(root=ROOT, tracking=tracking, store=store)
     patches = lanes.series_for(ctx, tracking.pack("09"))
     checkout = pins.materialize(manifest, "0.8.5", store)
     with tempfile.TemporaryDirectory() as tmp, pytest.raises(series.SeriesError, match="pack 09"):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import builds, lanes, pins, series
+from harness.context import Context
 from harness.store import Store
 from harness.tracking import Tracking
 
@@ -30,8 +31,8 @@ def store(tmp_path_factory) -> Store:
 
 
 @pytest.fixture(scope="module")
-def ctx(store) -> lanes.Context:
-    return lanes.Context(root=ROOT, tracking=Tracking.load(ROOT), store=store)
+def ctx(store) -> Context:
+    return Context(root=ROOT, tracking=Tracking.load(ROOT), store=store)
 
 
 @pytest.mark.parametrize("pack", ["04", "05", "07"])

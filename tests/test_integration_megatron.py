@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import git, lanes, pins, series
+from harness.context import Context
 from harness.store import Store
 from harness.tracking import Tracking
 
@@ -42,7 +43,7 @@ def test_series_applies_on_its_base(store, pid):
     pack = tracking.pack(pid)
     manifest = pins.load_manifest(ROOT, TARGET)
     bases = sorted({lane.base for lane in pack.lanes if lane.patched} or {pack.base or manifest.default_base})
-    patches = lanes.series_for(lanes.Context(root=ROOT, tracking=tracking, store=store), pack)
+    patches = lanes.series_for(Context(root=ROOT, tracking=tracking, store=store), pack)
     assert all(p.upstream_status for p in patches)
     for base in bases:
         checkout = pins.materialize(manifest, base, store)

@@ -15,8 +15,12 @@ def common(p: argparse.ArgumentParser) -> None:
 
 
 def artifacts(p: argparse.ArgumentParser) -> None:
+    """Where bases come from: artefact directories and git mirrors, tried before the network."""
     p.add_argument("--artifacts", type=Path, action="append", default=[], metavar="DIR",
                    help="look for pinned artefacts in DIR before downloading (repeatable)")
+    p.add_argument("--git-mirrors", type=Path, action="append", default=[], metavar="DIR",
+                   help="fetch git bases from the bare mirror DIR/<owner>+<name>.git before the repository URL "
+                        "(repeatable; also $PATCHLANE_GIT_MIRRORS, os.pathsep-separated)")
 
 
 def source(p: argparse.ArgumentParser) -> None:

@@ -1,11 +1,12 @@
-"""What every command needs: the repository root, tracking.toml, the store, maybe a bundle."""
+"""What every command needs: the repository root, tracking.toml, the store, and this invocation's options."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from harness import pins
+from harness.context import Context, Options
 from harness.errors import UsageError
-from harness.lanes import Context
 from harness.store import Store
 from harness.tracking import Tracking
 
@@ -19,14 +20,29 @@ def find_root(start: Path | None) -> Path:
                      hint="run from the repository, or pass --root")
 
 
-def context(args) -> Context:
-    root = find_root(getattr(args, "root", None))
-    ctx = Context(root=root, tracking=Tracking.load(root), store=Store(getattr(args, "cache", None)))
-    ctx.artifacts = list(getattr(args, "artifacts", []) or [])
-    ctx.python = getattr(args, "python", None) or ctx.python
+def options(args, **overrides) -> Options:
+    """The invocation's options from the parsed arguments (a command without an option keeps the default)."""
+    values = {
+        "artifacts": tuple(getattr(args, "artifacts", None) or ()),
+        "git_mirrors": tuple(getattr(args, "git_mirrors", None) or ()),
+    }
+    if getattr(args, "python", None):
+        values["python"] = args.python
     bundle_dir = getattr(args, "bundle_dir", None)
     if bundle_dir is not None:
-        from harness.bundle import OpenBundle
+        from harness.bundle import OpenBundle  # only offline runs need it
 
-        ctx.bundle = OpenBundle.open(Path(bundle_dir))
-    return ctx
+        values["bundle"] = OpenBundle.open(Path(bundle_dir))
+    return Options(**(values | overrides))
+
+
+def context(args, **overrides) -> Context:
+    root = find_root(getattr(args, "root", None))
+    return Context(root=root, tracking=Tracking.load(root), store=Store(getattr(args, "cache", None)),
+                   options=options(args, **overrides))
+
+
+def sources(args) -> pins.Sources:
+    """Where a command that needs no tracking.toml (``materialize``) fetches bases from."""
+    return pins.Sources(artifacts=tuple(getattr(args, "artifacts", None) or ()),
+                        git_mirrors=tuple(getattr(args, "git_mirrors", None) or ()))

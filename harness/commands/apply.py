@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import lanes, pins, series, ui
+from harness import series, ui
 from harness.commands import _args
 from harness.commands._context import context
 
@@ -19,8 +19,8 @@ def main(args) -> int:
     ctx = context(args)
     pack = ctx.tracking.pack(args.pack)
     manifest = ctx.manifest(pack.target)
-    checkout = pins.materialize(manifest, args.base or pack.base, ctx.store, ctx.artifacts)
-    patches = lanes.series_for(ctx, pack)
+    checkout = ctx.materialize(manifest, args.base or pack.base)
+    patches = series.series_for(ctx.tracking, ctx.root, pack, checkout.base.name)
     if not patches:
         ui.warn(f"pack {pack.id} has no patches; the tree is the pristine base")
         ui.out.print(str(checkout.path))

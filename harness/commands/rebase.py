@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from harness import rebase, ui
+from harness import pins, rebase, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
@@ -25,6 +25,9 @@ def register(sub) -> None:
     to.add_argument("--to-version", metavar="X",
                     help="a release not in the manifest: fetched via the PyPI JSON API, sha256 checked")
     p.add_argument("--pack", action="append", default=[], help="only this pack (repeatable)")
+    p.add_argument("--port", action="store_true",
+                   help="with --refresh: write the rewritten series as patches/<target>/<pack>/<base>/ (a series "
+                        "ported to that base) instead of replacing the pack's own")
     p.add_argument("--refresh", action="store_true",
                    help="rewrite the patches of packs that apply with offset or fuzz from the new base")
     p.add_argument("--write-manifest", action="store_true",
@@ -41,19 +44,19 @@ def main(args) -> int:
     if args.to_version:
         if args.to_version in manifest.bases:
             raise UsageError(f"{args.to_version} is already a base of {manifest.path.name}; use --to")
-        base = rebase.pypi_base(manifest, args.to_version)
-        manifest = rebase.with_base(manifest, base)
+        base = pins.pypi_base(manifest, args.to_version)
+        manifest = pins.with_base(manifest, base)
         name = base.name
     else:
         name = rebase.resolve_base(manifest, args.to)
-    reports = rebase.rebase_target(ctx, manifest, name, refresh=args.refresh,
+    reports = rebase.rebase_target(ctx, manifest, name, refresh=args.refresh, port=args.port,
                                    packs=[ctx.tracking.pack(p).id for p in args.pack])
     print_reports(reports, f"{manifest.target}: series on {name}")
     if args.to_version:
         ui.out.print(f"\nmanifest entry for {name} (sha256 verified against the download):\n")
-        ui.out.print(rebase.manifest_snippet(manifest.bases[name]), markup=False)
+        ui.out.print(pins.manifest_snippet(manifest.bases[name]), markup=False)
         if args.write_manifest:
-            rebase.write_manifest(manifest, manifest.bases[name])
+            pins.write_manifest(manifest, manifest.bases[name])
             ui.out.print(f"added to {manifest.path}")
         else:
             ui.out.print("(not written; pass --write-manifest to add it)")

@@ -32,9 +32,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    ctx = context(args)
-    ctx.receipts_dir = args.receipts_dir
-    ctx.echo = not args.quiet
+    ctx = context(args, receipts_dir=args.receipts_dir, echo=not args.quiet)
     pack = ctx.tracking.pack(args.pack)
     results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking)
     code = worst(r.exit for r in results)
