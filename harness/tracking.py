@@ -96,6 +96,8 @@ class Pack:
     blocked: str | None
     cls: str | None = None  # tracking.toml key 'class'
     held: str | None = None  # why a pack in state "held" is held back
+    # the base a filing of this pack is made against: key 'filing_base', else the manifest's, else its base
+    filing_base: str = ""
 
     @property
     def state_reason(self) -> str | None:
@@ -268,7 +270,17 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         choice(mitigation, "status", MITIGATION_STATUS, mwhere, default="active")
     absorbed = t.get("absorbed")
     if absorbed is not None:
-        field(absorbed, "version", str, f"{where} .absorbed")
+        awhere = f"{where} .absorbed"
+        field(absorbed, "version", str, awhere)
+        at = field(absorbed, "base", str, awhere, default=None)  # absorbed at a base of the manifest (e.g. main)
+        if at is not None and at not in manifest.bases:
+            raise ConfigError(f"{awhere}: key 'base' is '{at}', not a base of {manifest.path.name} "
+                              f"({', '.join(manifest.bases)})")
+    filing_base = field(t, "filing_base", str, where, default=None) or manifest.filing_base \
+        or base or manifest.default_base
+    if filing_base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'filing_base' is '{filing_base}', not a base of {manifest.path.name} "
+                          f"({', '.join(manifest.bases)})")
     depends = tuple(normalize_id(d) for d in str_list(t, "depends_on", where))
     return Pack(
         id=pid,
@@ -289,6 +301,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         blocked=field(t, "blocked", str, where, default=None),
         held=field(t, "held", str, where, default=None),
         cls=choice(t, "class", CLASSES, where) if "class" in t else None,
+        filing_base=filing_base,
     )
 
 
