@@ -23,7 +23,7 @@ EPILOG = "exit codes:\n" + "\n".join(
 
 
 COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
-            "status", "body", "edit", "regen", "rebase", "absorbed"]
+            "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance"]
 
 
 def build_parser() -> argparse.ArgumentParser:
