@@ -10,8 +10,10 @@ file by file. Every difference is listed with its kind:
 ``differs``           the same path with other bytes (a version stamp, a build-time edit).
 
 ``package_identical`` is true when no difference falls inside the package directories (the
-manifest's ``import_names``, found at the top or under ``src/``). Bases with no recorded commit
-are reported with their ``commit_note``: nothing is guessed.
+manifest's ``import_names``, found at the top or under ``src/``); ``tag_files_unchanged`` is true
+when every file of the tag's package directories is in the artefact with the same bytes (a wheel
+that only adds compiled libraries and vendored headers). Bases with no recorded commit are
+reported with their ``commit_note``: nothing is guessed.
 """
 
 from __future__ import annotations
@@ -50,9 +52,23 @@ class Provenance:
             return None
         return not any(d.in_package for d in self.differences)
 
+    @property
+    def tag_files_unchanged(self) -> bool | None:
+        if not self.compared:
+            return None
+        return not any(d.in_package and d.kind != "only-in-artifact" for d in self.differences)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in self.differences:
+            key = f"{d.kind}{' (package)' if d.in_package else ''}"
+            out[key] = out.get(key, 0) + 1
+        return out
+
     def as_json(self) -> dict:
         out = dataclasses.asdict(self)
         out["package_identical"] = self.package_identical
+        out["tag_files_unchanged"] = self.tag_files_unchanged
         return out
 
 

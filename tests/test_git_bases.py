@@ -218,14 +218,14 @@ def test_provenance_lists_every_difference_between_artefact_and_tag(lane_repo, t
     path.write_text(path.read_text().replace(f'commit = "{"a" * 40}"', f'commit = "{sha}"\ncommit_source = "tag v1.0"'))
     assert cli("provenance", "fake", "--json", "--git-mirrors", str(mirrors), *lane_repo.args()) == Exit.OK
     [result] = json.loads(capsys.readouterr().out)
-    assert result["compared"] and result["package_identical"] is True
+    assert result["compared"] and result["package_identical"] is True and result["tag_files_unchanged"] is True
     assert {(d["path"], d["kind"]) for d in result["differences"]} == {("PKG-INFO", "only-in-artifact")}
     # a release whose tree differs inside the package is reported as such
     _, other = _upstream(tmp_path, CORE_FIXED, "1.0")
     path.write_text(path.read_text().replace(sha, other))
     assert cli("provenance", "fake", "--json", "--git-mirrors", str(mirrors), *lane_repo.args()) == Exit.OK
     [result] = json.loads(capsys.readouterr().out)
-    assert result["package_identical"] is False
+    assert result["package_identical"] is False and result["tag_files_unchanged"] is False
     assert {"path": "src/fakepkg/core.py", "kind": "differs", "in_package": True} in result["differences"]
 
 

@@ -22,6 +22,8 @@ def register(sub) -> None:
     p.add_argument("target", nargs="?", help="a target (default: every target)")
     p.add_argument("--base", default=None, help="one release base (default: every release base)")
     p.add_argument("--json", action="store_true", help="print the results as JSON (a list, one object per base)")
+    p.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="list at most N differences per base in the text output (0: all; --json lists all)")
     _args.artifacts(p)
     _args.common(p)
 
@@ -41,10 +43,16 @@ def main(args) -> int:
         if not r.compared:
             ui.out.print(escape(f"{head}: not compared: {r.note}"))
             continue
-        verdict = "package files identical" if r.package_identical else "package files DIFFER"
+        verdict = ("package files identical" if r.package_identical
+                   else "every tag file of the package is unchanged; the artefact adds files" if r.tag_files_unchanged
+                   else "package files DIFFER from the tag")
         ui.out.print(escape(f"{head} vs {r.commit[:12]} ({r.commit_source}): {verdict} "
                             f"({', '.join(r.package_dirs) or 'no package directory found'}); "
-                            f"{r.identical_files} identical file(s), {len(r.differences)} difference(s)"))
-        for d in r.differences:
+                            f"{r.identical_files} identical file(s); differences: "
+                            f"{', '.join(f'{n} {k}' for k, n in r.counts().items()) or 'none'}"))
+        shown = r.differences if args.limit == 0 else r.differences[:args.limit]
+        for d in shown:
             ui.out.print(escape(f"  {d.kind:16} {d.path}{'  (package)' if d.in_package else ''}"))
+        if len(shown) < len(r.differences):
+            ui.out.print(f"  ... {len(r.differences) - len(shown)} more (--limit 0 or --json lists all)")
     return 0
