@@ -258,3 +258,10 @@ def load_reproducer():
         finally:
             sys.path.remove(str(REPO / "repros"))
     return load
+
+
+@pytest.fixture(autouse=True)
+def no_real_cache(monkeypatch):
+    """A test that forgets --cache / Store(path) must fail, not write to the user's real cache."""
+    monkeypatch.setenv("PATCHLANE_HOME", "/dev/null/patchlane-cache-not-for-tests")
+    monkeypatch.delenv("PATCHLANE_GIT_MIRRORS", raising=False)
