@@ -17,6 +17,7 @@ code  name        meaning
 9     UPSTREAM    the GitHub API is unreachable, rate-limited or refused the token; nothing written
 10    LINT        a filing body failed its lint (private host, path, address or token)
 11    DRIFT       ``harness absorbed`` found a local change no pack tracks
+70    INTERNAL    a bug in the harness (traceback in <cache>/last-error.log)
 130   INTERRUPT   stopped by Ctrl-C
 ====  ==========  ==============================================================
 
@@ -43,11 +44,13 @@ class Exit(enum.IntEnum):
     UPSTREAM = 9
     LINT = 10
     DRIFT = 11
+    INTERNAL = 70
     INTERRUPT = 130
 
 
 _SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH,
-             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.USAGE, Exit.INTERRUPT]
+             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.USAGE, Exit.INTERNAL,
+             Exit.INTERRUPT]
 
 
 def worst(codes) -> Exit:
