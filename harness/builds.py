@@ -12,7 +12,9 @@ A build entry lives at ``builds/<key>`` where the key hashes the tree's key
 (base sha256 + patch sha256s) and the build kind; the directory appears only
 when the build finished, so an interrupted build is never mistaken for one.
 Each entry holds ``site/`` (what goes on ``PYTHONPATH``) and, for wheels,
-the wheel itself, which the offline bundle carries.
+the wheel itself, which the offline bundle carries. Every build runs in a
+throwaway clone of the tree inside its scratch entry: the cached base and
+patched trees are never written to, and nothing left in them reaches a build.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import git, ui
 from harness import stubs as stubs_mod
-from harness import ui
 from harness.errors import BuildError
 from harness.hashing import sha256_file, sha256_text
 from harness.pins import Manifest
@@ -77,12 +79,14 @@ def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: st
     key = build_key(tree_key, manifest)
 
     def make(tmp: Path, info: dict) -> None:
+        source = _throwaway_copy(tree, tmp / ".source", label)
         if manifest.build == "wheel":
-            wheel = _pip_wheel(tree, tmp, label)
+            wheel = _pip_wheel(source, tmp, label)
             install_wheel(wheel, tmp / "site", label)
             info["wheel"] = wheel.name
         else:
-            info["stubs"] = _overlay(tree, manifest, tmp / "site", label)
+            info["stubs"] = _overlay(source, manifest, tmp / "site", label)
+        shutil.rmtree(source)
 
     return _create(key, manifest, store, make, f"building {label} ({manifest.build})", label)
 
@@ -121,6 +125,21 @@ def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: 
             make(tmp, info)
             (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
     return lookup(store, key)
+
+
+def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:
+    """A local clone of ``tree``'s commit (its committed files only) to build from.
+
+    A build backend writes into the directory it builds (setuptools: ``build/``, ``*.egg-info``),
+    and reuses what an earlier build left there. The cached base and patched trees must stay
+    exactly their commit, so every build runs in a fresh copy inside the build's scratch entry,
+    which goes away with the entry whether the build succeeds or not.
+    """
+    try:
+        git.clone(tree, dest, branch="build")
+    except git.GitCommandError as exc:
+        raise BuildError(f"build {label}: cannot copy {tree} to build from: {exc.stderr or exc}") from None
+    return dest
 
 
 def _pip_wheel(tree: Path, out: Path, label: str) -> Path:

@@ -19,3 +19,114 @@ def test_a_bug_in_the_harness_is_exit_internal_with_the_traceback_kept(lane_repo
     err = capsys.readouterr().err
     assert err.startswith("harness: internal error: KeyError") and str(lane_repo.cache / "last-error.log") in err
     assert "Traceback" in (lane_repo.cache / "last-error.log").read_text()
+
+
+# --------------------------------------------------------------------------- builds never touch a base (#2)
+
+# An in-tree PEP 517 backend that stages sources the way setuptools' build_py does: into build/lib/ of the
+# directory it runs in, copying a file only when the staged copy is missing or older, and packs whatever
+# build/lib/ then holds. It also writes an egg-info SOURCES.txt into the tree, as setuptools does.
+BACKEND = '''\
+import base64, hashlib, os, shutil, zipfile
+
+NAME, VERSION = "fakepkg", "1.0"
+
+
+def _stage():
+    for dirpath, _, files in os.walk(os.path.join("src", NAME)):
+        for f in files:
+            src = os.path.join(dirpath, f)
+            dst = os.path.join("build", "lib", os.path.relpath(src, "src"))
+            if not os.path.exists(dst) or os.path.getmtime(dst) < os.path.getmtime(src):
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                shutil.copyfile(src, dst)
+    os.makedirs(NAME + ".egg-info", exist_ok=True)
+    with open(os.path.join(NAME + ".egg-info", "SOURCES.txt"), "w") as fh:
+        fh.write("src/fakepkg/core.py\\n")
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    _stage()
+    info = f"{NAME}-{VERSION}.dist-info"
+    files = {}
+    for dirpath, _, names in os.walk(os.path.join("build", "lib")):
+        for f in names:
+            path = os.path.join(dirpath, f)
+            with open(path, "rb") as fh:
+                files[os.path.relpath(path, os.path.join("build", "lib"))] = fh.read()
+    files[info + "/METADATA"] = f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {VERSION}\\n".encode()
+    files[info + "/WHEEL"] = b"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"
+    record = "".join(
+        f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b'=').decode()},{len(d)}\\n"
+        for n, d in files.items()) + info + "/RECORD,,\\n"
+    files[info + "/RECORD"] = record.encode()
+    name = f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
+        for n, d in sorted(files.items()):
+            zf.writestr(n, d)
+    return name
+'''
+
+
+def _backend_sdist(path) -> None:
+    import io
+    import tarfile
+
+    from conftest import CORE_BUGGY
+
+    top = "fakepkg-1.0"
+    files = {
+        f"{top}/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["_build"]\n'
+                                 '[project]\nname = "fakepkg"\nversion = "1.0"\n',
+        f"{top}/PKG-INFO": "Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.0\n",
+        f"{top}/_build/backend.py": BACKEND,
+        f"{top}/src/fakepkg/__init__.py": '__version__ = "1.0"\n',
+        f"{top}/src/fakepkg/core.py": CORE_BUGGY,
+    }
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tf.addfile(info, io.BytesIO(text.encode()))
+
+
+def _wheel_repo(lane_repo):
+    _backend_sdist(lane_repo.sdist)
+    lane_repo.write_manifest(build="wheel")
+    from harness import pins
+    from harness.store import Store
+
+    return pins.materialize(pins.load_manifest(lane_repo.root, "fake"), None, Store(lane_repo.cache))
+
+
+def _untouched(checkout) -> list[str]:
+    """Everything in a base checkout that is not its pristine commit (changed, untracked or ignored files)."""
+    from conftest import git
+
+    return git(checkout.path, "status", "--porcelain", "--ignored", "--untracked-files=all").splitlines()
+
+
+def test_a_wheel_build_leaves_the_base_checkout_pristine(lane_repo, capsys):
+    checkout = _wheel_repo(lane_repo)
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr()
+    assert _untouched(checkout) == []
+    trees = list((lane_repo.cache / "trees" / "fake").iterdir())
+    assert len(trees) == 1 and _untouched(type(checkout)(checkout.target, checkout.base, trees[0], "")) == []
+
+
+def test_leftovers_in_a_base_never_reach_a_wheel(lane_repo, capsys):
+    import os
+    import zipfile
+
+    checkout = _wheel_repo(lane_repo)
+    # an earlier build, killed while writing, left a truncated staged copy in the base (newer than the source)
+    stale = checkout.path / "build" / "lib" / "fakepkg" / "core.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text((checkout.path / "src" / "fakepkg" / "core.py").read_text()[:40])
+    os.utime(stale, (2_000_000_000, 2_000_000_000))
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr()
+    [entry] = [e for e in (lane_repo.cache / "builds").iterdir() if not e.name.startswith(".")]
+    [wheel] = entry.glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read("fakepkg/core.py") == (checkout.path / "src" / "fakepkg" / "core.py").read_bytes()
+    assert not [p for p in entry.iterdir() if p.name not in ("site", "build.json", wheel.name)]
