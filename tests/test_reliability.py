@@ -130,3 +130,58 @@ def test_leftovers_in_a_base_never_reach_a_wheel(lane_repo, capsys):
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("fakepkg/core.py") == (checkout.path / "src" / "fakepkg" / "core.py").read_bytes()
     assert not [p for p in entry.iterdir() if p.name not in ("site", "build.json", wheel.name)]
+
+
+# --------------------------------------------------------------------------- concurrent updates of tracking.toml (#3)
+
+REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _harness(*args: str, env: dict | None = None, **kw):
+    """``python -m harness ...`` as a separate process (this worktree's harness)."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO_ROOT,
+                            env=dict(os.environ, **(env or {})), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_two_concurrent_runs_of_one_pack_both_land_in_tracking(lane_repo, tmp_path):
+    from harness.tracking import Tracking
+
+    # Each reproducer waits until the other one is running too, so both harness processes have read
+    # tracking.toml before either writes its result: the interleaving that used to lose one of them.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text("import os, pathlib, time\n"
+                     f"b = pathlib.Path({str(barrier)!r})\n"
+                     "(b / os.environ['HARNESS_LANE']).touch()\n"
+                     "deadline = time.time() + 60\n"
+                     "while len(list(b.iterdir())) < 2 and time.time() < deadline:\n"
+                     "    time.sleep(0.05)\n" + repro.read_text())
+    # the fix lane is made to mismatch: one lane passes, the other does not, and both must be recorded
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('expect = "FIX_VALIDATED"', 'expect = "FIX_FAILED"'))
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK  # builds first: the race is about tracking
+    procs = [_harness("run", "01", "--lane", lane, "--quiet", *lane_repo.args()) for lane in ("bug", "fix")]
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [Exit.OK, Exit.MISMATCH], [p.stderr.read() for p in procs]
+    validation = Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]
+    assert validation["bug"]["verdict"] == "pass" and validation["fix"]["verdict"] == "mismatch"
+    assert "# a pull request" in path.read_text()
+
+
+def test_a_save_keeps_an_edit_made_to_the_file_after_it_was_loaded(lane_repo):
+    from harness.tracking import Tracking
+
+    path = lane_repo.root / "tracking.toml"
+    t = Tracking.load(lane_repo.root)
+    path.write_text(path.read_text().replace('state = "ready"', 'state = "held"  # held by hand meanwhile'))
+    t.record_validation("01", "bug", {"verdict": "pass"})
+    t.save()
+    text = path.read_text()
+    assert 'state = "held"  # held by hand meanwhile' in text
+    assert Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]["bug"]["verdict"] == "pass"
