@@ -38,17 +38,30 @@ class Outcome:
     stamps: list[dict] = field(default_factory=list)  # one per rank on multi-process lanes
     sentinels: list[tuple[str, dict]] = field(default_factory=list)
     figures: list[dict] = field(default_factory=list)
-    skipped: str | None = None
+    skipped: str | None = None  # the reason of the first SKIPPED line
+    skips: int = 0  # how many SKIPPED lines (one per rank on a multi-process lane)
+    stamp_problem: str | None = None  # the first HOST_STAMP line that is not a non-empty JSON object
 
     def verdict(self, expected: str) -> tuple[str, str]:
-        """(verdict, reason) for a lane that expects ``expected``."""
+        """(verdict, reason) for a lane that expects ``expected``.
+
+        A lane is skipped only when the reproducer said SKIPPED, printed no sentinel, and exited with
+        0 or the skip code (a multi-process launcher may exit otherwise when every rank skipped): a
+        SKIPPED line next to a verdict, or before a crash, never hides either.
+        """
         seen = [name for name, _ in self.sentinels]
         if self.timed_out:
             return "timeout", "killed at the time limit"
-        if self.skipped is not None:
-            return "skipped", self.skipped
+        if self.stamp_problem is not None:
+            return "crash", self.stamp_problem
+        if self.skips and seen:
+            return "crash", f"printed {', '.join(seen)} and SKIPPED ({self.skipped}): contradictory output"
+        if self.skips and (self.exit_code in (0, SKIP_EXIT)
+                           or (len(self.stamps) > 1 and self.skips >= len(self.stamps))):
+            return "skipped", self.skipped or "no reason given"
         if self.exit_code != 0:
-            return "crash", f"exit code {self.exit_code}" + (f" after printing {', '.join(seen)}" if seen else "")
+            return "crash", f"exit code {self.exit_code}" + (f" after printing {', '.join(seen)}" if seen else "") \
+                + (f" after SKIPPED ({self.skipped})" if self.skips else "")
         if self.stamp is None:
             return "crash", "no HOST_STAMP line before the verdict"
         if not seen:
@@ -57,6 +70,8 @@ class Outcome:
             return "pass", f"printed {expected} as expected"
         return "mismatch", f"printed {', '.join(seen)}; expected {expected}"
 
+
+SKIP_EXIT = 3  # what repros/_lane.py's skip() exits with
 
 # NVLink multicast can take a shared host's GPUs out of service: multi-GPU lanes always run with it off.
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -133,18 +148,37 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
 
 
 def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
-    for line in text.splitlines():
+    """Read the protocol lines. The host stamp is the first valid ``HOST_STAMP`` printed before any
+    sentinel; a stamp that is empty or not a JSON object, anywhere, is recorded as a problem."""
+    for no, line in enumerate(text.splitlines(), 1):
         tag, _, rest = line.partition(" ")
         if tag == "HOST_STAMP":
-            outcome.stamps.append(_json(rest))
-            if outcome.stamp is None:
-                outcome.stamp = outcome.stamps[0]
+            stamp = _stamp(rest)
+            if stamp is None:
+                if outcome.stamp_problem is None:
+                    outcome.stamp_problem = (f"log line {no}: HOST_STAMP is not a non-empty JSON object "
+                                             f"({rest.strip()[:60]!r})")
+                continue
+            outcome.stamps.append(stamp)
+            if outcome.stamp is None and not outcome.sentinels:
+                outcome.stamp = stamp
         elif tag == "FIGURE" and outcome.stamp is not None:
             outcome.figures.append(_json(rest))
         elif tag == "SKIPPED":
-            outcome.skipped = _json(rest).get("reason", rest)
+            outcome.skips += 1
+            if outcome.skipped is None:
+                outcome.skipped = str(_json(rest).get("reason", rest))
         elif tag in sentinels:
             outcome.sentinels.append((tag, _json(rest)))
+
+
+def _stamp(text: str) -> dict | None:
+    """A HOST_STAMP payload: a JSON object with at least one key, else None."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) and value else None
 
 
 def _json(text: str) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from conftest import cli
 
 from harness.errors import Exit
@@ -185,3 +186,63 @@ def test_a_save_keeps_an_edit_made_to_the_file_after_it_was_loaded(lane_repo):
     text = path.read_text()
     assert 'state = "held"  # held by hand meanwhile' in text
     assert Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]["bug"]["verdict"] == "pass"
+
+
+# --------------------------------------------------------------------------- what a reproducer says (#4, #5)
+
+STAMP = '_lane.stamp("fakepkg", "fakepkg.core")\n'
+
+
+def _misbehave(lane_repo, body: str) -> None:
+    (lane_repo.root / "repros" / "fake" / "pack01.py").write_text("import sys, _lane\n" + body)
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (STAMP + '_lane.verdict("BUG_ABSENT")\n_lane.skip("changed its mind")\n',
+         "printed BUG_ABSENT and SKIPPED (changed its mind): contradictory output"),
+        (STAMP + '_lane.verdict("BUG_REPRODUCED")\nprint("SKIPPED {}")\n', "printed BUG_REPRODUCED and SKIPPED"),
+        (STAMP + 'print("SKIPPED {\\"reason\\": \\"no gpu\\"}", flush=True)\nraise RuntimeError("then it crashed")\n',
+         "exit code 1 after SKIPPED (no gpu)"),
+    ],
+    ids=["verdict-then-skip", "verdict-then-skip-line-exit-0", "skip-then-crash"],
+)
+def test_a_skipped_line_never_hides_a_verdict_or_a_crash(lane_repo, body, reason):
+    from harness.receipts import find
+
+    _misbehave(lane_repo, body)
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.CRASH
+    [rec] = find(lane_repo.root, "fake", "01")  # the evidence is kept
+    assert rec.data["verdict"] == "crash" and reason in rec.data["reason"]
+    assert "SKIPPED" in (rec.dir / "output.log").read_text()
+
+
+def test_a_real_skip_is_still_a_skip(lane_repo):
+    from harness.receipts import find
+
+    _misbehave(lane_repo, STAMP + '_lane.skip("needs a GPU")\n')
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.SKIPPED
+    assert find(lane_repo.root, "fake", "01") == []
+
+
+@pytest.mark.parametrize(
+    ("stamp", "reason"),
+    [
+        ('print("HOST_STAMP", flush=True)\n', "HOST_STAMP is not a non-empty JSON object"),
+        ('print("HOST_STAMP gpu=H100 driver=580", flush=True)\n', "HOST_STAMP is not a non-empty JSON object"),
+        ('print("HOST_STAMP {}", flush=True)\n', "HOST_STAMP is not a non-empty JSON object"),
+        ('print("HOST_STAMP [1, 2]", flush=True)\n', "HOST_STAMP is not a non-empty JSON object"),
+        ("", "no HOST_STAMP line before the verdict"),  # stamped only after the verdict (below)
+    ],
+    ids=["empty", "not-json", "empty-object", "not-an-object", "after-the-verdict"],
+)
+def test_a_bad_or_late_host_stamp_is_a_crash(lane_repo, stamp, reason):
+    from harness.receipts import find
+
+    late = "" if stamp else STAMP
+    _misbehave(lane_repo, stamp + '_lane.verdict("BUG_REPRODUCED")\n' + late)
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.CRASH
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert rec.data["verdict"] == "crash" and reason in rec.data["reason"]
+    assert rec.data["host"] is None
