@@ -22,13 +22,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import git, ui
+from harness import git, guard, ui
 from harness import stubs as stubs_mod
 from harness.errors import BuildError
 from harness.hashing import sha256_file, sha256_text
@@ -176,7 +175,7 @@ def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str
 
 def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None:
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = guard.run(cmd, cwd=cwd, env=env)  # pip and the backend it starts die with the harness
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise BuildError(f"build {label}: {what} failed (exit {proc.returncode}):\n{tail}")
@@ -203,7 +202,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
     )
     env = dict(env if env is not None else os.environ,
                PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []), *inherited_pythonpath()]))
-    proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
+    proc = guard.run([python, "-c", code, *modules], env=env)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
         raise BuildError(f"import check of {label} failed for {', '.join(modules)}:\n{tail}")

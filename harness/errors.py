@@ -19,6 +19,7 @@ code  name        meaning
 11    DRIFT       ``harness absorbed`` found a local change no pack tracks
 70    INTERNAL    a bug in the harness (traceback in <cache>/last-error.log)
 130   INTERRUPT   stopped by Ctrl-C
+143   TERMINATED  stopped by SIGTERM or SIGHUP (CI cancellation); children killed, scratch removed
 ====  ==========  ==============================================================
 
 When several lanes end differently the most severe code wins, in the order
@@ -46,16 +47,26 @@ class Exit(enum.IntEnum):
     DRIFT = 11
     INTERNAL = 70
     INTERRUPT = 130
+    TERMINATED = 143
 
 
 _SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH,
              Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.USAGE, Exit.INTERNAL,
-             Exit.INTERRUPT]
+             Exit.TERMINATED, Exit.INTERRUPT]
 
 
 def worst(codes) -> Exit:
     """The most severe of several exit codes (``OK`` for none)."""
     return max((Exit(c) for c in codes), key=_SEVERITY.index, default=Exit.OK)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived. Raised from the signal handler, so every cleanup that runs on
+    Ctrl-C (killing the reproducer's process group, removing scratch entries) runs for it too."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
 
 
 class HarnessError(Exception):

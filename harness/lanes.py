@@ -198,13 +198,17 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     })
     if prep.baseline is not None:
         env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
-    fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
-    os.close(fd)
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
     cmd = runs.launch_command(ctx.python, lane.nproc, script, list(lane.args))
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
-    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+    fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
+    os.close(fd)
+    try:
+        outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+    except BaseException:  # Ctrl-C, SIGTERM: the reproducer's group is killed, the log must not stay behind
+        Path(tmp_log).unlink(missing_ok=True)
+        raise
     verdict, reason = outcome.verdict(lane.expect)
     data = {
         "pack": pack.id,

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import guard
 from harness.errors import Exit
 
 VERDICT_EXIT = {
@@ -90,7 +90,7 @@ def cuda_devices(python: str) -> tuple[int, str]:
             "print(json.dumps([n, ', '.join(torch.cuda.get_device_name(i) for i in range(n))"
             " or 'no CUDA device visible to torch']))")
     try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+        proc = guard.run([python, "-c", code], timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 0, f"cannot probe CUDA with {python}: {exc}"
     if proc.returncode != 0:
@@ -102,15 +102,17 @@ def cuda_devices(python: str) -> tuple[int, str]:
 
 def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
         echo: bool = True) -> Outcome:
-    """Run ``cmd``, teeing its combined output into ``log_path``; kill its process group at ``timeout``.
+    """Run ``cmd`` (under ``harness.guard``), teeing its combined output into ``log_path``.
+
+    Its whole process group is killed at ``timeout``, on any exception (Ctrl-C, SIGTERM), and by
+    the guard itself if the harness dies.
 
     ``sentinels`` is the vocabulary of verdict lines to look for in the log.
     """
     start = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = guard.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = start + timeout
         try:
             os.set_blocking(proc.stdout.fileno(), False)
@@ -133,14 +135,15 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
                     time.sleep(0.05)
                 if time.monotonic() > deadline:
                     timed_out = True
-                    _kill(proc)
+                    guard.kill_group(proc)
                     break
         except BaseException:
-            _kill(proc)
+            guard.kill_group(proc)
             raise
         finally:
             proc.stdout.close()
     code = proc.wait()
+    guard.release(proc)
     outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),
                       timed_out=timed_out)
     parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, sentinels)
@@ -187,11 +190,3 @@ def _json(text: str) -> dict:
     except json.JSONDecodeError:
         return {"text": text}
     return value if isinstance(value, dict) else {"value": value}
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 from conftest import cli
 
@@ -69,18 +72,23 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def _backend_sdist(path) -> None:
+def _backend_sdist(path, hang: bool = False) -> None:
+    """An sdist of fakepkg 1.0 built by BACKEND; with ``hang`` its build spawns a worker and never ends."""
     import io
     import tarfile
 
     from conftest import CORE_BUGGY
 
     top = "fakepkg-1.0"
+    backend = BACKEND
+    if hang:
+        backend = BACKEND.replace("    _stage()\n", "    _stage()\n    _hang()\n") + "\n\ndef _hang():\n" + \
+            "".join(f"    {line}\n" for line in SPAWNER.strip().splitlines())
     files = {
         f"{top}/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["_build"]\n'
                                  '[project]\nname = "fakepkg"\nversion = "1.0"\n',
         f"{top}/PKG-INFO": "Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.0\n",
-        f"{top}/_build/backend.py": BACKEND,
+        f"{top}/_build/backend.py": backend,
         f"{top}/src/fakepkg/__init__.py": '__version__ = "1.0"\n',
         f"{top}/src/fakepkg/core.py": CORE_BUGGY,
     }
@@ -246,3 +254,107 @@ def test_a_bad_or_late_host_stamp_is_a_crash(lane_repo, stamp, reason):
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["verdict"] == "crash" and reason in rec.data["reason"]
     assert rec.data["host"] is None
+
+
+# --------------------------------------------------------------------------- nothing outlives the harness (#6)
+
+# A process that writes its pid, starts a grandchild that writes its own, and then waits forever: stands in
+# for a reproducer (or a build backend) with worker processes.
+SPAWNER = '''
+import os, pathlib, subprocess, sys, time
+pids = pathlib.Path(os.environ["FAKE_PIDS"])
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+(pids / f"{os.getpid()}.{child.pid}").touch()
+time.sleep(600)
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead (only not reaped yet)
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for_pids(pids_dir, proc) -> list[int]:
+    import time
+
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(pids_dir.iterdir()):
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    [name] = [p.name for p in pids_dir.iterdir()]
+    return [int(x) for x in name.split(".")]
+
+
+def _all_gone(pids: list[int], within: float = 10.0) -> bool:
+    import time
+
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def spawning(lane_repo, tmp_path):
+    """The lane's reproducer spawns a grandchild and hangs; returns (pids dir, private TMPDIR)."""
+    pids, tmp = tmp_path / "pids", tmp_path / "tmpdir"
+    pids.mkdir()
+    tmp.mkdir()
+    (lane_repo.root / "repros" / "fake" / "pack01.py").write_text("import _lane\n" + STAMP + SPAWNER)
+    yield pids, tmp
+    for name in [p.name for p in pids.iterdir()]:  # never leave a process behind, even when the test fails
+        for pid in name.split("."):
+            if _alive(int(pid)):
+                os.kill(int(pid), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_kills_the_reproducer_and_its_children_and_leaks_nothing(lane_repo, spawning, sig):
+    from harness.receipts import find
+
+    pids_dir, tmp = spawning
+    proc = _harness("run", "01", "--lane", "bug", "--quiet", *lane_repo.args(),
+                    env={"FAKE_PIDS": str(pids_dir), "TMPDIR": str(tmp)})
+    pids = _wait_for_pids(pids_dir, proc)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=30) == Exit.TERMINATED
+    assert "harness: terminated" in proc.stderr.read()
+    assert _all_gone(pids), [p for p in pids if _alive(p)]
+    assert not list(tmp.glob('patchlane-*.log'))  # the temporary log is gone
+    assert find(lane_repo.root, "fake", "01") == []
+
+
+def test_sigkill_of_the_harness_still_takes_the_reproducer_down(lane_repo, spawning):
+    pids_dir, tmp = spawning
+    proc = _harness("run", "01", "--lane", "bug", "--quiet", *lane_repo.args(),
+                    env={"FAKE_PIDS": str(pids_dir), "TMPDIR": str(tmp)})
+    pids = _wait_for_pids(pids_dir, proc)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert _all_gone(pids), [p for p in pids if _alive(p)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_harness_takes_pip_and_the_build_backend_down(lane_repo, tmp_path, sig):
+    pids_dir = tmp_path / "pids"
+    pids_dir.mkdir()
+    _backend_sdist(lane_repo.sdist, hang=True)
+    lane_repo.write_manifest(build="wheel")
+    proc = _harness("prepare", "01", "--lane", "bug", *lane_repo.args(), env={"FAKE_PIDS": str(pids_dir)})
+    try:
+        pids = _wait_for_pids(pids_dir, proc)
+        proc.send_signal(sig)
+        code = proc.wait(timeout=30)
+        assert code == (Exit.TERMINATED if sig == signal.SIGTERM else -signal.SIGKILL)
+        assert _all_gone(pids), [p for p in pids if _alive(p)]
+    finally:
+        for pid in [int(x) for p in pids_dir.iterdir() for x in p.name.split(".")]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    builds = lane_repo.cache / "builds"
+    assert not builds.exists() or all(e.name.startswith(".tmp-") for e in builds.iterdir())
