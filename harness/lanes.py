@@ -11,6 +11,7 @@ or from an offline bundle (``bundle`` is given), never a mix.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -276,17 +277,22 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     gpus, gpu_desc = runs.cuda_devices(ctx.python) if needs_gpu else (0, "not needed")
     results = []
     run_dir = run_dir_for(pack)
-    for prep in prepared:
-        # a cuda lane needs one GPU per rank; a cpu lane with nproc > 1 runs its ranks on the CPU (gloo)
-        need = prep.lane.nproc if pack.lane_requires(prep.lane) == "cuda" else 0
-        if gpus < need:
-            why = f"needs {need} CUDA GPU(s); {gpu_desc}"
-            results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
-            continue
-        result = execute(ctx, prep, run_dir)
-        results.append(result)
-        if update_tracking and result.receipt is not None:
-            ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
-            ctx.tracking.save()
+    made_here = not os.environ.get("HARNESS_RUN_DIR")  # a directory the caller gave is the caller's to remove
+    try:
+        for prep in prepared:
+            # a cuda lane needs one GPU per rank; a cpu lane with nproc > 1 runs its ranks on the CPU (gloo)
+            need = prep.lane.nproc if pack.lane_requires(prep.lane) == "cuda" else 0
+            if gpus < need:
+                why = f"needs {need} CUDA GPU(s); {gpu_desc}"
+                results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
+                continue
+            result = execute(ctx, prep, run_dir)
+            results.append(result)
+            if update_tracking and result.receipt is not None:
+                ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
+                ctx.tracking.save()
+    finally:
+        if made_here:
+            shutil.rmtree(run_dir, ignore_errors=True)
     return results
 

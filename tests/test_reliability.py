@@ -325,7 +325,7 @@ def test_sigterm_kills_the_reproducer_and_its_children_and_leaks_nothing(lane_re
     assert proc.wait(timeout=30) == Exit.TERMINATED
     assert "harness: terminated" in proc.stderr.read()
     assert _all_gone(pids), [p for p in pids if _alive(p)]
-    assert not list(tmp.glob('patchlane-*.log'))  # the temporary log is gone
+    assert list(tmp.iterdir()) == []  # neither the temporary log nor the run directory
     assert find(lane_repo.root, "fake", "01") == []
 
 
@@ -358,3 +358,29 @@ def test_a_killed_harness_takes_pip_and_the_build_backend_down(lane_repo, tmp_pa
                 os.kill(pid, signal.SIGKILL)
     builds = lane_repo.cache / "builds"
     assert not builds.exists() or all(e.name.startswith(".tmp-") for e in builds.iterdir())
+
+
+# --------------------------------------------------------------------------- temporary files (#14)
+
+def test_a_run_leaves_nothing_in_the_temporary_directory(lane_repo, tmp_path, monkeypatch):
+    import tempfile
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.delenv("HARNESS_RUN_DIR", raising=False)
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    lane_repo.write_tracking(timeout=2)
+    monkeypatch.setenv("FAKE_MODE", "hang")
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.TIMEOUT
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_run_directory_given_by_the_caller_is_kept(lane_repo, tmp_path, monkeypatch):
+    given = tmp_path / "shared-run"
+    monkeypatch.setenv("HARNESS_RUN_DIR", str(given))
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text() + "import pathlib; (pathlib.Path(os.environ['HARNESS_RUN_DIR']) / "
+                     "os.environ['HARNESS_LANE']).write_text('saved')\n")
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    assert sorted(p.name for p in given.iterdir()) == ["bug", "fix"]
