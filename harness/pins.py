@@ -9,6 +9,7 @@ of a fresh git repository (tag ``pristine``): the base every series applies to.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shutil
 import tarfile
@@ -257,14 +258,18 @@ def _extract(archive: Path, kind: str, dest: Path) -> None:
             if len(tops) != 1:
                 raise PinError(f"{archive.name}: expected one top-level directory in the sdist, "
                                f"found {sorted(tops)[:5]}")
+            [top] = tops
             for m in members:
                 _check_member(m.name, archive)
-                if m.issym() or m.islnk():
-                    _check_member(str(PurePosixPath(m.name).parent / m.linkname), archive)
                 parts = PurePosixPath(m.name).parts
                 if len(parts) <= 1:
                     continue
-                m.name = str(PurePosixPath(*parts[1:]))
+                rel = PurePosixPath(*parts[1:])
+                if m.issym():
+                    _check_symlink(rel, m.linkname, archive)
+                elif m.islnk():
+                    m.linkname = _strip_top(m.linkname, top, m.name, archive)
+                m.name = str(rel)
                 tf.extract(m, dest, filter="data")
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise PinError(f"cannot unpack {archive.name}: {exc}") from None
@@ -274,3 +279,18 @@ def _check_member(name: str, archive: Path) -> None:
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts:
         raise PinError(f"{archive.name}: refusing unsafe member path {name!r}")
+
+
+def _check_symlink(rel: PurePosixPath, target: str, archive: Path) -> None:
+    """A symlink at ``rel`` (inside the unpacked tree) must point inside the tree: resolved, not by spelling."""
+    where = posixpath.normpath(posixpath.join(str(rel.parent), target))
+    if posixpath.isabs(target) or where == ".." or where.startswith("../"):
+        raise PinError(f"{archive.name}: refusing symlink {str(rel)!r} -> {target!r}: it points outside the tree")
+
+
+def _strip_top(target: str, top: str, name: str, archive: Path) -> str:
+    """A hard link names its target from the archive's root: the same path without the top directory."""
+    parts = PurePosixPath(target).parts
+    if PurePosixPath(target).is_absolute() or ".." in parts or len(parts) < 2 or parts[0] != top:
+        raise PinError(f"{archive.name}: refusing hard link {name!r} -> {target!r}: its target is not in the tree")
+    return str(PurePosixPath(*parts[1:]))
