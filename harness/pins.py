@@ -178,7 +178,12 @@ def fetch(artifact: Artifact, store: Store, search_dirs: list[Path] = ()) -> Pat
     for d in search_dirs:
         candidate = Path(d) / artifact.filename
         if candidate.is_file():
-            shutil.copyfile(candidate, partial)
+            try:
+                shutil.copyfile(candidate, partial)
+            except OSError as exc:  # disk full, read-only cache, unreadable mirror
+                partial.unlink(missing_ok=True)
+                raise PinError(f"cannot copy {candidate} into the cache ({partial.parent}): "
+                               f"{exc.strerror or exc}; nothing was kept") from None
             source = str(candidate)
             break
     if source is None:
@@ -196,20 +201,33 @@ def fetch(artifact: Artifact, store: Store, search_dirs: list[Path] = ()) -> Pat
 
 
 def _download(url: str, dest: Path, size: int | None) -> None:
+    """Download ``url`` to ``dest``; a network failure and a failure to write ``dest`` are told apart."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
+    writing = False  # True while the failure would be ours (opening, writing or closing dest), not the network's
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(dest, "wb") as fh:
-            total = size or int(resp.headers.get("Content-Length") or 0) or None
-            with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                          TransferSpeedColumn(), console=ui.err, transient=True,
-                          disable=not ui.err.is_terminal) as bar:
-                task = bar.add_task(f"download {PurePosixPath(url).name}", total=total)
-                for block in iter(lambda: resp.read(1 << 16), b""):
-                    fh.write(block)
-                    bar.advance(task, len(block))
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            writing = True
+            with open(dest, "wb") as fh:
+                writing = False
+                total = size or int(resp.headers.get("Content-Length") or 0) or None
+                with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                              TransferSpeedColumn(), console=ui.err, transient=True,
+                              disable=not ui.err.is_terminal) as bar:
+                    task = bar.add_task(f"download {PurePosixPath(url).name}", total=total)
+                    for block in iter(lambda: resp.read(1 << 16), b""):
+                        writing = True
+                        fh.write(block)
+                        writing = False
+                        bar.advance(task, len(block))
+                writing = True  # closing flushes what is buffered
+            writing = False
     except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:  # ValueError: malformed URL
         dest.unlink(missing_ok=True)
+        if writing:
+            raise PinError(f"cannot write {dest} while downloading {url}: "
+                           f"{getattr(exc, 'strerror', None) or exc}; nothing was kept",
+                           hint=f"free space in (or fix the permissions of) {dest.parent}") from None
         raise PinError(f"cannot download {url}: {exc}",
                        hint="offline? put the file in a directory and pass --artifacts DIR") from None
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 from conftest import cli
@@ -157,3 +158,33 @@ def test_links_leaving_the_sdist_tree_are_refused(lane_repo, tmp_path, capsys, l
     assert cli("materialize", "fake", *lane_repo.args()) == Exit.PIN
     assert message in capsys.readouterr().err
     assert not (lane_repo.cache / "bases" / "fake").exists() or not list((lane_repo.cache / "bases" / "fake").iterdir())
+
+
+def _full_disk_at(lane_repo) -> Path:
+    """Make the cache's partial download of the fake base land on /dev/full: every write fails with ENOSPC."""
+    manifest = pins.load_manifest(lane_repo.root, "fake")
+    art = manifest.base(None).artifact
+    partial = lane_repo.cache / "downloads" / art.sha256[:16] / f"{art.filename}.partial"
+    partial.parent.mkdir(parents=True)
+    partial.symlink_to("/dev/full")
+    return partial
+
+
+def test_disk_full_while_copying_from_artifacts_is_a_pin_error_and_keeps_nothing(lane_repo, tmp_path, capsys):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / lane_repo.sdist.name).write_bytes(lane_repo.sdist.read_bytes())
+    partial = _full_disk_at(lane_repo)
+    assert cli("materialize", "fake", "--artifacts", str(mirror), *lane_repo.args()) == Exit.PIN
+    err = capsys.readouterr().err
+    assert "cannot copy" in err and "No space left on device" in err and "internal error" not in err
+    assert not partial.exists() and not partial.is_symlink()
+    assert cli("materialize", "fake", "--artifacts", str(mirror), *lane_repo.args()) == Exit.OK  # space is back
+
+
+def test_disk_full_while_downloading_is_not_called_offline(lane_repo, capsys):
+    partial = _full_disk_at(lane_repo)
+    assert cli("materialize", "fake", *lane_repo.args()) == Exit.PIN
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "No space left on device" in err and "offline?" not in err
+    assert not partial.exists() and not partial.is_symlink()
