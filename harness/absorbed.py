@@ -158,5 +158,5 @@ def retire_diff(tracking: Tracking, pid: str, version: str) -> str:
 
 def retire(tracking: Tracking, pid: str, version: str) -> None:
     """Mark the pack absorbed at ``version`` (comments, order and lanes untouched) and save."""
-    _mark(tracking.doc, pid, version)
+    tracking.edit(lambda doc: _mark(doc, pid, version))
     tracking.save()

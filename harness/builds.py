@@ -12,7 +12,9 @@ A build entry lives at ``builds/<key>`` where the key hashes the tree's key
 (base sha256 + patch sha256s) and the build kind; the directory appears only
 when the build finished, so an interrupted build is never mistaken for one.
 Each entry holds ``site/`` (what goes on ``PYTHONPATH``) and, for wheels,
-the wheel itself, which the offline bundle carries.
+the wheel itself, which the offline bundle carries. Every build runs in a
+throwaway clone of the tree inside its scratch entry: the cached base and
+patched trees are never written to, and nothing left in them reaches a build.
 """
 
 from __future__ import annotations
@@ -20,14 +22,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import git, guard, ui
 from harness import stubs as stubs_mod
-from harness import ui
 from harness.errors import BuildError
 from harness.hashing import sha256_file, sha256_text
 from harness.pins import Manifest
@@ -77,12 +78,14 @@ def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: st
     key = build_key(tree_key, manifest)
 
     def make(tmp: Path, info: dict) -> None:
+        source = _throwaway_copy(tree, tmp / ".source", label)
         if manifest.build == "wheel":
-            wheel = _pip_wheel(tree, tmp, label)
+            wheel = _pip_wheel(source, tmp, label)
             install_wheel(wheel, tmp / "site", label)
             info["wheel"] = wheel.name
         else:
-            info["stubs"] = _overlay(tree, manifest, tmp / "site", label)
+            info["stubs"] = _overlay(source, manifest, tmp / "site", label)
+        shutil.rmtree(source)
 
     return _create(key, manifest, store, make, f"building {label} ({manifest.build})", label)
 
@@ -123,6 +126,21 @@ def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: 
     return lookup(store, key)
 
 
+def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:
+    """A local clone of ``tree``'s commit (its committed files only) to build from.
+
+    A build backend writes into the directory it builds (setuptools: ``build/``, ``*.egg-info``),
+    and reuses what an earlier build left there. The cached base and patched trees must stay
+    exactly their commit, so every build runs in a fresh copy inside the build's scratch entry,
+    which goes away with the entry whether the build succeeds or not.
+    """
+    try:
+        git.clone(tree, dest, branch="build")
+    except git.GitCommandError as exc:
+        raise BuildError(f"build {label}: cannot copy {tree} to build from: {exc.stderr or exc}") from None
+    return dest
+
+
 def _pip_wheel(tree: Path, out: Path, label: str) -> Path:
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(tree)]
     _run(cmd, label, "pip wheel", cwd=tree)
@@ -157,7 +175,7 @@ def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str
 
 def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None:
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = guard.run(cmd, cwd=cwd, env=env)  # pip and the backend it starts die with the harness
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise BuildError(f"build {label}: {what} failed (exit {proc.returncode}):\n{tail}")
@@ -184,7 +202,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
     )
     env = dict(env if env is not None else os.environ,
                PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []), *inherited_pythonpath()]))
-    proc = subprocess.run([python, "-c", code, *modules], env=env, capture_output=True, text=True)
+    proc = guard.run([python, "-c", code, *modules], env=env)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
         raise BuildError(f"import check of {label} failed for {', '.join(modules)}:\n{tail}")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness import git, series, ui
 from harness.context import Context
-from harness.errors import EditError, SeriesError
+from harness.errors import ConfigError, EditError, SeriesError
 from harness.hashing import sha256_file
 from harness.tracking import Pack
 
@@ -164,6 +164,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
         raise EditError(f"{checkout}: edit checkout of pack {state.pack} ({state.target}), not of pack {pack.id}")
     repo = git.repo(checkout)
     _refuse_dirty(repo, checkout)
+    _refuse_off_branch(repo, checkout, pack)
     own = state.own()
     try:
         repo.git.merge_base("--is-ancestor", own.start, "HEAD")
@@ -184,23 +185,58 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
             files = series.format_series(repo, own.start, "HEAD", scratch)
         except SeriesError as exc:
             raise EditError(str(exc)) from None
+        if not files:
+            raise EditError(f"{checkout}: pack {pack.id} has no commit after its dependencies' (up to "
+                            f"{own.start[:12]}); regenerating would empty {dest}",
+                            hint="a pack's series is never emptied by regen; remove the directory by hand if "
+                                 "that is really meant")
         for f in files:
             series.parse_patch(pack.id, f)  # the Upstream-Status value itself, as every loader checks it
         series.keep_unchanged(source, series.keep_names(source, files))
         result = series.compare(source, scratch)
         if not result.changed or dry_run:
             return result
+        expected = {p.name: sha256_file(p) for p in sorted(scratch.glob("*.patch"))}
         backup = series.replace_series(dest, scratch)
         scratch = None  # it is the series now
+        _verify_or_restore(ctx, pack, dest, expected, backup)
         own.end = repo.head.commit.hexsha
-        own.patches = {p.name: sha256_file(p) for p in sorted(dest.glob("*.patch"))}
+        own.patches = expected
         state.write(checkout)
-        if backup is not None:
+        if backup is not None:  # only now: the new series is verified and the checkout knows it
             shutil.rmtree(backup)
         return result
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _refuse_off_branch(repo, checkout: Path, pack: Pack) -> None:
+    """Regen reads the pack's commits from its branch: a detached HEAD or another branch is refused."""
+    want = f"pack-{pack.id}"
+    if repo.head.is_detached:
+        raise EditError(f"{checkout}: HEAD is detached at {repo.head.commit.hexsha[:12]}, not on branch {want}",
+                        hint=f"git checkout {want} (and bring the commits you want there) first")
+    if repo.active_branch.name != want:
+        raise EditError(f"{checkout}: on branch {repo.active_branch.name}, not on the pack's branch {want}",
+                        hint=f"git checkout {want} first")
+
+
+def _verify_or_restore(ctx: Context, pack: Pack, dest: Path, expected: dict[str, str], backup: Path | None) -> None:
+    """Check that ``dest`` now holds exactly the regenerated files and loads as a series; else put the backup back."""
+    try:
+        found = {p.name: sha256_file(p) for p in sorted(dest.glob("*.patch"))}
+        if found != expected:
+            raise EditError(f"{dest}: after the swap it holds {sorted(found)} (sha256s differ or files missing), "
+                            f"not the regenerated {sorted(expected)}")
+        for p in sorted(dest.glob("*.patch")):
+            series.parse_patch(pack.id, p)
+    except (EditError, ConfigError, OSError) as exc:
+        if backup is not None:
+            shutil.rmtree(dest, ignore_errors=True)
+            os.replace(backup, dest)
+            raise EditError(f"{exc}; the previous series was put back") from None
+        raise
 
 
 def print_result(result: series.SeriesDiff, dest: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
 import traceback
 
-from harness.errors import Exit, HarnessError
+from harness.errors import Exit, HarnessError, Terminated
 from harness.store import default_root
 
 
@@ -15,16 +17,44 @@ class _Done(Exception):
         self.code = code
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _raise_terminated(signum, frame):
+    for s in _STOP_SIGNALS:  # a second signal must not interrupt the cleanup the first one started
+        signal.signal(s, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
 @contextlib.contextmanager
-def handled():
-    """Run the body; map HarnessError / Ctrl-C / unexpected errors to ``SystemExit(code)``."""
+def _stop_signals_raise():
+    """While the body runs, SIGTERM and SIGHUP raise ``Terminated`` (they would otherwise end the
+    process at once, leaving the reproducer running and scratch files behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _raise_terminated) for s in _STOP_SIGNALS}
     try:
         yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def handled():
+    """Run the body; map HarnessError / Ctrl-C / SIGTERM / unexpected errors to ``SystemExit(code)``."""
+    try:
+        with _stop_signals_raise():
+            yield
     except HarnessError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         if exc.hint:
             print(f"harness: hint: {exc.hint}", file=sys.stderr)
         raise SystemExit(int(exc.exit_code)) from None
+    except Terminated as exc:
+        print(f"harness: terminated ({signal.Signals(exc.signum).name})", file=sys.stderr)
+        raise SystemExit(int(Exit.TERMINATED)) from None
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         raise SystemExit(int(Exit.INTERRUPT)) from None
@@ -37,4 +67,4 @@ def handled():
         except OSError:
             where = ""
         print(f"harness: internal error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
-        raise SystemExit(70) from None
+        raise SystemExit(int(Exit.INTERNAL)) from None

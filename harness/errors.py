@@ -17,12 +17,16 @@ code  name        meaning
 9     UPSTREAM    the GitHub API is unreachable, rate-limited or refused the token; nothing written
 10    LINT        a filing body failed its lint (private host, path, address or token)
 11    DRIFT       ``harness absorbed`` found a local change no pack tracks
+12    TAMPERED    a receipt fails verification: a file edited, missing or not covered by its digests
+70    INTERNAL    a bug in the harness (traceback in <cache>/last-error.log)
 130   INTERRUPT   stopped by Ctrl-C
+143   TERMINATED  stopped by SIGTERM or SIGHUP (CI cancellation); children killed, scratch removed
 ====  ==========  ==============================================================
 
 When several lanes end differently the most severe code wins, in the order
 USAGE > PIN > UPSTREAM > LINT > APPLY > BUILD > CRASH > TIMEOUT > MISMATCH > SKIPPED > OK.
-DRIFT comes only from ``harness absorbed`` and is never mixed with lane codes.
+DRIFT comes only from ``harness absorbed`` and TAMPERED only from ``harness receipts``;
+neither is mixed with lane codes.
 """
 
 from __future__ import annotations
@@ -43,16 +47,29 @@ class Exit(enum.IntEnum):
     UPSTREAM = 9
     LINT = 10
     DRIFT = 11
+    TAMPERED = 12
+    INTERNAL = 70
     INTERRUPT = 130
+    TERMINATED = 143
 
 
 _SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH,
-             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.USAGE, Exit.INTERRUPT]
+             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.TAMPERED, Exit.USAGE,
+             Exit.INTERNAL, Exit.TERMINATED, Exit.INTERRUPT]
 
 
 def worst(codes) -> Exit:
     """The most severe of several exit codes (``OK`` for none)."""
     return max((Exit(c) for c in codes), key=_SEVERITY.index, default=Exit.OK)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived. Raised from the signal handler, so every cleanup that runs on
+    Ctrl-C (killing the reproducer's process group, removing scratch entries) runs for it too."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
 
 
 class HarnessError(Exception):
@@ -123,3 +140,9 @@ class DriftError(HarnessError):
     """A local change under patches/ (or overlays/) that no pack in tracking.toml accounts for."""
 
     exit_code = Exit.DRIFT
+
+
+class ReceiptError(HarnessError):
+    """A receipt fails verification (a file edited, missing, or not covered by its digests)."""
+
+    exit_code = Exit.TAMPERED

@@ -11,6 +11,7 @@ or from an offline bundle (``bundle`` is given), never a mix.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -173,13 +174,17 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     })
     if prep.baseline is not None:
         env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
-    fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
-    os.close(fd)
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
     cmd = runs.launch_command(ctx.python, lane.nproc, script, list(lane.args))
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
-    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+    fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
+    os.close(fd)
+    try:
+        outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+    except BaseException:  # Ctrl-C, SIGTERM: the reproducer's group is killed, the log must not stay behind
+        Path(tmp_log).unlink(missing_ok=True)
+        raise
     verdict, reason = outcome.verdict(lane.expect)
     data = {
         "pack": pack.id,
@@ -246,17 +251,22 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     gpus, gpu_desc = runs.cuda_devices(ctx.python) if needs_gpu else (0, "not needed")
     results = []
     run_dir = run_dir_for(pack)
-    for prep in prepared:
-        # a cuda lane needs one GPU per rank; a cpu lane with nproc > 1 runs its ranks on the CPU (gloo)
-        need = prep.lane.nproc if pack.lane_requires(prep.lane) == "cuda" else 0
-        if gpus < need:
-            why = f"needs {need} CUDA GPU(s); {gpu_desc}"
-            results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
-            continue
-        result = execute(ctx, prep, run_dir)
-        results.append(result)
-        if update_tracking and result.receipt is not None:
-            ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
-            ctx.tracking.save()
+    made_here = not os.environ.get("HARNESS_RUN_DIR")  # a directory the caller gave is the caller's to remove
+    try:
+        for prep in prepared:
+            # a cuda lane needs one GPU per rank; a cpu lane with nproc > 1 runs its ranks on the CPU (gloo)
+            need = prep.lane.nproc if pack.lane_requires(prep.lane) == "cuda" else 0
+            if gpus < need:
+                why = f"needs {need} CUDA GPU(s); {gpu_desc}"
+                results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
+                continue
+            result = execute(ctx, prep, run_dir)
+            results.append(result)
+            if update_tracking and result.receipt is not None:
+                ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
+                ctx.tracking.save()
+    finally:
+        if made_here:
+            shutil.rmtree(run_dir, ignore_errors=True)
     return results
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -252,7 +253,12 @@ def fetch(artifact: Artifact, store: Store, search_dirs: list[Path] = ()) -> Pat
     for d in search_dirs:
         candidate = Path(d) / artifact.filename
         if candidate.is_file():
-            shutil.copyfile(candidate, partial)
+            try:
+                shutil.copyfile(candidate, partial)
+            except OSError as exc:  # disk full, read-only cache, unreadable mirror
+                partial.unlink(missing_ok=True)
+                raise PinError(f"cannot copy {candidate} into the cache ({partial.parent}): "
+                               f"{exc.strerror or exc}; nothing was kept") from None
             source = str(candidate)
             break
     if source is None:
@@ -270,20 +276,33 @@ def fetch(artifact: Artifact, store: Store, search_dirs: list[Path] = ()) -> Pat
 
 
 def _download(url: str, dest: Path, size: int | None) -> None:
+    """Download ``url`` to ``dest``; a network failure and a failure to write ``dest`` are told apart."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
 
+    writing = False  # True while the failure would be ours (opening, writing or closing dest), not the network's
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(dest, "wb") as fh:
-            total = size or int(resp.headers.get("Content-Length") or 0) or None
-            with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                          TransferSpeedColumn(), console=ui.err, transient=True,
-                          disable=not ui.err.is_terminal) as bar:
-                task = bar.add_task(f"download {PurePosixPath(url).name}", total=total)
-                for block in iter(lambda: resp.read(1 << 16), b""):
-                    fh.write(block)
-                    bar.advance(task, len(block))
+        with urllib.request.urlopen(url, timeout=60) as resp:
+            writing = True
+            with open(dest, "wb") as fh:
+                writing = False
+                total = size or int(resp.headers.get("Content-Length") or 0) or None
+                with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                              TransferSpeedColumn(), console=ui.err, transient=True,
+                              disable=not ui.err.is_terminal) as bar:
+                    task = bar.add_task(f"download {PurePosixPath(url).name}", total=total)
+                    for block in iter(lambda: resp.read(1 << 16), b""):
+                        writing = True
+                        fh.write(block)
+                        writing = False
+                        bar.advance(task, len(block))
+                writing = True  # closing flushes what is buffered
+            writing = False
     except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:  # ValueError: malformed URL
         dest.unlink(missing_ok=True)
+        if writing:
+            raise PinError(f"cannot write {dest} while downloading {url}: "
+                           f"{getattr(exc, 'strerror', None) or exc}; nothing was kept",
+                           hint=f"free space in (or fix the permissions of) {dest.parent}") from None
         raise PinError(f"cannot download {url}: {exc}",
                        hint="offline? put the file in a directory and pass --artifacts DIR") from None
 
@@ -429,14 +448,18 @@ def _extract(archive: Path, kind: str, dest: Path) -> None:
             if len(tops) != 1:
                 raise PinError(f"{archive.name}: expected one top-level directory in the sdist, "
                                f"found {sorted(tops)[:5]}")
+            [top] = tops
             for m in members:
                 _check_member(m.name, archive)
-                if m.issym() or m.islnk():
-                    _check_member(str(PurePosixPath(m.name).parent / m.linkname), archive)
                 parts = PurePosixPath(m.name).parts
                 if len(parts) <= 1:
                     continue
-                m.name = str(PurePosixPath(*parts[1:]))
+                rel = PurePosixPath(*parts[1:])
+                if m.issym():
+                    _check_symlink(rel, m.linkname, archive)
+                elif m.islnk():
+                    m.linkname = _strip_top(m.linkname, top, m.name, archive)
+                m.name = str(rel)
                 tf.extract(m, dest, filter="data")
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise PinError(f"cannot unpack {archive.name}: {exc}") from None
@@ -446,6 +469,21 @@ def _check_member(name: str, archive: Path) -> None:
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts:
         raise PinError(f"{archive.name}: refusing unsafe member path {name!r}")
+
+
+def _check_symlink(rel: PurePosixPath, target: str, archive: Path) -> None:
+    """A symlink at ``rel`` (inside the unpacked tree) must point inside the tree: resolved, not by spelling."""
+    where = posixpath.normpath(posixpath.join(str(rel.parent), target))
+    if posixpath.isabs(target) or where == ".." or where.startswith("../"):
+        raise PinError(f"{archive.name}: refusing symlink {str(rel)!r} -> {target!r}: it points outside the tree")
+
+
+def _strip_top(target: str, top: str, name: str, archive: Path) -> str:
+    """A hard link names its target from the archive's root: the same path without the top directory."""
+    parts = PurePosixPath(target).parts
+    if PurePosixPath(target).is_absolute() or ".." in parts or len(parts) < 2 or parts[0] != top:
+        raise PinError(f"{archive.name}: refusing hard link {name!r} -> {target!r}: its target is not in the tree")
+    return str(PurePosixPath(*parts[1:]))
 
 
 # --------------------------------------------------------------------------- a release not in the manifest

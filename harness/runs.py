@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import guard
 from harness.errors import Exit
 
 VERDICT_EXIT = {
@@ -38,17 +38,30 @@ class Outcome:
     stamps: list[dict] = field(default_factory=list)  # one per rank on multi-process lanes
     sentinels: list[tuple[str, dict]] = field(default_factory=list)
     figures: list[dict] = field(default_factory=list)
-    skipped: str | None = None
+    skipped: str | None = None  # the reason of the first SKIPPED line
+    skips: int = 0  # how many SKIPPED lines (one per rank on a multi-process lane)
+    stamp_problem: str | None = None  # the first HOST_STAMP line that is not a non-empty JSON object
 
     def verdict(self, expected: str) -> tuple[str, str]:
-        """(verdict, reason) for a lane that expects ``expected``."""
+        """(verdict, reason) for a lane that expects ``expected``.
+
+        A lane is skipped only when the reproducer said SKIPPED, printed no sentinel, and exited with
+        0 or the skip code (a multi-process launcher may exit otherwise when every rank skipped): a
+        SKIPPED line next to a verdict, or before a crash, never hides either.
+        """
         seen = [name for name, _ in self.sentinels]
         if self.timed_out:
             return "timeout", "killed at the time limit"
-        if self.skipped is not None:
-            return "skipped", self.skipped
+        if self.stamp_problem is not None:
+            return "crash", self.stamp_problem
+        if self.skips and seen:
+            return "crash", f"printed {', '.join(seen)} and SKIPPED ({self.skipped}): contradictory output"
+        if self.skips and (self.exit_code in (0, SKIP_EXIT)
+                           or (len(self.stamps) > 1 and self.skips >= len(self.stamps))):
+            return "skipped", self.skipped or "no reason given"
         if self.exit_code != 0:
-            return "crash", f"exit code {self.exit_code}" + (f" after printing {', '.join(seen)}" if seen else "")
+            return "crash", f"exit code {self.exit_code}" + (f" after printing {', '.join(seen)}" if seen else "") \
+                + (f" after SKIPPED ({self.skipped})" if self.skips else "")
         if self.stamp is None:
             return "crash", "no HOST_STAMP line before the verdict"
         if not seen:
@@ -57,6 +70,8 @@ class Outcome:
             return "pass", f"printed {expected} as expected"
         return "mismatch", f"printed {', '.join(seen)}; expected {expected}"
 
+
+SKIP_EXIT = 3  # what repros/_lane.py's skip() exits with
 
 # NVLink multicast can take a shared host's GPUs out of service: multi-GPU lanes always run with it off.
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -75,7 +90,7 @@ def cuda_devices(python: str) -> tuple[int, str]:
             "print(json.dumps([n, ', '.join(torch.cuda.get_device_name(i) for i in range(n))"
             " or 'no CUDA device visible to torch']))")
     try:
-        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+        proc = guard.run([python, "-c", code], timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 0, f"cannot probe CUDA with {python}: {exc}"
     if proc.returncode != 0:
@@ -87,15 +102,17 @@ def cuda_devices(python: str) -> tuple[int, str]:
 
 def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
         echo: bool = True) -> Outcome:
-    """Run ``cmd``, teeing its combined output into ``log_path``; kill its process group at ``timeout``.
+    """Run ``cmd`` (under ``harness.guard``), teeing its combined output into ``log_path``.
+
+    Its whole process group is killed at ``timeout``, on any exception (Ctrl-C, SIGTERM), and by
+    the guard itself if the harness dies.
 
     ``sentinels`` is the vocabulary of verdict lines to look for in the log.
     """
     start = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = guard.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = start + timeout
         try:
             os.set_blocking(proc.stdout.fileno(), False)
@@ -118,14 +135,15 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
                     time.sleep(0.05)
                 if time.monotonic() > deadline:
                     timed_out = True
-                    _kill(proc)
+                    guard.kill_group(proc)
                     break
         except BaseException:
-            _kill(proc)
+            guard.kill_group(proc)
             raise
         finally:
             proc.stdout.close()
     code = proc.wait()
+    guard.release(proc)
     outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),
                       timed_out=timed_out)
     parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, sentinels)
@@ -133,18 +151,37 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
 
 
 def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
-    for line in text.splitlines():
+    """Read the protocol lines. The host stamp is the first valid ``HOST_STAMP`` printed before any
+    sentinel; a stamp that is empty or not a JSON object, anywhere, is recorded as a problem."""
+    for no, line in enumerate(text.splitlines(), 1):
         tag, _, rest = line.partition(" ")
         if tag == "HOST_STAMP":
-            outcome.stamps.append(_json(rest))
-            if outcome.stamp is None:
-                outcome.stamp = outcome.stamps[0]
+            stamp = _stamp(rest)
+            if stamp is None:
+                if outcome.stamp_problem is None:
+                    outcome.stamp_problem = (f"log line {no}: HOST_STAMP is not a non-empty JSON object "
+                                             f"({rest.strip()[:60]!r})")
+                continue
+            outcome.stamps.append(stamp)
+            if outcome.stamp is None and not outcome.sentinels:
+                outcome.stamp = stamp
         elif tag == "FIGURE" and outcome.stamp is not None:
             outcome.figures.append(_json(rest))
         elif tag == "SKIPPED":
-            outcome.skipped = _json(rest).get("reason", rest)
+            outcome.skips += 1
+            if outcome.skipped is None:
+                outcome.skipped = str(_json(rest).get("reason", rest))
         elif tag in sentinels:
             outcome.sentinels.append((tag, _json(rest)))
+
+
+def _stamp(text: str) -> dict | None:
+    """A HOST_STAMP payload: a JSON object with at least one key, else None."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) and value else None
 
 
 def _json(text: str) -> dict:
@@ -153,11 +190,3 @@ def _json(text: str) -> dict:
     except json.JSONDecodeError:
         return {"text": text}
     return value if isinstance(value, dict) else {"value": value}
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()

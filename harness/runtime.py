@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from pathlib import Path
 
-from harness import ui
+from harness import guard, ui
 from harness.errors import BuildError, ConfigError
 from harness.hashing import sha256_text
 from harness.interpreters import python_version
@@ -107,7 +106,7 @@ def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python:
                    "--target", str(tmp / "site")]
             if wheels is not None:
                 cmd += ["--no-index", "--find-links", str(wheels)]
-            proc = subprocess.run(cmd + list(reqs), capture_output=True, text=True)
+            proc = guard.run(cmd + list(reqs))
             if proc.returncode != 0:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
                 raise BuildError(f"{label}: cannot install runtime_requires ({', '.join(reqs)}):\n{tail}")

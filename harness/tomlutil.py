@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import tomlkit
-from tomlkit.exceptions import ParseError
+from tomlkit.exceptions import ParseError, TOMLKitError
 
 from harness.errors import ConfigError
 
@@ -14,14 +16,36 @@ _MISSING = object()
 
 
 def load_document(path: Path) -> tomlkit.TOMLDocument:
+    """The file as a round-trippable tomlkit document; any unreadable or invalid file is a ConfigError.
+
+    The text is checked with the standard library's strict parser first (it rejects duplicate keys
+    and tables that tomlkit accepts or reports without a line) and then parsed with tomlkit, so
+    every problem is reported as ``<file>:<line>: ...``.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                          "TOML files are UTF-8") from None
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column \d+\)|\(at end of document\)", str(exc))
+        line = (m.group(1) or str(text.count("\n") + 1)) if m else "?"
+        raise ConfigError(f"{path}:{line}: not valid TOML: {exc}") from None
     try:
         return tomlkit.parse(text)
     except ParseError as exc:
         raise ConfigError(f"{path}:{exc.line}: not valid TOML: {exc}") from None
+    except TOMLKitError as exc:  # accepted by tomllib, refused by tomlkit: no line to name
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
 def field(table: Any, key: str, kind: type | tuple[type, ...], where: str, default: Any = _MISSING) -> Any:

@@ -14,12 +14,14 @@ import importlib.util
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import tomlkit
+from filelock import FileLock
 
 from harness import pins
 from harness.errors import ConfigError
@@ -117,13 +119,20 @@ class Pack:
 
 
 class Tracking:
-    """The parsed, validated tracking.toml plus its round-trippable document."""
+    """The parsed, validated tracking.toml plus its round-trippable document.
+
+    The tool's edits go through ``edit`` (or the ``record_*`` / ``update_*`` methods built on it):
+    each is applied to ``doc`` at once and remembered, and ``save`` replays them, under a lock, on
+    the file as it is then. Two processes that loaded the file before either saved therefore both
+    keep their edits, and a person's edit saved in the meantime survives.
+    """
 
     def __init__(self, root: Path, path: Path, doc: tomlkit.TOMLDocument, packs: dict[str, Pack]):
         self.root = root
         self.path = path
         self.doc = doc
         self.packs = packs
+        self._edits: list[Callable[[tomlkit.TOMLDocument], None]] = []
 
     @classmethod
     def load(cls, root: Path, path: Path | None = None) -> Tracking:
@@ -169,24 +178,37 @@ class Tracking:
 
     # ------------------------------------------------------------------ tool edits
 
+    def edit(self, change: Callable[[tomlkit.TOMLDocument], None]) -> None:
+        """Apply ``change`` to the document now, and again to the file's current text when saving."""
+        change(self.doc)
+        self._edits.append(change)
+
     def record_validation(self, pid: str, lane: str, entry: dict[str, Any]) -> None:
         """Set ``[packs.<pid>.validation.<lane>]`` to ``entry`` (replacing what was there)."""
-        table = self.doc["packs"][pid]
-        if "validation" not in table:
-            validation = tomlkit.table(is_super_table=True)
-            table.append("validation", validation)
-        lane_table = tomlkit.table()
-        for key, value in entry.items():
-            if value is not None:
-                lane_table[key] = value
-        table["validation"][lane] = lane_table
+
+        def change(doc) -> None:
+            table = doc["packs"][pid]
+            if "validation" not in table:
+                validation = tomlkit.table(is_super_table=True)
+                table.append("validation", validation)
+            lane_table = tomlkit.table()
+            for key, value in entry.items():
+                if value is not None:
+                    lane_table[key] = value
+            table["validation"][lane] = lane_table
+
+        self.edit(change)
 
     def update_thread(self, pid: str, index: int, values: dict[str, Any]) -> None:
         """Set keys of ``[[packs.<pid>.threads]]`` entry ``index`` (existing keys keep their place)."""
-        thread = self.doc["packs"][pid]["threads"][index]
-        for key, value in values.items():
-            if value is not None:
-                thread[key] = value
+
+        def change(doc) -> None:
+            thread = doc["packs"][pid]["threads"][index]
+            for key, value in values.items():
+                if value is not None:
+                    thread[key] = value
+
+        self.edit(change)
 
     def check_filing_slot(self, pid: str) -> None:
         table = self.doc["packs"][pid]
@@ -197,24 +219,42 @@ class Tracking:
     def record_filing(self, pid: str, entry: dict[str, Any]) -> None:
         """Set ``[packs.<pid>.filing]``: who decided to post, when, and what was posted."""
         self.check_filing_slot(pid)
-        table = self.doc["packs"][pid]
-        filing = tomlkit.table()
-        for key, value in entry.items():
-            if value is not None:
-                filing[key] = value
-        table["filing"] = filing
+
+        def change(doc) -> None:
+            filing = tomlkit.table()
+            for key, value in entry.items():
+                if value is not None:
+                    filing[key] = value
+            doc["packs"][pid]["filing"] = filing
+
+        self.edit(change)
 
     def save(self) -> None:
-        """Write the document back atomically: the old file stays whole if anything fails."""
-        text = tomlkit.dumps(self.doc)
-        fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write the edits made since the last save, serialized with every other process saving this file.
+
+        Under an exclusive lock (``.<name>.lock`` beside the file) the file is read again, the edits
+        are replayed on what it holds now, and the result replaces it atomically: the old file stays
+        whole if anything fails.
+        """
+        with FileLock(str(self.path.with_name(f".{self.path.name}.lock"))):
+            doc = load_document(self.path)
+            for change in self._edits:
+                try:
+                    change(doc)
+                except (KeyError, IndexError) as exc:
+                    raise ConfigError(f"{self.path}: changed while this command ran; {exc} is gone, so this "
+                                      "command's update cannot be applied (nothing written)") from None
+            text = tomlkit.dumps(doc)
+            fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        self.doc = doc
+        self._edits.clear()
 
 
 def _date_text(value) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from conftest import CORE_BUGGY, CORE_FIXED, cli, git, make_patch
 
 from harness.edit import EditState
+from harness.errors import Exit
 
 CORE = "src/fakepkg/core.py"
 
@@ -166,3 +167,60 @@ def test_a_plain_format_patch_file_regenerates_to_a_zero_diff(lane_repo, tmp_pat
     assert cli("regen", "01", "--dir", str(e), *lane_repo.args()) == 0
     assert "unchanged" in capsys.readouterr().out
     assert _series(lane_repo) == before
+
+
+def test_regen_on_a_detached_head_at_pristine_is_refused_and_keeps_the_series(lane_repo, tmp_path, capsys):
+    before = _series(lane_repo)
+    d = _edit(lane_repo, tmp_path)
+    git(d, "checkout", "-q", "--detach", "pristine")  # a clean tree, just not the pack's branch
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
+    assert "HEAD is detached" in capsys.readouterr().err
+    assert _series(lane_repo) == before
+    assert not [p for p in (lane_repo.root / "patches" / "fake").iterdir() if p.name.startswith(".")]
+
+
+def test_regen_on_another_branch_is_refused(lane_repo, tmp_path, capsys):
+    before = _series(lane_repo)
+    d = _edit(lane_repo, tmp_path)
+    git(d, "checkout", "-q", "-b", "experiment")
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
+    assert "not on the pack's branch pack-01" in capsys.readouterr().err
+    assert _series(lane_repo) == before
+
+
+def test_regen_never_empties_a_series(lane_repo, tmp_path, capsys):
+    before = _series(lane_repo)
+    d = _edit(lane_repo, tmp_path)
+    git(d, "reset", "-q", "--hard", "pristine")  # the pack's branch, with every commit of the pack dropped
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
+    assert "regenerating would empty" in capsys.readouterr().err
+    assert _series(lane_repo) == before
+
+
+def test_the_backup_is_kept_until_the_new_series_is_verified(lane_repo, tmp_path, monkeypatch, capsys):
+    from harness import series
+
+    d = _edit(lane_repo, tmp_path)
+    core = d / CORE
+    core.write_text(core.read_text().replace("return sum(xs)", "return float(sum(xs))"))
+    git(d, "commit", "-q", "-am", "core: total is a float\n\nUpstream-Status: Pending\nPack: 01\n")
+    before = _series(lane_repo)
+    real = series.replace_series
+
+    def lossy(dest, new):  # the swap "succeeds" but a file of the new series did not survive it
+        backup = real(dest, new)
+        sorted(dest.glob("*.patch"))[-1].unlink()
+        return backup
+
+    monkeypatch.setattr(series, "replace_series", lossy)
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
+    assert "the previous series was put back" in capsys.readouterr().err
+    assert _series(lane_repo) == before
+    assert not [p for p in (lane_repo.root / "patches" / "fake").iterdir() if p.name.startswith(".")]
+    monkeypatch.setattr(series, "replace_series", real)
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK  # the checkout still regenerates
+    assert len(_series(lane_repo)) == 2

@@ -13,9 +13,9 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 LAYERS: dict[int, set[str]] = {
-    0: {"__init__", "errors", "hashing", "interpreters", "sessions", "stubs", "ui", "git", "store"},
-    1: {"tomlutil", "receipts", "runs", "github"},
-    2: {"pins", "runtime"},
+    0: {"__init__", "errors", "hashing", "interpreters", "sessions", "stubs", "ui", "git", "store", "guard"},
+    1: {"tomlutil", "runs", "github"},
+    2: {"pins", "runtime", "receipts"},
     3: {"tracking", "builds"},
     4: {"series", "threads"},
     5: {"context"},

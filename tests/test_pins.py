@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 from conftest import cli
 
 from harness import git, pins
-from harness.errors import ConfigError, PinError
+from harness.errors import ConfigError, Exit, PinError
 from harness.store import Store
 
 
@@ -103,3 +104,87 @@ def test_unsafe_sdist_member_is_refused(lane_repo, tmp_path):
     with pytest.raises(PinError, match="unsafe member path"):
         pins.materialize(pins.load_manifest(lane_repo.root, "fake"), None, Store(lane_repo.cache))
     assert not (tmp_path / "escape.txt").exists()
+
+
+def _links_sdist(lane_repo, tmp_path, links: list[tuple[str, str, bytes]]) -> None:
+    """Re-pin the fake base to its own sdist plus ``links`` (name, target, SYMTYPE or LNKTYPE)."""
+    import io
+    import tarfile
+
+    built = tmp_path / "links" / lane_repo.sdist.name
+    built.parent.mkdir()
+    with tarfile.open(lane_repo.sdist) as src, tarfile.open(built, "w:gz") as tf:
+        for m in src.getmembers():
+            tf.addfile(m, src.extractfile(m) if m.isfile() else None)
+        for name, target, kind in links:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, target
+            tf.addfile(info, io.BytesIO(b""))
+    lane_repo.sdist.write_bytes(built.read_bytes())
+    lane_repo.write_manifest()
+
+
+def test_links_that_stay_inside_the_sdist_tree_are_kept(lane_repo, tmp_path):
+    import os
+    import tarfile
+
+    _links_sdist(lane_repo, tmp_path, [
+        ("fakepkg-1.0/src/fakepkg/core_alias.py", "fakepkg-1.0/src/fakepkg/core.py", tarfile.LNKTYPE),  # hard link
+        ("fakepkg-1.0/docs/alias", "../src", tarfile.SYMTYPE),  # spelled with '..', but inside the tree
+    ])
+    checkout = pins.materialize(pins.load_manifest(lane_repo.root, "fake"), None, Store(lane_repo.cache))
+    alias, core = checkout.path / "src" / "fakepkg" / "core_alias.py", checkout.path / "src" / "fakepkg" / "core.py"
+    assert alias.read_bytes() == core.read_bytes() and os.path.samefile(alias, core)
+    assert os.readlink(checkout.path / "docs" / "alias") == "../src"
+    assert (checkout.path / "docs" / "alias" / "fakepkg" / "core.py").is_file()
+    assert git.is_clean(git.repo(checkout.path))
+
+
+@pytest.mark.parametrize(
+    ("link", "message"),
+    [
+        (("fakepkg-1.0/escape", "../outside", "sym"), "refusing symlink 'escape' -> '../outside'"),
+        (("fakepkg-1.0/docs/deep", "../../x", "sym"), "refusing symlink 'docs/deep' -> '../../x'"),
+        (("fakepkg-1.0/abs", "/etc/passwd", "sym"), "refusing symlink 'abs' -> '/etc/passwd'"),
+        (("fakepkg-1.0/hard", "other-1.0/x", "lnk"), "refusing hard link 'fakepkg-1.0/hard' -> 'other-1.0/x'"),
+    ],
+    ids=["symlink-up-one", "symlink-up-two", "symlink-absolute", "hardlink-other-tree"],
+)
+def test_links_leaving_the_sdist_tree_are_refused(lane_repo, tmp_path, capsys, link, message):
+    import tarfile
+
+    name, target, kind = link
+    _links_sdist(lane_repo, tmp_path, [(name, target, tarfile.SYMTYPE if kind == "sym" else tarfile.LNKTYPE)])
+    assert cli("materialize", "fake", *lane_repo.args()) == Exit.PIN
+    assert message in capsys.readouterr().err
+    assert not (lane_repo.cache / "bases" / "fake").exists() or not list((lane_repo.cache / "bases" / "fake").iterdir())
+
+
+def _full_disk_at(lane_repo) -> Path:
+    """Make the cache's partial download of the fake base land on /dev/full: every write fails with ENOSPC."""
+    manifest = pins.load_manifest(lane_repo.root, "fake")
+    art = manifest.base(None).artifact
+    partial = lane_repo.cache / "downloads" / art.sha256[:16] / f"{art.filename}.partial"
+    partial.parent.mkdir(parents=True)
+    partial.symlink_to("/dev/full")
+    return partial
+
+
+def test_disk_full_while_copying_from_artifacts_is_a_pin_error_and_keeps_nothing(lane_repo, tmp_path, capsys):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / lane_repo.sdist.name).write_bytes(lane_repo.sdist.read_bytes())
+    partial = _full_disk_at(lane_repo)
+    assert cli("materialize", "fake", "--artifacts", str(mirror), *lane_repo.args()) == Exit.PIN
+    err = capsys.readouterr().err
+    assert "cannot copy" in err and "No space left on device" in err and "internal error" not in err
+    assert not partial.exists() and not partial.is_symlink()
+    assert cli("materialize", "fake", "--artifacts", str(mirror), *lane_repo.args()) == Exit.OK  # space is back
+
+
+def test_disk_full_while_downloading_is_not_called_offline(lane_repo, capsys):
+    partial = _full_disk_at(lane_repo)
+    assert cli("materialize", "fake", *lane_repo.args()) == Exit.PIN
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "No space left on device" in err and "offline?" not in err
+    assert not partial.exists() and not partial.is_symlink()

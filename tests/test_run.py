@@ -5,6 +5,7 @@ import json
 import pytest
 from conftest import cli
 
+from harness.errors import Exit
 from harness.receipts import find, verify
 from harness.tracking import Tracking
 
@@ -89,7 +90,7 @@ def test_receipt_tampering_is_detected(lane_repo, capsys):
     assert _run(lane_repo, "--lane", "bug") == 0
     [rec] = find(lane_repo.root, "fake", "01")
     (rec.dir / "output.log").write_text("edited\n")
-    assert cli("receipts", "verify", *lane_repo.args()) == 1
+    assert cli("receipts", "verify", *lane_repo.args()) == Exit.TAMPERED
     assert "differs from the receipt" in capsys.readouterr().out
     json.loads((rec.dir / "receipt.json").read_text())
 

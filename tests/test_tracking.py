@@ -112,3 +112,40 @@ def test_a_held_pack_carries_its_reason(lane_repo):
     t = _load(lane_repo)
     assert t.pack("02").state_reason == "no reproducer yet"
     assert t.pack("01").state_reason is None
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "line", "message"),
+    [
+        # a key given twice inside one pack: tomlkit alone reports no line, the strict parser does
+        (lambda t: t.replace('state = "ready"\n', 'state = "ready"\nstate = "held"\n', 1), 9, "not valid TOML"),
+        (lambda t: t.replace("[[packs.01.lanes]]", '[packs.01]\ntitle = "again"\n[[packs.01.lanes]]', 1), 15,
+         "not valid TOML"),
+        # a Latin-1 byte in a comment (an editor that saved in the wrong encoding)
+        (lambda t: t.replace("# a pull request", "# a pull r\udce9quest", 1), 7, "not UTF-8 (byte 0xe9"),
+    ],
+    ids=["duplicate-key", "duplicate-table", "non-utf8"],
+)
+def test_any_invalid_tracking_toml_is_bad_input_naming_file_and_line(lane_repo, capsys, corrupt, line, message):
+    from harness.errors import Exit
+
+    path = lane_repo.root / "tracking.toml"
+    path.write_bytes(corrupt(path.read_text()).encode("utf-8", "surrogateescape"))
+    assert cli("list", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert f"tracking.toml:{line}: {message}" in err, err
+    assert "internal error" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_unreadable_tracking_toml_is_bad_input(lane_repo, capsys):
+    """A read that fails with an OS error (EIO here: /proc/self/mem at offset 0) is bad input, not a crash."""
+    import os
+
+    from harness.errors import Exit
+
+    path = lane_repo.root / "tracking.toml"
+    path.unlink()
+    os.symlink("/proc/self/mem", path)
+    assert cli("list", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "tracking.toml: cannot read: Input/output error" in err and "internal error" not in err

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
 
+from rich.markup import escape
+
 from harness import receipts, ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import ConfigError
+from harness.errors import ConfigError, Exit, ReceiptError
+from harness.tracking import sentinels
 
 
 def register(sub) -> None:
@@ -20,7 +25,8 @@ def register(sub) -> None:
     q = rs.add_parser("import", help="unpack a tar of receipts into receipts/, verify logs, update tracking.toml")
     q.add_argument("archive", type=Path)
     _args.common(q)
-    q = rs.add_parser("verify", help="check every receipt's log against its sha256")
+    q = rs.add_parser("verify", help="check every receipt directory against its digests and its log "
+                                     f"(exit {int(Exit.TAMPERED)} when one fails)")
     _args.common(q)
     q = rs.add_parser("show", help="print the latest receipt of each lane of a pack")
     q.add_argument("pack")
@@ -32,9 +38,18 @@ def main(args) -> int:
     return {"import": _import, "verify": _verify, "show": _show}[args.action](ctx, args)
 
 
+_RUN_NAME = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
 def _import(ctx, args) -> int:
-    """Unpack receipts (a tar of ``receipts/<target>/<pack>/<run>/``) byte for byte, then update tracking."""
+    """Unpack receipts (a tar of ``receipts/<target>/<pack>/<run>/``) byte for byte, then update tracking.
+
+    Every receipt is verified and its target, pack, lane and directory name checked against
+    tracking.toml before anything is copied: one bad receipt imports nothing.
+    """
     dest_root = receipts.receipts_root(ctx.root)
+    vocabulary = set(sentinels(ctx.root))
+    planned: list[tuple[Path, Path]] = []
     added = []
     with tempfile.TemporaryDirectory(prefix="patchlane-import-") as tmp:
         try:
@@ -42,25 +57,31 @@ def _import(ctx, args) -> int:
                 tf.extractall(tmp, filter="data")
         except (tarfile.TarError, OSError) as exc:
             raise ConfigError(f"{args.archive}: cannot read: {exc}") from None
-        found = sorted(Path(tmp).rglob("receipt.json"))
-        if not found:
+        dirs = sorted({p.parent for p in Path(tmp).rglob(receipts.RECEIPT)}
+                      | {p.parent for p in Path(tmp).rglob(receipts.LOG)})
+        if not dirs:
             raise ConfigError(f"{args.archive}: holds no receipt.json")
-        for path in found:
-            rec = receipts.load(path)
-            problem = receipts.verify(rec)
-            if problem:
-                raise ConfigError(f"{args.archive}: {problem}")
-            d = rec.data
-            final = dest_root / d["target"] / d["pack"] / path.parent.name
+        for src in dirs:
+            where = f"{args.archive}: {src.relative_to(tmp)}"
+            check = receipts.check_dir(src, vocabulary)
+            if not check.ok:
+                raise ReceiptError(f"{where}: {'; '.join(check.problems)}; nothing was imported")
+            final = dest_root / _destination(ctx, src, receipts.load(src / receipts.RECEIPT).data, where)
+            if check.legacy:
+                ui.note(f"{where}: legacy receipt (no {receipts.MANIFEST}): only its log is covered by a digest")
+            planned.append((src, final))
+        for src, final in planned:
             if final.exists():
                 ui.note(f"already present: {final.relative_to(ctx.root)}")
                 continue
             final.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(path.parent, final)
-            added.append(receipts.load(final / "receipt.json"))
+            scratch = final.with_name(f".tmp-import-{final.name}")
+            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.copytree(src, scratch)
+            os.replace(scratch, final)
+            added.append(receipts.load(final / receipts.RECEIPT))
     for rec in sorted(added, key=lambda r: r.data.get("started", "")):
         d = rec.data
-        ctx.tracking.pack(d["pack"]).lane(d["lane"])  # the lane must still exist
         ctx.tracking.record_validation(d["pack"], d["lane"], receipts.summary(rec, ctx.root))
         ui.out.print(f"imported {rec.dir.relative_to(ctx.root)}: {d['verdict']} ({', '.join(d['sentinels']) or '-'})")
     if added:
@@ -68,16 +89,59 @@ def _import(ctx, args) -> int:
     return 0
 
 
+def _destination(ctx, src: Path, data: dict, where: str) -> Path:
+    """``<target>/<pack>/<run>`` for a receipt, after checking each part against tracking.toml."""
+    target, pid, lane = data.get("target"), data.get("pack"), data.get("lane")
+    if not all(isinstance(v, str) for v in (target, pid, lane)):
+        raise ConfigError(f"{where}: receipt.json lacks target, pack or lane")
+    pack = ctx.tracking.packs.get(pid)
+    if pack is None:
+        raise ConfigError(f"{where}: pack {pid!r} is not in tracking.toml; nothing was imported")
+    if pack.target != target:
+        raise ConfigError(f"{where}: receipt says target {target!r}, but pack {pid} is a {pack.target} pack; "
+                          "nothing was imported")
+    if lane not in {x.name for x in pack.lanes}:
+        raise ConfigError(f"{where}: pack {pid} has no lane {lane!r} in tracking.toml; nothing was imported")
+    if not _RUN_NAME.match(src.name) or not (src.name == f"{src.name[:16]}-{lane}"
+                                             or src.name.startswith(f"{src.name[:16]}-{lane}.")):
+        raise ConfigError(f"{where}: directory name {src.name!r} is not '<UTC time>-{lane}'; nothing was imported")
+    rel = Path(target) / pid / src.name
+    root = receipts.receipts_root(ctx.root).resolve()
+    if not (root / rel).resolve().is_relative_to(root):
+        raise ConfigError(f"{where}: would be written outside {root}; nothing was imported")
+    return rel
+
+
 def _verify(ctx, args) -> int:
-    bad = 0
-    all_receipts = receipts.find(ctx.root)
-    for rec in all_receipts:
-        problem = receipts.verify(rec)
-        if problem:
-            bad += 1
-            ui.out.print(f"[red]BAD[/] {problem}")
-    ui.out.print(f"{len(all_receipts) - bad} receipt(s) verified, {bad} bad")
-    return 0 if bad == 0 else 1
+    """Verify every receipt directory as a whole; report each bad one and each legacy (log-only) one."""
+    vocabulary = set(sentinels(ctx.root))
+    checks = [receipts.check_dir(d, vocabulary) for d in receipts.run_dirs(ctx.root)]
+    bad = [c for c in checks if not c.ok]
+    for c in checks:
+        where = c.dir.relative_to(ctx.root)
+        if not c.ok:
+            ui.out.print(f"[red]BAD[/] {escape(f'{where}: ' + '; '.join(c.problems))}", highlight=False)
+        elif c.legacy:
+            ui.out.print(f"legacy: log-only {where} (no {receipts.MANIFEST}: receipt.json is checked against its "
+                         "log, not by a digest)", highlight=False, markup=False)
+    missing = _missing_from_tracking(ctx)
+    for line in missing:
+        ui.out.print(f"[red]BAD[/] {escape(line)}", highlight=False)
+    legacy = sum(1 for c in checks if c.ok and c.legacy)
+    ui.out.print(f"{len(checks) - len(bad)} receipt(s) verified ({len(checks) - len(bad) - legacy} with "
+                 f"{receipts.MANIFEST}, {legacy} legacy: log-only), {len(bad) + len(missing)} bad")
+    return int(Exit.TAMPERED) if bad or missing else int(Exit.OK)
+
+
+def _missing_from_tracking(ctx) -> list[str]:
+    """Receipts inside the repository that tracking.toml names as a lane's latest but that are gone."""
+    out = []
+    for pid, table in ctx.tracking.doc["packs"].items():
+        for lane, entry in (table.get("validation") or {}).items():
+            path = entry.get("receipt") if isinstance(entry, dict) else None
+            if isinstance(path, str) and not Path(path).is_absolute() and not (ctx.root / path).is_file():
+                out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which is missing")
+    return out
 
 
 def _show(ctx, args) -> int:

@@ -1,0 +1,96 @@
+"""Child processes that never outlive the harness, however it ends.
+
+Upstream code the harness starts (a reproducer, ``pip wheel`` and the build
+backend it spawns) runs under a small guard process that leads its own process
+group: the command and everything it starts without leaving that group.
+
+* The harness kills the whole group at a time limit, on Ctrl-C, on SIGTERM or
+  SIGHUP (``error_handler`` turns those into exceptions), or on any error
+  (``kill_group``).
+* If the harness dies without a chance to clean up (SIGKILL, the OOM killer),
+  the kernel closes its end of the guard's stdin pipe; the guard sees end of
+  file and kills its group, so nothing keeps writing into the cache after the
+  store lock is gone.
+
+The guard exits with the command's exit status, and re-raises the signal that
+killed the command, so callers read the status as if they had run it directly.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+_GUARD = r"""
+import os, signal, subprocess, sys, threading
+lifeline = int(sys.argv[1])
+child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
+def watch():
+    try:
+        while os.read(lifeline, 1):
+            pass
+    finally:
+        os.killpg(0, signal.SIGKILL)  # the harness is gone: the command and all it started go too
+threading.Thread(target=watch, daemon=True).start()
+code = child.wait()
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
+def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """Start ``cmd`` under a guard, in a new session; ``kwargs`` as for ``subprocess.Popen``.
+
+    The command's stdin is /dev/null. The guard's lifeline is a pipe whose only write end the
+    harness holds (``proc.lifeline``); ``wait`` / ``kill_group`` close it.
+    """
+    read_end, write_end = os.pipe()  # both non-inheritable: no other child of the harness holds them
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(read_end), *cmd], stdin=subprocess.DEVNULL,
+                                pass_fds=(read_end,), start_new_session=True, **kwargs)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    proc.lifeline = write_end
+    return proc
+
+
+def release(proc: subprocess.Popen) -> None:
+    """Close the lifeline of a guard that has ended (once)."""
+    fd = getattr(proc, "lifeline", None)
+    if fd is not None:
+        proc.lifeline = None
+        os.close(fd)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Kill the guard's process group (the command and everything it started) and reap the guard."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    release(proc)
+
+
+def run(cmd: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """Like ``subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)``, under a guard.
+
+    Any exception while waiting (the timeout, Ctrl-C, SIGTERM turned into an exception, ...) kills
+    the whole group before it propagates.
+    """
+    proc = popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        kill_group(proc)
+        raise
+    release(proc)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -1,0 +1,158 @@
+"""Receipts are tamper-evident as a whole; importing them never writes outside receipts/ (issue 15, #8 and #9)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli
+
+from harness import receipts
+from harness.errors import Exit
+from harness.tracking import Tracking
+
+
+@pytest.fixture
+def ran(lane_repo):
+    """Both lanes of pack 01 run once; their receipts."""
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    return {r.data["lane"]: r for r in receipts.find(lane_repo.root, "fake", "01")}
+
+
+def _verify(lane_repo, capsys) -> tuple[int, str]:
+    code = cli("receipts", "verify", *lane_repo.args())
+    return code, capsys.readouterr().out
+
+
+def test_a_new_receipt_carries_a_manifest_sha256sum_accepts(ran):
+    rec = ran["bug"]
+    assert rec.data["schema"] == 2
+    listed = sorted(line.split()[1] for line in (rec.dir / "SHA256SUMS").read_text().splitlines())
+    assert listed == ["output.log", "output.log.sha256", "receipt.json"]
+    if shutil.which("sha256sum"):
+        assert subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=rec.dir).returncode == 0
+
+
+def _edit_verdict(d: Path) -> None:
+    data = json.loads((d / "receipt.json").read_text())
+    data["verdict"] = "mismatch"
+    (d / "receipt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("tamper", "finding"),
+    [
+        (_edit_verdict, "receipt.json: sha256"),
+        (lambda d: (d / "output.log.sha256").write_text("0" * 64 + "  output.log\n"), "output.log.sha256: sha256"),
+        (lambda d: (d / "receipt.json").unlink(), "receipt.json missing"),
+        (lambda d: (d / "SHA256SUMS").unlink(), "SHA256SUMS missing"),
+        (lambda d: (d / "notes.txt").write_text("added later\n"), "not covered by SHA256SUMS: notes.txt"),
+        (lambda d: (d / "output.log").write_text("edited\n"), "output.log: sha256"),
+    ],
+    ids=["verdict-edited", "log-digest-zeroed", "receipt-deleted", "manifest-deleted", "file-added", "log-edited"],
+)
+def test_any_change_to_a_receipt_directory_fails_verify(lane_repo, ran, capsys, tamper, finding):
+    tamper(ran["bug"].dir)
+    code, out = _verify(lane_repo, capsys)
+    assert code == Exit.TAMPERED
+    bad = [line for line in out.splitlines() if line.startswith("BAD")]
+    assert any(ran["bug"].dir.name in line and finding in line for line in bad), out
+    assert "1 receipt(s) verified" in out  # the fix lane's receipt is still checked
+
+
+def test_an_unreadable_receipt_does_not_stop_the_check(lane_repo, ran, capsys):
+    (ran["bug"].dir / "receipt.json").write_text("{ not json")
+    code, out = _verify(lane_repo, capsys)
+    assert code == Exit.TAMPERED and "receipt.json unreadable" in out
+    assert "1 receipt(s) verified" in out
+
+
+def test_a_deleted_receipt_that_tracking_names_fails_verify(lane_repo, ran, capsys):
+    shutil.rmtree(ran["fix"].dir)
+    code, out = _verify(lane_repo, capsys)
+    assert code == Exit.TAMPERED and "[packs.01.validation.fix] names receipts/fake/01/" in out
+
+
+def test_committed_legacy_receipts_verify_as_log_only_and_an_edit_still_shows(lane_repo, capsys):
+    src = REPO / "receipts" / "liger-kernel" / "09"
+    dest = lane_repo.root / "receipts" / "liger-kernel" / "09"
+    shutil.copytree(src, dest)
+    code, out = _verify(lane_repo, capsys)
+    assert code == Exit.OK, out
+    assert len([line for line in out.splitlines() if line.startswith("legacy: log-only")]) == 3
+    # no digest covers a legacy receipt.json, but what it says must still be what its log says
+    [first] = sorted(dest.iterdir())[:1]
+    data = json.loads((first / "receipt.json").read_text())
+    data["sentinels"] = ["FIX_VALIDATED"] if data["sentinels"] != ["FIX_VALIDATED"] else ["BUG_REPRODUCED"]
+    (first / "receipt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    code, out = _verify(lane_repo, capsys)
+    assert code == Exit.TAMPERED and "receipt.json: 'sentinels' is" in out
+
+
+# --------------------------------------------------------------------------- import (#8)
+
+def _archive(tmp_path: Path, dirs: list[Path], name: str = "receipts.tar") -> Path:
+    """A tar of receipt directories laid out as <target>/<pack>/<run>/, as a GPU host sends them back."""
+    out = tmp_path / name
+    with tarfile.open(out, "w") as tf:
+        for d in dirs:
+            tf.add(d, arcname=f"{d.parent.parent.name}/{d.parent.name}/{d.name}")
+    return out
+
+
+@pytest.fixture
+def remote(lane_repo, tmp_path):
+    """Receipts of both lanes written elsewhere, as on a GPU host (tracking.toml untouched)."""
+    out = tmp_path / "remote"
+    assert cli("run", "01", "--quiet", "--no-tracking", "--receipts-dir", str(out), *lane_repo.args()) == Exit.OK
+    return sorted((out / "fake" / "01").iterdir())
+
+
+def _forge(d: Path, **changes) -> None:
+    """Change receipt.json and re-seal the directory, as someone who knows the format would."""
+    data = json.loads((d / "receipt.json").read_text())
+    data.update(changes)
+    (d / "receipt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    (d / "SHA256SUMS").unlink()
+    receipts.write_manifest(d)
+
+
+def _nothing_imported(lane_repo) -> bool:
+    tracked = Tracking.load(lane_repo.root).doc["packs"]["01"]
+    return receipts.run_dirs(lane_repo.root) == [] and "validation" not in tracked
+
+
+def test_import_copies_verified_receipts_and_records_them(lane_repo, remote, tmp_path, capsys):
+    assert cli("receipts", "import", str(_archive(tmp_path, remote)), *lane_repo.args()) == Exit.OK
+    assert [d.name for d in receipts.run_dirs(lane_repo.root)] == [d.name for d in remote]
+    validation = Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]
+    assert validation["bug"]["verdict"] == "pass" and validation["fix"]["verdict"] == "pass"
+    assert _verify(lane_repo, capsys)[0] == Exit.OK
+
+
+def test_import_refuses_a_target_that_escapes_receipts(lane_repo, remote, tmp_path, capsys):
+    _forge(remote[0], target="../../../../tmp/x" + tmp_path.name)
+    assert cli("receipts", "import", str(_archive(tmp_path, remote)), *lane_repo.args()) == Exit.USAGE
+    assert "receipt says target '../../../../tmp/x" in capsys.readouterr().err
+    assert not list(Path("/tmp").glob(f"x{tmp_path.name}*")) and _nothing_imported(lane_repo)
+
+
+def test_import_refuses_an_unknown_lane_before_copying_anything(lane_repo, remote, tmp_path, capsys):
+    d = remote[1]
+    _forge(d, lane="nope")
+    d.rename(d.with_name(d.name.rsplit("-", 1)[0] + "-nope"))
+    archive = _archive(tmp_path, sorted(d.parent.iterdir()))
+    assert cli("receipts", "import", str(archive), *lane_repo.args()) == Exit.USAGE
+    assert "pack 01 has no lane 'nope'" in capsys.readouterr().err
+    assert _nothing_imported(lane_repo)
+
+
+def test_import_refuses_a_tampered_receipt_and_imports_nothing(lane_repo, remote, tmp_path, capsys):
+    (remote[1] / "output.log").write_text("FIX_VALIDATED {}\n")
+    assert cli("receipts", "import", str(_archive(tmp_path, remote)), *lane_repo.args()) == Exit.TAMPERED
+    assert "nothing was imported" in capsys.readouterr().err
+    assert _nothing_imported(lane_repo)
