@@ -7,13 +7,29 @@ harness shares between the lanes of one ``harness run``; set it yourself to run 
 separate commands) and the patched lane loads them with ``load_results``. The file records
 the problem it was computed on (``meta``); the loader refuses results of another problem.
 Each tensor's sha256 is also printed as a FIGURE, so the receipts alone show bitwise equality.
+
+Parallel compile warm-up (``prewarm``). TileLang compiles each kernel variant on its first call
+(2-3 minutes for the MIMO backward) and caches it on disk (``~/.tilelang/cache``, shared by
+processes). From mamba-ssm main (after 2.3.2.post1) the dense MIMO kernels are specialised on
+batch, seqlen, heads and groups (the varlen ones on batch, heads and groups), so every shape a
+lane touches is its own compile; a lane that checks several shapes would spend most of its time
+compiling one variant after the other. ``prewarm`` runs one child process of the reproducer per
+case (``--warm-case``), all at once: each child calls the real public entry point on that case's
+shapes and exits, so the compiles overlap and the lane's own calls then load them from the cache.
+A child's failure is only reported as a figure: the lane's own call of the same case meets the
+same error and reports it properly. On 2.3.2.post1, whose kernels take symbolic shapes, every
+child compiles the same variant; that costs CPU, not wall time.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 from _lane import figure
@@ -75,18 +91,38 @@ def max_abs(a, ref) -> float:
     return (a.double() - ref.double()).abs().max().item()
 
 
-def time_ms(torch, fn, warmup: int = 3, repeat: int = 15) -> dict:
-    """Median and spread of ``fn`` in milliseconds (CUDA events)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
-            "stdev_ms": statistics.stdev(times) if len(times) > 1 else 0.0, "repeat": repeat}
+def prewarm(cases: list[dict], jobs: int = 0, timeout_s: float = 540.0) -> None:
+    """Run ``<this script> <its argv> --warm-case <case>`` for every case, ``jobs`` at a time (0: all)."""
+    if len(cases) < 2 or jobs == 1:
+        return
+    jobs = jobs or len(cases)
+    logdir = Path(tempfile.mkdtemp(prefix="prewarm-"))
+    argv = [sys.executable, sys.argv[0], *sys.argv[1:]]
+    pending = list(enumerate(cases))
+    running: list[tuple[int, dict, subprocess.Popen, float]] = []
+    done: list[dict] = []
+    start = time.monotonic()
+    while pending or running:
+        while pending and len(running) < jobs:
+            i, case = pending.pop(0)
+            with open(logdir / f"{i}.log", "w") as log:
+                proc = subprocess.Popen([*argv, "--warm-case", json.dumps(case, sort_keys=True)],
+                                        stdout=log, stderr=subprocess.STDOUT)
+            running.append((i, case, proc, time.monotonic()))
+        time.sleep(1.0)
+        for entry in list(running):
+            i, case, proc, t0 = entry
+            over = time.monotonic() - start > timeout_s
+            if proc.poll() is None and not over:
+                continue
+            if proc.poll() is None:  # out of time: stop this child (started here, killed by its own pid)
+                proc.kill()
+                proc.wait()
+            running.remove(entry)
+            rec = {"case": case, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1)}
+            if proc.returncode != 0:
+                rec["log_tail"] = (logdir / f"{i}.log").read_text(errors="replace")[-600:]
+            done.append(rec)
+    figure("prewarm_s", round(time.monotonic() - start, 1), unit="s", jobs=jobs, children=done,
+           note="parallel first calls in child processes to fill TileLang's kernel cache; "
+                "a child failure is reported by the lane's own call of that case")

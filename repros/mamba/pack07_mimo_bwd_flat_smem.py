@@ -3,9 +3,11 @@
 Two modes, one per pair of lanes.
 
 Gradients (default). The patch is a refactor of the TileLang bwd_bwd kernel: no math change, so the
-real ``mamba3_mimo`` backward on the patched build (04+05+07 series) must give the baseline build's
-gradients within bf16 rounding, dense and varlen (G=1, upstream's tuned case; same shape as pack
-05's lanes, so TileLang's kernel cache is shared with them). One build per process: the baseline lane
+real ``mamba3_mimo`` backward on the patched build (04+05+07 series; at main, 04+07 ported, 05
+being absorbed there) must give the baseline build's gradients within bf16 rounding, dense and
+varlen (default G=1, upstream's tuned case; the main lanes pass ``--groups 2``, which also covers
+the flattened K staging of grouped heads and shares pack 05's main compiles, see "Compile cost"
+below). One build per process: the baseline lane
 saves its gradients under ``$HARNESS_RUN_DIR`` (see _mamba3.py) after checking the contract the
 comparison rests on -- its own backward, run twice, is finite and reproducible to bf16 rounding ->
 CONTRACT_HELD. The patched lane compares: per tensor ``rel_fro <= max(K_NOISE * control, bf16
@@ -23,18 +25,35 @@ or 0.1.8's "Cannot detect TMA layout" for rank-3 shared buffers), and the count 
 TMA-eligible: baseline build -> BUG_REPRODUCED when the TMA-on lowering has no tma_load (fails or
 falls back); patched build -> FIX_VALIDATED when the TMA-on lowering emits tma_load (and the
 TMA-off one, if probed, succeeds), FIX_FAILED otherwise (the exception is a figure, never a crash).
+
+Builds. The same reproducer runs at 2.3.2.post1 and at main (e9594ce). The entry point
+``mamba3_mimo`` keeps its arguments at main (the gated-norm fusion it added defaults to off);
+main's ``mamba_mimo_bwd_bwd`` factory gained a ``packed_dout`` parameter after ``reduceO``, so the
+probe passes everything after the shapes and flags by keyword. At 2.3.2.post1 the runtime
+compiles the kernels with symbolic B/S/H/G and the probe lowers that variant (``--probe-dims
+symbolic``, the default); main's runtime specialises the dense kernels on concrete (B, S, H, G),
+which ``--probe-dims static`` lowers (B, S, H, G from ``--batch/--seqlen/--heads/--groups``).
+
+Compile cost. Equivalence lanes: one dense and one varlen variant of fwd, bwd_fwd and bwd_bwd
+(~2-3 min each cold, TileLang's disk cache afterwards). At 2.3.2.post1 these variants are shared
+with pack 05's lanes (symbolic shapes). At main every (B, S, H, G) is its own variant: with
+``--groups 2`` (H=16, B=2, S=128, varlen 64/48/80) the baseline lane reuses exactly what pack
+05's main regression lane compiled; the patched series changes bwd_bwd, so the equivalence lane
+compiles the two bwd_bwd variants anew. ``prewarm`` (see _mamba3.py) compiles the dense and the
+varlen case in parallel. TMA probe: lowering only, ~2-3 min of CPU per variant.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 import traceback
 
 from _lane import figure, lane, skip, stamp, verdict
-from _mamba3 import BF16_FLOOR, K_NOISE, load_results, rel_fro, save_results
-from pack05_mimo_gqa_backward import fwd_bwd, make_dout, make_inputs
+from _mamba3 import BF16_FLOOR, K_NOISE, load_results, prewarm, rel_fro, save_results
+from pack05_mimo_gqa_backward import fwd_bwd, make_dout, make_inputs, run_warm_case
 
 
 def parse_args() -> argparse.Namespace:
@@ -53,6 +72,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seqlen", type=int, default=128)
     p.add_argument("--varlen", type=int, nargs="+", default=[64, 48, 80])
+    p.add_argument("--probe-dims", choices=("symbolic", "static"), default="symbolic",
+                   help="probe: lower with symbolic B/S/H/G (the variant 2.3.2.post1 runs) or with the concrete "
+                        "--batch/--seqlen/--heads/--groups (the variant main runs)")
+    p.add_argument("--prewarm-jobs", type=int, default=0,
+                   help="parallel compile children for the dense and varlen cases (0: both at once; 1: none)")
+    p.add_argument("--warm-case", help=argparse.SUPPRESS)  # internal: a prewarm child's case (JSON)
     return p.parse_args()
 
 
@@ -89,6 +114,8 @@ def equivalence(a) -> None:
 
     patched = os.environ.get("HARNESS_PATCHED") == "1"
     figure("problem", meta(a), lane=lane())
+    prewarm([{"groups": a.groups, "batch": a.batch, "seqlen": a.seqlen, "lengths": None},
+             {"groups": a.groups, "batch": 1, "seqlen": sum(a.varlen), "lengths": a.varlen}], jobs=a.prewarm_jobs)
     configs = getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}
     figure("bwd_bwd_pass_configs", {str(getattr(k, "value", k)): v for k, v in configs.items()},
            note="the kernel compiles with these (TMA lowering disabled: today's mitigation)")
@@ -143,10 +170,17 @@ def tma_probe(a) -> None:
 
     patched = os.environ.get("HARNESS_PATCHED") == "1"
     target = "cuda -arch=sm_90"
-    args = (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"), a.headdim_qk, a.headdim_v, a.rank,
-            True, True, True, a.chunk, 4, "bfloat16", 256, 0)
-    figure("problem", meta(a) | {"target": target, "kernel": "mamba_mimo_bwd_bwd"}, lane=lane())
-    prim = mamba_mimo_bwd_bwd.get_tir(*args)
+    if a.probe_dims == "symbolic":
+        dims = (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"))
+    else:
+        dims = (a.batch, a.seqlen, a.heads, a.groups)
+    # Positional: shapes and the hasZ/hasD/reduceO flags (same order at 2.3.2.post1 and main); the rest by
+    # keyword, since main inserted packed_dout after reduceO.
+    args = (*dims, a.headdim_qk, a.headdim_v, a.rank, True, True, True)
+    kwargs = {"chunk_size": a.chunk, "rotary_dim_divisor": 4, "dtype": "bfloat16", "threads": 256, "num_stages": 0}
+    figure("problem", meta(a) | {"target": target, "kernel": "mamba_mimo_bwd_bwd", "probe_dims": a.probe_dims},
+           lane=lane())
+    prim = mamba_mimo_bwd_bwd.get_tir(*args, **kwargs)
     own = {str(getattr(k, "value", k)): v for k, v in (getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}).items()}
     figure("kernel_pass_configs", own)
     results = {}
@@ -181,6 +215,12 @@ def tma_probe(a) -> None:
 
 def main() -> None:
     a = parse_args()
+    if a.warm_case:  # prewarm child: no protocol lines, one forward+backward, exit
+        import torch
+        from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
+
+        run_warm_case(torch, mamba3_mimo, a, json.loads(a.warm_case))
+        return
     if a.lane:
         os.environ["HARNESS_LANE"] = a.lane
     stamp("mamba-ssm", "mamba_ssm")
