@@ -1,7 +1,8 @@
-"""The real megatron-core pin: download from PyPI, verify sha256, apply every megatron-lm series.
+"""The real megatron-lm bases: the PyPI sdist and the git commits (main, dev) from shared/mirrors.
 
-Needs PyPI. Each pack with patches under patches/megatron-lm/ must apply on the base its
-lanes (or its ``base``) name, and every file its patches touch must be one the pack lists.
+Needs PyPI and ../shared/mirrors (git bases are skipped without it). Each pack with patches under
+patches/megatron-lm/ must apply on every base it declares (landing.bases_to_check), and every file
+its own patches touch must be one the pack lists.
 Building and running the reproducers is left to ``nox -s megatron_pack16`` (.ci/run).
 """
 
@@ -11,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import git, lanes, pins, series
-from harness.context import Context
+from harness import git, landing, pins, series
+from harness.context import Context, Options
 from harness.store import Store
 from harness.tracking import Tracking
 
 ROOT = Path(__file__).resolve().parent.parent
+MIRRORS = ROOT.parent / "shared" / "mirrors"
 TARGET = "megatron-lm"
 
 pytestmark = pytest.mark.network
@@ -38,17 +40,20 @@ def test_there_are_megatron_series_to_check():
 
 
 @pytest.mark.parametrize("pid", _packs_with_series())
-def test_series_applies_on_its_base(store, pid):
+def test_series_applies_on_its_bases(store, pid):
     tracking = Tracking.load(ROOT)
     pack = tracking.pack(pid)
     manifest = pins.load_manifest(ROOT, TARGET)
-    bases = sorted({lane.base for lane in pack.lanes if lane.patched} or {pack.base or manifest.default_base})
-    patches = lanes.series_for(Context(root=ROOT, tracking=tracking, store=store), pack)
-    assert all(p.upstream_status for p in patches)
-    for base in bases:
-        checkout = pins.materialize(manifest, base, store)
-        tree = series.apply(checkout, patches, store)
+    ctx = Context(root=ROOT, tracking=tracking, store=store,
+                  options=Options(git_mirrors=(MIRRORS,) if MIRRORS.is_dir() else ()))
+    for base in landing.bases_to_check(ctx, pack):
+        if manifest.base(base).git is not None and not MIRRORS.is_dir():
+            continue
+        patches = series.series_for(tracking, ROOT, pack, base)
+        assert all(p.upstream_status for p in patches)
+        tree = series.apply(ctx.materialize(manifest, base), patches, store)
         repo = git.repo(tree.path)
         assert [c.summary for c in repo.iter_commits("pristine..HEAD")][::-1] == [p.subject for p in patches]
-        changed = set(repo.git.diff("pristine", "HEAD", "--name-only").split())
+        own = sum(1 for p in patches if p.pack == pid)
+        changed = set(repo.git.diff(f"HEAD~{own}", "HEAD", "--name-only").split())
         assert changed and changed <= set(pack.files), f"pack {pid} touches files it does not list: {changed}"
