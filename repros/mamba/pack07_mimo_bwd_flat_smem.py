@@ -88,6 +88,8 @@ def equivalence(a) -> None:
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd import mamba_mimo_bwd_bwd
 
     patched = os.environ.get("HARNESS_PATCHED") == "1"
+    # one baseline file per base, so lanes of two bases can share one HARNESS_RUN_DIR
+    saved = "pack07-baseline" + (f"-{os.environ['HARNESS_BASE']}" if os.environ.get("HARNESS_BASE") else "")
     figure("problem", meta(a), lane=lane())
     configs = getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}
     figure("bwd_bwd_pass_configs", {str(getattr(k, "value", k)): v for k, v in configs.items()},
@@ -96,8 +98,8 @@ def equivalence(a) -> None:
     finite = {k: bool(torch.isfinite(v).all()) for k, v in first.items()}
     control = {k: max(rel_fro(second[k], v), rel_fro(v.to(torch.bfloat16), v)) for k, v in first.items()}
     if not patched:
-        save_results("pack07-baseline", meta(a), first)
-        save_results("pack07-baseline-control", meta(a), {k: torch.tensor(c) for k, c in control.items()})
+        save_results(saved, meta(a), first)
+        save_results(f"{saved}-control", meta(a), {k: torch.tensor(c) for k, c in control.items()})
         bad = [k for k in first if not finite[k] or rel_fro(second[k], first[k]) > BF16_FLOOR]
         for k in first:
             figure("run_to_run_rel_fro", rel_fro(second[k], first[k]), tensor=k, finite=finite[k])
@@ -108,8 +110,8 @@ def equivalence(a) -> None:
             verdict("CONTRACT_HELD", contract="baseline MIMO backward finite and reproducible to bf16 rounding",
                     tensors=len(first))
         return
-    base = load_results("pack07-baseline", meta(a))
-    base_control = load_results("pack07-baseline-control", meta(a))
+    base = load_results(saved, meta(a))
+    base_control = load_results(f"{saved}-control", meta(a))
     failures = []
     for k, v in first.items():
         b = base.get(k)
@@ -144,9 +146,11 @@ def tma_probe(a) -> None:
     patched = os.environ.get("HARNESS_PATCHED") == "1"
     target = "cuda -arch=sm_90"
     args = (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"), a.headdim_qk, a.headdim_v, a.rank,
-            True, True, True, a.chunk, 4, "bfloat16", 256, 0)
+            True, True, True)
+    # by keyword: upstream main inserted packed_dout after reduceO (2.3.2.post1 has none)
+    options = {"chunk_size": a.chunk, "rotary_dim_divisor": 4, "dtype": "bfloat16", "threads": 256, "num_stages": 0}
     figure("problem", meta(a) | {"target": target, "kernel": "mamba_mimo_bwd_bwd"}, lane=lane())
-    prim = mamba_mimo_bwd_bwd.get_tir(*args)
+    prim = mamba_mimo_bwd_bwd.get_tir(*args, **options)
     own = {str(getattr(k, "value", k)): v for k, v in (getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}).items()}
     figure("kernel_pass_configs", own)
     results = {}
