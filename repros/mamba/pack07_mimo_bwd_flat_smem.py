@@ -113,6 +113,8 @@ def equivalence(a) -> None:
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd import mamba_mimo_bwd_bwd
 
     patched = os.environ.get("HARNESS_PATCHED") == "1"
+    # one baseline file per base, so lanes of two bases can share one HARNESS_RUN_DIR
+    saved = "pack07-baseline" + (f"-{os.environ['HARNESS_BASE']}" if os.environ.get("HARNESS_BASE") else "")
     figure("problem", meta(a), lane=lane())
     prewarm([{"groups": a.groups, "batch": a.batch, "seqlen": a.seqlen, "lengths": None},
              {"groups": a.groups, "batch": 1, "seqlen": sum(a.varlen), "lengths": a.varlen}], jobs=a.prewarm_jobs)
@@ -123,8 +125,8 @@ def equivalence(a) -> None:
     finite = {k: bool(torch.isfinite(v).all()) for k, v in first.items()}
     control = {k: max(rel_fro(second[k], v), rel_fro(v.to(torch.bfloat16), v)) for k, v in first.items()}
     if not patched:
-        save_results("pack07-baseline", meta(a), first)
-        save_results("pack07-baseline-control", meta(a), {k: torch.tensor(c) for k, c in control.items()})
+        save_results(saved, meta(a), first)
+        save_results(f"{saved}-control", meta(a), {k: torch.tensor(c) for k, c in control.items()})
         bad = [k for k in first if not finite[k] or rel_fro(second[k], first[k]) > BF16_FLOOR]
         for k in first:
             figure("run_to_run_rel_fro", rel_fro(second[k], first[k]), tensor=k, finite=finite[k])
@@ -135,8 +137,8 @@ def equivalence(a) -> None:
             verdict("CONTRACT_HELD", contract="baseline MIMO backward finite and reproducible to bf16 rounding",
                     tensors=len(first))
         return
-    base = load_results("pack07-baseline", meta(a))
-    base_control = load_results("pack07-baseline-control", meta(a))
+    base = load_results(saved, meta(a))
+    base_control = load_results(f"{saved}-control", meta(a))
     failures = []
     for k, v in first.items():
         b = base.get(k)

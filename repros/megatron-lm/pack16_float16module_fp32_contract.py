@@ -10,6 +10,12 @@ The wrapped module is a small stand-in with Mamba-3's parameter names: it declar
 adds) and, where the build offers it, marks a MIMO-style bias with ``keep_fp32(param)``.
 On the baseline both declarations have no effect, which is the bug.
 
+Upstream main (after 0.19.x) has its own per-tensor marker, ``mark_keep_in_fp32`` (attribute
+``keep_in_fp32``), honoured by Float16Module, but no declaration by name; pack 16's main series
+adds that as ``keep_in_fp32_params``. On a build with ``mark_keep_in_fp32`` the reproducer uses
+that marker and that attribute name (see ``declaration_api``), so on main's baseline the marked
+bias stays fp32 and only the by-name declaration is ignored.
+
 Checks (patched lanes):
 
 * after the wrap: every declared parameter is fp32, the same Parameter object as before,
@@ -96,13 +102,22 @@ def init_single_process(parallel_state, dist) -> None:
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
 
 
-def standin_class(torch, keep_fp32):
+def declaration_api(mcore_module):
+    """(per-parameter marker or None, name of the by-name declaration attribute) of this build.
+
+    0.19.2 + pack 16: keep_fp32 / keep_fp32_params. Upstream main: mark_keep_in_fp32 (its own)
+    / keep_in_fp32_params (pack 16's main series). Unpatched 0.19.2: no marker; the attribute is inert.
+    """
+    if hasattr(mcore_module, "mark_keep_in_fp32"):
+        return mcore_module.mark_keep_in_fp32, "keep_in_fp32_params"
+    return getattr(mcore_module, "keep_fp32", None), "keep_fp32_params"
+
+
+def standin_class(torch, keep_fp32, declare_attr="keep_fp32_params"):
     """A Mamba-3-shaped toy: bf16-friendly projections around fp32-contract SSM parameters."""
     nn = torch.nn
 
     class Mamba3Standin(nn.Module):
-        keep_fp32_params = CONTRACT
-
         def __init__(self):
             super().__init__()
             g = torch.Generator().manual_seed(16)
@@ -131,6 +146,7 @@ def standin_class(torch, keep_fp32):
             y = gate.unsqueeze(-1) * xh + self.D.float()[:, None] * xh
             return self.out_proj(y.to(x.dtype).reshape(b, s, NHEADS * HEADDIM))
 
+    setattr(Mamba3Standin, declare_attr, CONTRACT)
     return Mamba3Standin
 
 
@@ -196,6 +212,8 @@ def stage_mamba3(args) -> int:
     patched = os.environ.get("HARNESS_PATCHED", "1" if "fix" in lane() else "0") == "1"
     figure("mamba_ssm", getattr(mamba_ssm, "__version__", None), None, file=mamba_ssm.__file__)
     figure("keep_fp32_marker_api", hasattr(mcore_module, "keep_fp32"), None)
+    marker, declare_attr = declaration_api(mcore_module)
+    figure("declaration_api", declare_attr, None, marker=getattr(marker, "__name__", None))
     init_single_process(parallel_state, dist)
     device = "cuda"
     torch.manual_seed(args.seed)
@@ -211,7 +229,7 @@ def stage_mamba3(args) -> int:
     if sorted(MAMBA3_CONTRACT) != fp32_built:
         failures.append(f"the author module's fp32 parameters are {fp32_built}, not {sorted(MAMBA3_CONTRACT)}")
     # The host's declaration, as a user of the patched Megatron writes it; no mamba-ssm change. Inert on baseline.
-    mixer.keep_fp32_params = MAMBA3_CONTRACT
+    setattr(mixer, declare_attr, MAMBA3_CONTRACT)
 
     g = torch.Generator(device="cpu").manual_seed(args.seed + 1)
     x32 = torch.randn(args.batch, args.seqlen, args.d_model, generator=g).to(torch.bfloat16).float().to(device)
@@ -336,11 +354,13 @@ def main() -> int:
     init_single_process(parallel_state, dist)
     config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=NHEADS, bf16=True,
                                params_dtype=torch.float32)
-    keep_fp32 = getattr(mcore_module, "keep_fp32", None)
-    figure("keep_fp32_marker_api", keep_fp32 is not None, None)
+    figure("keep_fp32_marker_api", hasattr(mcore_module, "keep_fp32"), None)
+    keep_fp32, declare_attr = declaration_api(mcore_module)
+    figure("declaration_api", declare_attr, None, marker=getattr(keep_fp32, "__name__", None))
     declared = CONTRACT + (MARKED,)
+    name = lane()
 
-    inner = standin_class(torch, keep_fp32)()
+    inner = standin_class(torch, keep_fp32, declare_attr)()
     before = {n: p for n, p in inner.named_parameters()}
     snap = {n: (p.data_ptr(), p.detach().clone()) for n, p in before.items()}
 
@@ -400,23 +420,21 @@ def main() -> int:
                         + ", ".join(n for n, m in moved.items() if not m))
 
     # a declaration that names no parameter must not pass silently (patched API only)
-    if keep_fp32 is not None:
+    if name.startswith("fix"):
         class Typo(torch.nn.Module):
-            keep_fp32_params = ("dt_bais",)
-
             def __init__(self):
                 super().__init__()
                 self.dt_bias = torch.nn.Parameter(torch.zeros(2))
 
+        setattr(Typo, declare_attr, ("dt_bais",))
         try:
             Float16Module(config, Typo())
-            failures.append("keep_fp32_params naming no parameter was accepted")
+            failures.append(f"{declare_attr} naming no parameter was accepted")
             figure("typo_rejected", False, None)
         except ValueError as exc:
             figure("typo_rejected", True, None, error=str(exc))
 
     dist.destroy_process_group()
-    name = lane()
     details = {
         "lane": name,
         "question": "does Float16Module keep declared fp32-contract parameters in fp32, without re-casting?",
