@@ -348,9 +348,9 @@ def replace_series(dest: Path, new: Path) -> Path | None:
 
 def print_result(result: Regenerated, dest: Path) -> None:
     if not result.changed:
-        ui.out.print(f"{dest}: unchanged (regenerated series is byte-identical)")
+        ui.data(f"{dest}: unchanged (regenerated series is byte-identical)")
         return
     ui.out.print(result.diff.rstrip("\n"), markup=False, highlight=False)
     for what, names in (("modified", result.modified), ("added", result.added), ("removed", result.removed)):
         if names:
-            ui.out.print(f"{what}: {', '.join(names)}")
+            ui.data(f"{what}: {', '.join(names)}")

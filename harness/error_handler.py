@@ -37,4 +37,4 @@ def handled():
         except OSError:
             where = ""
         print(f"harness: internal error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
-        raise SystemExit(70) from None
+        raise SystemExit(int(Exit.INTERNAL)) from None

@@ -195,18 +195,13 @@ def fetch(artifact: Artifact, store: Store, search_dirs: list[Path] = ()) -> Pat
 
 
 def _download(url: str, dest: Path, size: int | None) -> None:
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
     try:
         with urllib.request.urlopen(url, timeout=60) as resp, open(dest, "wb") as fh:
             total = size or int(resp.headers.get("Content-Length") or 0) or None
-            with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                          TransferSpeedColumn(), console=ui.err, transient=True,
-                          disable=not ui.err.is_terminal) as bar:
-                task = bar.add_task(f"download {PurePosixPath(url).name}", total=total)
+            with ui.Transfer(PurePosixPath(url).name, total) as bar:
                 for block in iter(lambda: resp.read(1 << 16), b""):
                     fh.write(block)
-                    bar.advance(task, len(block))
+                    bar.advance(len(block))
     except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:  # ValueError: malformed URL
         dest.unlink(missing_ok=True)
         raise PinError(f"cannot download {url}: {exc}",
@@ -234,8 +229,9 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
         final = store.area("bases") / manifest.target / f"{base.name}-{art.sha256[:12]}"
         if not (final / ".git").is_dir():
             archive = fetch(art, store, search_dirs)
-            with ui.status(f"unpacking {art.filename}"), store.new_entry(final) as tmp:
+            with ui.status(f"unpacking {art.filename}") as act, store.new_entry(final) as tmp:
                 _extract(archive, art.kind, tmp)
+                act.result = ui.human_bytes(ui.dir_size(tmp))
                 message = f"{manifest.target} {base.version} pristine ({art.filename}, sha256 {art.sha256})"
                 git.init_snapshot(tmp, message)
         commit = git.repo(final).head.commit.hexsha

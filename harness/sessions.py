@@ -59,6 +59,8 @@ def pack_sessions(root: Path) -> list[PackSession]:
         state = pack.get("state", "?")
         lanes = len(pack.get("lanes", []))
         desc = f"pack {pid} [{pack.get('kind', '?')}, {state}, {lanes} lane(s)]: {pack.get('title', '')}"
+        if not lanes:  # `harness run` exits 12 (NO_LANES): the session fails rather than pass on nothing
+            desc += " -- no lanes: validates nothing, fails with exit 12"
         out.append(PackSession(f"{session_prefix(root, target)}_pack{pid}", pid, target, desc,
                                str(reqs.relative_to(root)) if reqs.is_file() else None,
                                session_python(root, target)))

@@ -8,6 +8,9 @@ from pathlib import Path
 
 
 def common(p: argparse.ArgumentParser) -> None:
+    from harness.main import add_verbosity
+
+    add_verbosity(p)
     p.add_argument("--root", type=Path, default=None,
                    help="repository root (default: found from the current directory)")
     p.add_argument("--cache", type=Path, default=None,

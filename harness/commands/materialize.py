@@ -20,6 +20,7 @@ def main(args) -> int:
     root = find_root(args.root)
     manifest = pins.load_manifest(root, args.target)
     checkout = pins.materialize(manifest, args.base, Store(args.cache), args.artifacts)
-    ui.out.print(f"{manifest.target} {checkout.base.name} (upstream {checkout.base.commit or 'commit unknown'}): "
-                 f"{checkout.path} [git {checkout.commit[:12]}]")
+    ui.info(f"{manifest.target} {checkout.base.name} (upstream {checkout.base.commit or 'commit unknown'}), "
+            f"git {checkout.commit[:12]}:")
+    ui.data(str(checkout.path))
     return 0

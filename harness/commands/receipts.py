@@ -62,7 +62,7 @@ def _import(ctx, args) -> int:
         d = rec.data
         ctx.tracking.pack(d["pack"]).lane(d["lane"])  # the lane must still exist
         ctx.tracking.record_validation(d["pack"], d["lane"], receipts.summary(rec, ctx.root))
-        ui.out.print(f"imported {rec.dir.relative_to(ctx.root)}: {d['verdict']} ({', '.join(d['sentinels']) or '-'})")
+        ui.data(f"imported {rec.dir.relative_to(ctx.root)}: {d['verdict']} ({', '.join(d['sentinels']) or '-'})")
     if added:
         ctx.tracking.save()
     return 0
@@ -75,8 +75,8 @@ def _verify(ctx, args) -> int:
         problem = receipts.verify(rec)
         if problem:
             bad += 1
-            ui.out.print(f"[red]BAD[/] {problem}")
-    ui.out.print(f"{len(all_receipts) - bad} receipt(s) verified, {bad} bad")
+            ui.data(f"BAD {problem}")
+    ui.data(f"{len(all_receipts) - bad} receipt(s) verified, {bad} bad")
     return 0 if bad == 0 else 1
 
 
@@ -85,10 +85,10 @@ def _show(ctx, args) -> int:
     for lane in pack.lanes:
         rec = receipts.latest(ctx.root, pack.target, pack.id, lane.name)
         if rec is None:
-            ui.out.print(f"{lane.name}: no receipt")
+            ui.data(f"{lane.name}: no receipt")
             continue
         d = rec.data
-        ui.out.print(f"{lane.name}: {d['verdict']} - {d['reason']} [{rec.dir.relative_to(ctx.root)}]")
+        ui.data(f"{lane.name}: {d['verdict']} - {d['reason']} [{rec.dir.relative_to(ctx.root)}]")
         for fig in d.get("figures", []):
-            ui.out.print(f"    {json.dumps(fig, sort_keys=True)}")
+            ui.data(f"    {json.dumps(fig, sort_keys=True)}")
     return 0
