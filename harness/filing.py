@@ -464,7 +464,7 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         if reqs:
             runtimes.setdefault(tuple(reqs), None)
     if bases:
-        after = (" applied after " + ", ".join(f'"{s}"' for s in dep_subjects)) if dep_subjects else ""
+        after = (", after " + ", ".join(f'"{s}"' for s in dep_subjects)) if dep_subjects else ""
         notes.append("Builds: " + "; ".join(bases.values()) + f"; `+ {change_name}` is that build with "
                      + ("this PR" if change_name == "this PR" else "the change below") + " applied" + after + ".")
     extras = sorted({b for r in results for lane in pack.lanes if lane.name == r.row.lane for b in lane.extra_builds})
@@ -627,6 +627,9 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         change = f"Suggested fix: {fix}" if fix and pack.kind != "bug-report" else ""
     ev = evidence(root, manifest, pack, change_name, [patch_message(p.path).subject for p in deps])
     problems += ev.problems
+    lane_base = {lane.name: lane.base for lane in pack.lanes}
+    problems += [f"evidence row {i} ({row.lane}): the lane runs on {lane_base[row.lane]}, not on the filing base "
+                 f"{base_name}" for i, row in enumerate(pack.evidence, 1) if lane_base[row.lane] != base_name]
     script = reproducer_script(root, manifest, pack, base_name, title, change_name)
     inline = script is not None and len(script[1].encode()) <= INLINE_LIMIT
     needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in pack.lanes if lane.base == base_name)

@@ -359,3 +359,27 @@ def test_upstream_absorption_is_never_ready(ran):
                     + "b" * 40 + '"\nrole = "fixed upstream by"\nstate = "unknown"\n')
     r = _ready(ran)
     assert [x.text for x in r.reasons] == ["upstream may already have it: acme/fake@bbbbbbb (fixed upstream by)"]
+
+
+def test_evidence_from_a_lane_on_another_base_is_a_problem(ran):
+    ran.add_base("1.1", CORE_BUGGY.replace("# multiply", "# scale"))
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('base = "1.0"\nreproducer', 'base = "1.0"\nfiling_base = "1.1"\n'
+                                                                        'reproducer'))
+    t = Tracking.load(ran.root)
+    problems = filing.render(ran.root, t, t.pack("01")).problems
+    assert problems == ["evidence row 1 (bug): the lane runs on 1.0, not on the filing base 1.1",
+                        "evidence row 2 (fix): the lane runs on 1.0, not on the filing base 1.1"]
+
+
+def test_all_docs_renders_every_fileable_pack_with_its_reproducer_and_receipts(ran, capsys, monkeypatch):
+    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    assert cli("body", "--all-docs", *ran.args()) == 0
+    docs = ran.root / "docs" / "filings"
+    assert capsys.readouterr().out == "docs/filings/01-pr.md\n"
+    body = (docs / "01-pr.md").read_text()
+    assert "[`repro_fake.py`](repro_fake.py)" in body and filing.PLACEHOLDER not in body
+    assert (docs / "repro_fake.py").is_file()
+    index = (docs / "README.md").read_text()
+    assert "| 01 | pr | 1.0 | [01-pr.md](01-pr.md) | [repro_fake.py](repro_fake.py) |" in index
+    assert "`receipts/fake/01/" in index and index.count("receipts/fake/01/") == 2

@@ -119,7 +119,8 @@ def render_docs(ctx, out_dir: Path) -> int:
                      + (f"[{script}]({script})" if script else "-") + f" | {used} |")
         for problem in rendered.problems:
             ui.warn(f"pack {pack.id}: {problem}")
-        ui.data(str(out_dir / name))
+        written = out_dir / name
+        ui.data(str(written.relative_to(ctx.root) if written.is_relative_to(ctx.root) else written))
     (out_dir / "README.md").write_text("\n".join(index) + "\n", encoding="utf-8")
     if failed:
         raise LintError(f"pack(s) {', '.join(failed)}: body or reproducer failed lint; not written")
