@@ -283,3 +283,12 @@ def test_console_text_helper_keeps_brackets():
 
     Console(file=buf, width=200).print(ui.text("[sq,b,h,sk] [red]x[/red]"))
     assert buf.getvalue().strip() == "[sq,b,h,sk] [red]x[/red]"
+
+
+def test_readme_documents_every_readiness_reason_code():
+    from harness.readiness import REASON_CODES
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Readiness"):readme.index("## Overview")]
+    for code in REASON_CODES:
+        assert f"`{code}`" in section, code
