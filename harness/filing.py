@@ -447,8 +447,8 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
             hosts[r.host] = _host_long(r.receipt)
     if hosts:
         notes.append("Hosts: " + "; ".join(f"**{name}**: {desc}" for name, desc in hosts.items()) + ".")
-    bases = {}
-    runtimes = {}
+    bases: dict[str, str] = {}
+    runtimes: dict[tuple[str, ...], None] = {}
     for r in results:
         if r.receipt is None:
             continue
@@ -720,7 +720,7 @@ def gh_plan(root: Path, rendered: Rendered, body_file: Path, script_file: Path |
     else:
         create = ["gh", "issue", "create", "--repo", slug, "--title", rendered.title, "--body-file", source]
     gist = (["gh", "gist", "create", "--public", "--desc", f"Reproducer: {rendered.title}", _short(script_file)]
-            if upload else None)
+            if upload and script_file is not None else None)
     return GhPlan(create, body_file, gist)
 
 

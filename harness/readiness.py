@@ -158,7 +158,7 @@ def pack_series_at(root: Path, target: str, pack_id: str, base: str) -> list[ser
 
 
 def absorbed_at(pack: Pack, base: str) -> bool:
-    return bool(pack.absorbed) and pack.absorbed.get("base") == base
+    return (pack.absorbed or {}).get("base") == base
 
 
 def series_at(root: Path, tracking: Tracking, pack: Pack, base: str) -> list[series.Patch]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.errors import ConfigError
 
@@ -43,6 +44,14 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
 
 def _used_names(stmt: ast.stmt) -> set[str]:
     return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+
+
+def _end(stmt: ast.stmt) -> int:
+    return stmt.end_lineno if stmt.end_lineno is not None else stmt.lineno
+
+
+def _segment(source: str, stmt: ast.stmt) -> str:
+    return ast.get_source_segment(source, stmt, padded=False) or ""
 
 
 def _is_future(stmt: ast.stmt) -> bool:
@@ -78,9 +87,9 @@ class Amalgamator:
             self.modules[name] = mod
         return self.modules[name]
 
-    def local_imports(self, mod: _Module) -> list[tuple[ast.stmt, str, list[str], bool]]:
+    def local_imports(self, mod: _Module) -> list[tuple[Any, str, list[str], bool]]:
         """(statement, module, names, star-style) for each top-level import of a local helper module."""
-        found = []
+        found: list[tuple[Any, str, list[str], bool]] = []
         for stmt in mod.tree.body:
             if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module and self.find(stmt.module):
                 if any(a.name == "*" for a in stmt.names):
@@ -101,7 +110,10 @@ class Amalgamator:
 
     def collect(self, module: str, names: list[str], need: dict[str, set[int]], where: str) -> None:
         """Mark the statements of ``module`` that define ``names`` (and what they use) as needed."""
-        mod = self.load(module, self.find(module))
+        path = self.find(module)
+        if path is None:
+            raise ConfigError(f"{where}: no local module '{module}'")
+        mod = self.load(module, path)
         todo = list(names)
         while todo:
             name = todo.pop()
@@ -160,7 +172,7 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str) -> str:
                  if not (isinstance(stmt, (ast.Import, ast.ImportFrom)) and any(stmt is s for s, *_ in imports))}
     chosen: dict[str, tuple[str, str]] = {}  # name -> (module, source text)
     blocks: list[str] = []
-    seen_imports: set[str] = {ast.get_source_segment(main.source, stmt) for stmt in main.tree.body
+    seen_imports: set[str] = {_segment(main.source, stmt) for stmt in main.tree.body
                               if isinstance(stmt, (ast.Import, ast.ImportFrom))}
     future = main.future
     for name in order:
@@ -172,7 +184,7 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str) -> str:
                 continue
             if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module and am.find(stmt.module):
                 continue  # a helper imported from another helper: already inlined above
-            text = ast.get_source_segment(mod.source, stmt, padded=False)
+            text = _segment(mod.source, stmt)
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 if text not in seen_imports:
                     seen_imports.add(text)
@@ -183,13 +195,13 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str) -> str:
                     if src != text:
                         raise ConfigError(f"cannot inline {mod.path.name}: '{bound}' is also defined, differently, "
                                           f"in {other}")
-                if bound in main_defs and ast.get_source_segment(main.source, main_defs[bound]) != text:
+                if bound in main_defs and _segment(main.source, main_defs[bound]) != text:
                     raise ConfigError(f"cannot inline {mod.path.name}: '{bound}' is also defined, differently, in "
                                       f"{reproducer.name}")
                 chosen[bound] = (mod.path.name, text)
             decorated = stmt.decorator_list if hasattr(stmt, "decorator_list") else []
             start = min([stmt.lineno] + [d.lineno for d in decorated])
-            lines.append("\n".join(mod.source.splitlines()[start - 1:stmt.end_lineno]))
+            lines.append("\n".join(mod.source.splitlines()[start - 1:_end(stmt)]))
         if lines or head:
             blocks.append(f"# ---- from {mod.path.name} (verbatim) ----\n"
                           + ("\n".join(head) + "\n\n\n" if head else "") + "\n\n\n".join(lines))
@@ -202,15 +214,15 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str) -> str:
     src_lines = main.source.splitlines()
     drop: set[int] = set()
     body = main.tree.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
-        drop.update(range(body[0].lineno, body[0].end_lineno + 1))
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        drop.update(range(first.lineno, _end(first) + 1))
     for stmt in body:
         if _is_future(stmt):
-            drop.update(range(stmt.lineno, stmt.end_lineno + 1))
+            drop.update(range(stmt.lineno, _end(stmt) + 1))
     first_local = min((stmt.lineno for stmt, *_ in imports), default=None)
     for stmt, *_ in imports:
-        drop.update(range(stmt.lineno, stmt.end_lineno + 1))
+        drop.update(range(stmt.lineno, _end(stmt) + 1))
     out: list[str] = ['"""' + docstring.replace('"""', "'''").rstrip() + '\n"""']
     if future:
         out.append("\nfrom __future__ import annotations")

@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 def main(args) -> int:
     ctx = context(args)
-    rows = []
+    rows: list[dict] = []
     for pack in ctx.tracking.packs.values():
         validation = ctx.tracking.doc["packs"][pack.id].get("validation", {})
         rows.append({

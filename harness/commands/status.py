@@ -68,8 +68,8 @@ def main(args) -> int:
     elif args.pack:
         story(ctx, states[0])
     else:
-        for line in overview(ctx, states):
-            ui.out.print(line, no_wrap=True, overflow="ignore", crop=False)
+        for row in overview(ctx, states):
+            ui.out.print(row, no_wrap=True, overflow="ignore", crop=False)
     return int(code)
 
 
