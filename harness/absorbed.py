@@ -116,21 +116,22 @@ def drifted_packs(root: Path, drift: list[Drift]) -> set[str]:
     return out
 
 
+def classify(tracking: Tracking, manifest: pins.Manifest, base_name: str, report: rebase.PackReport) -> Verdict:
+    """absorbed / superseded / differs for one pack's rebase report on ``base_name``."""
+    if report.contained:
+        version = manifest.base(base_name).version
+        proposal = retire_diff(tracking, report.pack.id, version) if report.pack.state != "absorbed" else ""
+        return Verdict(report, "absorbed", proposal)
+    if report.pack.state == "absorbed" and (evidence := bug_absent_evidence(tracking, report.pack.id, base_name)):
+        # Upstream fixed it with a different change: the text differs, the reproducer says the bug is gone.
+        return Verdict(report, "superseded", evidence=evidence)
+    return Verdict(report, "differs")
+
+
 def check(ctx: Context, manifest: pins.Manifest, base_name: str, skip: set[str] = frozenset()) -> list[Verdict]:
-    verdicts = []
     chosen = [p.id for p in ctx.tracking.packs.values() if p.target == manifest.target and p.id not in skip]
-    for report in rebase.rebase_target(ctx, manifest, base_name, packs=chosen) if chosen else []:
-        if report.contained:
-            version = manifest.base(base_name).version
-            proposal = retire_diff(ctx.tracking, report.pack.id, version) if report.pack.state != "absorbed" else ""
-            verdicts.append(Verdict(report, "absorbed", proposal))
-        elif report.pack.state == "absorbed" and (evidence := bug_absent_evidence(ctx.tracking, report.pack.id,
-                                                                                base_name)):
-            # Upstream fixed it with a different change: the text differs, the reproducer says the bug is gone.
-            verdicts.append(Verdict(report, "superseded", evidence=evidence))
-        else:
-            verdicts.append(Verdict(report, "differs"))
-    return verdicts
+    reports = rebase.rebase_target(ctx, manifest, base_name, packs=chosen) if chosen else []
+    return [classify(ctx.tracking, manifest, base_name, report) for report in reports]
 
 
 def _mark(doc, pid: str, version: str) -> None:

@@ -119,9 +119,10 @@ def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: 
         if found is not None:
             ui.note(f"build {label}: cached ({key[:12]})")
             return found
-        with ui.status(what), store.new_entry(store.area("builds") / key[:20]) as tmp:
+        with ui.status(what) as act, store.new_entry(store.area("builds") / key[:20]) as tmp:
             info = {"kind": manifest.build, "key": key, "target": manifest.target}
             make(tmp, info)
+            act.result = ui.human_bytes(ui.dir_size(tmp))
             (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
     return lookup(store, key)
 

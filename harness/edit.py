@@ -241,9 +241,9 @@ def _verify_or_restore(ctx: Context, pack: Pack, dest: Path, expected: dict[str,
 
 def print_result(result: series.SeriesDiff, dest: Path) -> None:
     if not result.changed:
-        ui.out.print(f"{dest}: unchanged (regenerated series is byte-identical)")
+        ui.data(f"{dest}: unchanged (regenerated series is byte-identical)")
         return
     ui.out.print(result.diff.rstrip("\n"), markup=False, highlight=False)
     for what, names in (("modified", result.modified), ("added", result.added), ("removed", result.removed)):
         if names:
-            ui.out.print(f"{what}: {', '.join(names)}")
+            ui.data(f"{what}: {', '.join(names)}")

@@ -1,32 +1,10 @@
 """Exit codes and the exception families the CLI turns into one clean line.
 
-One convention for the whole tool (``harness`` and the nox sessions):
-
-====  ==========  ==============================================================
-code  name        meaning
-====  ==========  ==============================================================
-0     OK          every lane that ran printed its expected sentinel
-1     MISMATCH    a lane ran to completion but printed another sentinel
-2     USAGE       bad input: arguments, tracking.toml, a manifest, a patch header
-3     SKIPPED     a lane needs hardware this host lacks; nothing was validated
-4     PIN         a pinned artefact cannot be fetched or fails its sha256
-5     APPLY       a patch of the series does not apply
-6     BUILD       building, installing or import-checking a build failed
-7     CRASH       a reproducer died: non-zero exit, no verdict, or no host stamp
-8     TIMEOUT     a reproducer ran past its time limit and was killed
-9     UPSTREAM    the GitHub API is unreachable, rate-limited or refused the token; nothing written
-10    LINT        a filing body failed its lint (private host, path, address or token)
-11    DRIFT       ``harness absorbed`` found a local change no pack tracks
-12    TAMPERED    a receipt fails verification: a file edited, missing or not covered by its digests
-70    INTERNAL    a bug in the harness (traceback in <cache>/last-error.log)
-130   INTERRUPT   stopped by Ctrl-C
-143   TERMINATED  stopped by SIGTERM or SIGHUP (CI cancellation); children killed, scratch removed
-====  ==========  ==============================================================
-
-When several lanes end differently the most severe code wins, in the order
-USAGE > PIN > UPSTREAM > LINT > APPLY > BUILD > CRASH > TIMEOUT > MISMATCH > SKIPPED > OK.
-DRIFT comes only from ``harness absorbed`` and TAMPERED only from ``harness receipts``;
-neither is mixed with lane codes.
+One convention for the whole tool (``harness`` and the nox sessions); ``MEANINGS``
+below is the table ``harness --help`` and the README print. When several lanes end
+differently the most severe code wins (``SEVERITY``). DRIFT comes only from
+``harness absorbed`` and TAMPERED only from ``harness receipts``; neither is mixed with
+lane codes. NO_LANES comes only from a pack that declares no lane at all.
 """
 
 from __future__ import annotations
@@ -48,19 +26,50 @@ class Exit(enum.IntEnum):
     LINT = 10
     DRIFT = 11
     TAMPERED = 12
+    NO_LANES = 13
     INTERNAL = 70
     INTERRUPT = 130
     TERMINATED = 143
 
 
-_SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH,
-             Exit.BUILD, Exit.APPLY, Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.TAMPERED, Exit.USAGE,
-             Exit.INTERNAL, Exit.TERMINATED, Exit.INTERRUPT]
+MEANINGS: dict[Exit, str] = {
+    Exit.OK: "every lane that ran printed its expected sentinel",
+    Exit.MISMATCH: "a lane ran to completion but printed another sentinel",
+    Exit.USAGE: "bad input: arguments, tracking.toml, a manifest, a patch header",
+    Exit.SKIPPED: "a lane needs hardware this host lacks; nothing was validated",
+    Exit.PIN: "a pinned artefact or bundle cannot be fetched or fails its sha256",
+    Exit.APPLY: "a patch of the series does not apply",
+    Exit.BUILD: "building, installing or import-checking a build failed",
+    Exit.CRASH: "a reproducer died: non-zero exit, no verdict, or no host stamp",
+    Exit.TIMEOUT: "a reproducer ran past its time limit and was killed",
+    Exit.UPSTREAM: "the GitHub API is unreachable, rate-limited or refused the token; nothing written",
+    Exit.LINT: "a filing body or its reproducer failed the lint (private path, host, address, token, our jargon)",
+    Exit.DRIFT: "'harness absorbed' found a local change no pack tracks",
+    Exit.TAMPERED: "a receipt fails verification: a file edited, missing or not covered by its digests",
+    Exit.NO_LANES: "the pack declares no lanes: nothing was validated",
+    Exit.INTERNAL: "internal error (a bug in the harness; traceback in $PATCHLANE_HOME/last-error.log)",
+    Exit.INTERRUPT: "stopped by Ctrl-C",
+    Exit.TERMINATED: "stopped by SIGTERM or SIGHUP (CI cancellation); children killed, scratch removed",
+}
+
+# Least to most severe.
+SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.NO_LANES, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH, Exit.BUILD, Exit.APPLY,
+            Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.TAMPERED, Exit.USAGE, Exit.INTERNAL, Exit.TERMINATED,
+            Exit.INTERRUPT]
 
 
 def worst(codes) -> Exit:
     """The most severe of several exit codes (``OK`` for none)."""
-    return max((Exit(c) for c in codes), key=_SEVERITY.index, default=Exit.OK)
+    return max((Exit(c) for c in codes), key=SEVERITY.index, default=Exit.OK)
+
+
+def table() -> str:
+    """The exit codes as plain text lines, most common first (for ``--help``)."""
+    return "\n".join(f"  {int(code):>3}  {code.name:<9}  {MEANINGS[code]}" for code in Exit)
+
+
+def severity_order() -> str:
+    return " > ".join(code.name for code in reversed(SEVERITY) if code not in (Exit.INTERRUPT, Exit.TERMINATED))
 
 
 class Terminated(KeyboardInterrupt):

@@ -21,6 +21,7 @@ from harness.errors import ConfigError, UpstreamError
 
 DEFAULT_API = "https://api.github.com"
 _URL = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)/(?P<kind>pull|issues)/(?P<num>\d+)/?$")
+_COMMIT = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)/commit/(?P<sha>[0-9a-f]{7,40})/?$")
 _REPO = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$")
 
 
@@ -52,6 +53,18 @@ def parse_thread(url: str) -> ThreadRef | None:
     """The pull request or issue a github.com URL names (None for commits and anything else)."""
     m = _URL.match(url)
     return ThreadRef(m["owner"], m["repo"], m["kind"], int(m["num"])) if m else None
+
+
+def thread_label(url: str) -> str:
+    """How GitHub itself writes a reference: ``owner/repo#N`` for a PR or issue, ``owner/repo@abcdef1`` for a
+    commit; anything else stays the URL."""
+    ref = parse_thread(url)
+    if ref is not None:
+        return f"{ref.owner}/{ref.repo}#{ref.number}"
+    m = _COMMIT.match(url)
+    if m:
+        return f"{m['owner']}/{m['repo']}@{m['sha'][:7]}"
+    return url
 
 
 def repo_slug(url: str) -> str | None:

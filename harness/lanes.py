@@ -243,8 +243,7 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
              update_tracking: bool = True) -> list[LaneResult]:
     """Prepare and run the pack's lanes (all, or the named ones)."""
     if not pack.lanes:
-        ui.warn(f"pack {pack.id} has no lanes in tracking.toml yet; nothing to run")
-        return []
+        return []  # the caller says so (exit NO_LANES): nothing was validated
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
     needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in lanes)

@@ -7,19 +7,33 @@ import importlib
 import json
 
 from harness import __version__
+from harness.commands import _args, errors, ui
 from harness.error_handler import handled
-from harness.errors import __doc__ as EXIT_CODES
 
 DESCRIPTION = """\
 Stage upstream patches for ML-kernel libraries: pinned upstream bases, ordered
 patch series, paired reproducer runs (baseline vs patched) and their receipts.
+Results go to stdout, progress and messages to stderr.
 """
 
-EPILOG = "exit codes:\n" + "\n".join(
-    "  " + line
-    for line in EXIT_CODES.split("=" * 4, 1)[1].splitlines()[1:]
-    if line.strip() and not line.startswith("====")
+# Every environment variable the harness itself reads (reproducers get HARNESS_* from it).
+ENVIRONMENT = (
+    ("PATCHLANE_HOME", "cache for artefacts, bases, builds, apply checks (default: $XDG_CACHE_HOME/patchlane "
+                       "or ~/.cache/patchlane)"),
+    ("XDG_CACHE_HOME", "see PATCHLANE_HOME"),
+    ("PATCHLANE_REPO_COMMIT", "the repository commit receipts name when the copy has no .git (a GPU host)"),
+    ("PATCHLANE_PYPI_URL", "PyPI JSON API root for 'rebase --to-version' (default https://pypi.org/pypi)"),
+    ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh' (sent only in the request header)"),
+    ("HARNESS_RUN_DIR", "scratch directory shared by the lanes of one run (default: a new temporary one)"),
+    ("PYTHONPATH", "kept after a lane's own build directories"),
+    ("CI", "when set, no spinners or bars: plain progress lines"),
+    ("NO_COLOR, COLUMNS", "honoured by the console (no colours; output width)"),
+    ("PYENV_ROOT", "where to look for interpreters a manifest's 'python' asks for"),
 )
+
+EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_order() + "):\n"
+          + errors.table() + "\n\nenvironment:\n"
+          + "\n".join(f"  {name:<22} {what}" for name, what in ENVIRONMENT))
 
 
 COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
@@ -30,15 +44,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    _args.add_verbosity(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)
+    for p in sub.choices.values():
+        p.epilog = p.epilog or "exit codes and environment: harness --help"
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    ui.set_verbosity(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
     try:
         with handled():
             module = importlib.import_module(f"harness.commands.{args.command}")
@@ -46,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         _result_file(args, int(exc.code or 0))
         raise
+    finally:
+        ui.set_verbosity(0)
     _result_file(args, code)
     return code
 

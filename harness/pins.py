@@ -277,8 +277,6 @@ def fetch(artifact: Artifact, store: Store, search_dirs: list[Path] = ()) -> Pat
 
 def _download(url: str, dest: Path, size: int | None) -> None:
     """Download ``url`` to ``dest``; a network failure and a failure to write ``dest`` are told apart."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
     writing = False  # True while the failure would be ours (opening, writing or closing dest), not the network's
     try:
         with urllib.request.urlopen(url, timeout=60) as resp:
@@ -286,15 +284,12 @@ def _download(url: str, dest: Path, size: int | None) -> None:
             with open(dest, "wb") as fh:
                 writing = False
                 total = size or int(resp.headers.get("Content-Length") or 0) or None
-                with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                              TransferSpeedColumn(), console=ui.err, transient=True,
-                              disable=not ui.err.is_terminal) as bar:
-                    task = bar.add_task(f"download {PurePosixPath(url).name}", total=total)
+                with ui.Transfer(PurePosixPath(url).name, total) as bar:
                     for block in iter(lambda: resp.read(1 << 16), b""):
                         writing = True
                         fh.write(block)
                         writing = False
-                        bar.advance(task, len(block))
+                        bar.advance(len(block))
                 writing = True  # closing flushes what is buffered
             writing = False
     except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:  # ValueError: malformed URL
@@ -349,13 +344,16 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
         final = base_dir(store, manifest.target, base)
         if not (final / ".git").is_dir():
             if base.git is not None:
-                with ui.status(f"fetching {base.git.url} {base.git.commit[:12]}"), store.new_entry(final) as tmp:
+                with ui.status(f"fetching {base.git.commit[:12]} ({base.git.ref}) of {base.git.url}") as act, \
+                        store.new_entry(final) as tmp:
                     fetch_commit(base.git, tmp, sources.git_mirrors)
+                    act.result = ui.human_bytes(ui.dir_size(tmp))
             else:
                 art = base.artifact
                 archive = fetch(art, store, list(sources.artifacts))
-                with ui.status(f"unpacking {art.filename}"), store.new_entry(final) as tmp:
+                with ui.status(f"unpacking {art.filename}") as act, store.new_entry(final) as tmp:
                     _extract(archive, art.kind, tmp)
+                    act.result = ui.human_bytes(ui.dir_size(tmp))
                     message = f"{manifest.target} {base.version} pristine ({art.filename}, sha256 {art.sha256})"
                     git.init_snapshot(tmp, message)
         commit = git.repo(final).head.commit.hexsha

@@ -1,21 +1,43 @@
-"""Whether a pack is ready to file: computed from its receipts, never typed in.
+"""Whether a pack is ready to file: computed, never typed in.
 
-A pack is *evidence-ready* when every lane has a receipt that passed, ran on
-the artefact the manifest pins today, and started after the last change to the
-pack's patch files (``git log`` of ``patches/<target>/<pack>``; uncommitted
-changes count as changed now), and at least one lane runs on the target's
-current default base. It is *ready* when, on top of that, its state lets it be
-filed (not absorbed, retired, blocked, held or already filed) and every
-dependency is ready, filed or absorbed.
+Everything is judged at the base the pack will be filed against, ``filing_base(pack, manifest)``: the
+pack's ``filing_base`` key, else the manifest's ``filing_base`` (upstream main where the manifest has
+one), else the pack's ``base``. The series for that base is ``patches/<target>/<pack>/<base>/`` when that
+directory exists, else the pack's top-level series, after its same-target dependencies' series (a
+dependency recorded absorbed at that base, ``[packs.NN.absorbed] base = ...``, contributes nothing).
+
+A pack is **ready** when all of these hold:
+
+* its state and kind let it be filed (not absorbed, retired, blocked, held or filed; not a contract or
+  regression guard) and the filing base is a base of its manifest;
+* the series applies to the filing base -- checked with ``git am`` on the materialized base and cached
+  per (base pin, patch sha256s) in the store; ``--no-apply`` uses only a cached result and otherwise
+  says "not checked", which is never ready;
+* every lane on the filing base has a latest receipt that passed, ran on the artefact (or commit)
+  pinned today, ran the reproducer file as it is now, and -- patched lanes -- applied exactly the
+  series files of the filing base (their sha256s); at least one lane runs there;
+* the filing body renders from receipts, its evidence rows all resolve, and body and reproducer lint;
+* nothing says upstream absorbed it: every patch reverse-applies on the filing base, a passing
+  ``BUG_ABSENT`` lane on it (a superseded fix), or a thread whose role says it is absorbed or fixed;
+* every dependency is ready, filed, or absorbed (at that base).
+
+Each unmet condition is one ``Reason`` with a stable ``code`` (documented in the README), shown by
+``status``, ``waves`` and ``body``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness import git, pins, receipts, series
+from harness import filing, git, pins, rebase, receipts, series
+from harness.errors import ConfigError, HarnessError
+from harness.github import thread_label
+from harness.hashing import sha256_file
 from harness.tracking import Lane, Pack, Tracking
 
 # States in which a pack is not filed, and why (shown by `status`, `waves` and `body`).
@@ -27,33 +49,163 @@ NOT_FILED = {
     "filed": "already filed",
 }
 DONE_STATES = ("absorbed", "filed")  # a dependency in one of these no longer gates anything
+FILED_KINDS = ("pr", "issue", "comment", "bug-report")  # kinds with a filing template
+ABSORBING_ROLES = ("absorbed", "fixed upstream", "superseded")  # a thread role with one of these words
+
+# Reason codes (stable; ``status --json`` carries them).
+REASON_CODES = {
+    "state": "the pack's state keeps it from being filed",
+    "kind": "the pack's kind is not filed upstream",
+    "filing-base": "the filing base is not a base of the manifest",
+    "no-lanes": "the pack declares no lanes",
+    "no-lane-on-base": "no lane runs on the filing base",
+    "lane": "a lane on the filing base has no current passing receipt",
+    "series": "the series for the filing base is missing or unreadable",
+    "apply": "the series does not apply to the filing base, or that was not checked",
+    "absorbed": "upstream has (or may have) the change, or no longer shows the bug",
+    "evidence": "an evidence row of the body does not resolve from the receipts",
+    "body": "the body cannot be rendered",
+    "lint": "the body or its reproducer fails the lint",
+    "dependency": "a dependency is not ready, filed or absorbed",
+    "thread": "the thread a comment would go to is closed or merged",
+}
+
+# Apply-check outcomes.
+APPLIES, CONFLICT, ABSORBED, PARTLY, FUZZ, NOT_CHECKED, ERROR = (
+    "applies", "conflict", "absorbed", "partly absorbed", "fuzz", "not checked", "error")
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ApplyCheck:
+    base: str
+    status: str
+    detail: str = ""
+    checked_at: str | None = None
+    cached: bool = False
+
+    def describe(self) -> str:
+        return f"{self.status}" + (f": {self.detail}" if self.detail else "")
 
 
 @dataclass(frozen=True)
 class LaneEvidence:
     lane: Lane
     receipt: receipts.Receipt | None
-    problem: str | None  # None: this lane's latest receipt counts
+    problem: str | None  # None: counts (on the filing base), or not judged (elsewhere)
+    on_filing_base: bool = True
 
 
 @dataclass(frozen=True)
 class Readiness:
     pack: Pack
+    filing_base: str
     lanes: tuple[LaneEvidence, ...]
-    reasons: tuple[str, ...]  # why it is not ready; empty when ready
+    reasons: tuple[Reason, ...]  # why it is not ready; empty when ready
+    apply: ApplyCheck | None = None
 
     @property
     def ready(self) -> bool:
         return not self.reasons
 
-    @property
-    def evidence_ready(self) -> bool:
-        return bool(self.lanes) and all(e.problem is None for e in self.lanes) and not any(
-            r.startswith("no lane on") for r in self.reasons)
-
     def why(self) -> str:
-        return "ready" if self.ready else "; ".join(self.reasons)
+        return "ready" if self.ready else "; ".join(r.text for r in self.reasons)
 
+
+# ---------------------------------------------------------------------------------------------- the base
+
+def filing_base(pack: Pack, manifest: pins.Manifest) -> str:
+    """The base the pack will be filed against (resolved when tracking.toml loads: the pack's key
+    ``filing_base``, else the manifest's, else the pack's base)."""
+    return pack.filing_base or manifest.filing_base or pack.base or manifest.default_base
+
+
+def series_at(root: Path, tracking: Tracking, pack: Pack, base: str) -> list[series.Patch]:
+    """Every patch filing ``pack`` at ``base`` rests on (``series.series_for``)."""
+    return series.series_for(tracking, root, pack, base)
+
+
+def _pin(base: pins.Base) -> str:
+    return base.pin
+
+
+def _same_pin(recorded: dict, base: pins.Base) -> bool:
+    """Whether a receipt's base record names today's pin (newer receipts say ``pin``; older ones ``sha256``)."""
+    return (recorded.get("pin") or recorded.get("sha256")) == base.pin
+
+
+# ---------------------------------------------------------------------------------------------- apply check
+
+def apply_key(target: str, base_name: str, base, patches: list[series.Patch]) -> str:
+    text = json.dumps([target, base_name, _pin(base), [[p.pack, p.name, p.sha256] for p in patches]])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], allow_download: bool = True
+                ) -> ApplyCheck:
+    """Whether ``patches`` (dependencies', then the pack's) apply on ``base_name``; cached in the store."""
+    manifest = ctx.manifest(pack.target)
+    base = manifest.base(base_name)
+    key = apply_key(pack.target, base_name, base, patches)
+    cache = ctx.store.area("apply-checks") / f"{key[:32]}.json"
+    if cache.is_file():
+        try:
+            d = json.loads(cache.read_text())
+            return ApplyCheck(base_name, d["status"], d.get("detail", ""), d.get("checked_at"), cached=True)
+        except (ValueError, KeyError):
+            cache.unlink(missing_ok=True)
+    if not allow_download:
+        return ApplyCheck(base_name, NOT_CHECKED, "not checked (--no-apply): no cached result for this series on "
+                                                  f"{base_name}; run without --no-apply")
+    try:
+        checkout = ctx.materialize(manifest, base_name)
+    except HarnessError as exc:
+        return ApplyCheck(base_name, ERROR, f"cannot materialize {pack.target} {base_name}: {exc}")
+    status, detail = _try(checkout, pack, patches)
+    result = ApplyCheck(base_name, status, detail, receipts.utc_now().isoformat().replace("+00:00", "Z"))
+    tmp = cache.with_suffix(".partial")
+    tmp.write_text(json.dumps({"status": status, "detail": detail, "checked_at": result.checked_at,
+                               "patches": [p.sha256 for p in patches], "pin": _pin(base)}))
+    tmp.replace(cache)
+    return result
+
+
+def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch]) -> tuple[str, str]:
+    with tempfile.TemporaryDirectory(prefix="patchlane-ready-") as tmp:
+        repo = git.clone(checkout.path, Path(tmp) / "tree", branch="readiness")
+        results = []
+        for patch in patches:
+            if patch.pack != pack.id:
+                try:
+                    series.apply_patch(repo, patch, checkout)
+                except HarnessError as exc:
+                    return CONFLICT, f"dependency {patch.pack} does not apply: {exc}"
+                continue
+            result = rebase.classify(repo, patch, checkout)
+            results.append(result)
+            if result.status == rebase.CONFLICT:
+                return CONFLICT, f"{patch.name}: {result.detail}"
+    own = [r for r in results]
+    if own and all(r.status == rebase.CONTAINED for r in own):
+        return ABSORBED, f"every patch reverse-applies on {checkout.base.name}: upstream already has the change"
+    contained = [r.patch for r in own if r.status == rebase.CONTAINED]
+    if contained:
+        return PARTLY, f"already upstream: {', '.join(contained)}; the series for {checkout.base.name} needs them " \
+                       "removed"
+    fuzzy = [f"{r.patch} ({r.detail})" for r in own if r.status == rebase.FUZZ]
+    if fuzzy:
+        return FUZZ, f"applies only with reduced context: {'; '.join(fuzzy)}; regenerate the series for " \
+                     f"{checkout.base.name}"
+    moved = [f"{r.patch}: {r.detail}" for r in own if r.status == rebase.OFFSET]
+    return APPLIES, ("with offsets: " + "; ".join(moved)) if moved else ""
+
+
+# ---------------------------------------------------------------------------------------------- readiness
 
 def parse_time(text: str | None) -> datetime | None:
     if not text:
@@ -65,60 +217,107 @@ def parse_time(text: str | None) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def last_patch_change(root: Path, target: str, pack: str) -> datetime | None:
-    """When the pack's patch files last changed: their last commit, or now-ish if they are uncommitted."""
-    d = series.series_dir(root, target, pack)
-    files = [p for p in d.iterdir() if p.is_file()] if d.is_dir() else []
-    if not files:
-        return None
-    mtime = max(datetime.fromtimestamp(p.stat().st_mtime, UTC) for p in files)
-    try:
-        repo = git.repo(root)
-        rel = str(d.relative_to(root))
-        if repo.git.status("--porcelain", "--", rel).strip():
-            return mtime  # edited or new since the last commit
-        committed = repo.git.log("-1", "--format=%cI", "--", rel).strip()
-    except (git.git.InvalidGitRepositoryError, git.git.NoSuchPathError, git.GitCommandError, ValueError):
-        return mtime  # not a git checkout (a copy on a GPU host): the files' own times
-    return parse_time(committed) or mtime
-
-
-def readiness(root: Path, tracking: Tracking, pack: Pack, _seen: frozenset[str] = frozenset()) -> Readiness:
-    manifest = pins.load_manifest(root, pack.target)
-    changed = last_patch_change(root, pack.target, pack.id)
-    evidence = []
-    for lane in pack.lanes:
-        rec = receipts.latest(root, pack.target, pack.id, lane.name)
-        evidence.append(LaneEvidence(lane, rec, _lane_problem(lane, rec, manifest, changed)))
-    reasons: list[str] = []
-    if pack.state in NOT_FILED:
-        detail = pack.state_reason or NOT_FILED[pack.state]
-        reasons.append(f"state {pack.state}: {detail}")
-    if not pack.lanes:
-        reasons.append("no lanes, so no receipts")
-    elif not any(lane.base == manifest.default_base for lane in pack.lanes):
-        reasons.append(f"no lane on the current default base {manifest.default_base}")
-    reasons += [f"lane {e.lane.name}: {e.problem}" for e in evidence if e.problem]
-    for dep in pack.depends_on:
-        dp = tracking.packs[dep]
-        if dp.state in DONE_STATES or dep in _seen:
-            continue
-        if not readiness(root, tracking, dp, _seen | {pack.id}).ready:
-            reasons.append(f"depends on {dep}, which is not ready")
-    return Readiness(pack, tuple(evidence), tuple(reasons))
-
-
-def _lane_problem(lane: Lane, rec: receipts.Receipt | None, manifest: pins.Manifest,
-                  changed: datetime | None) -> str | None:
+def _lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | None, base,
+                  patches: list[series.Patch]) -> str | None:
     if rec is None:
         return "no receipt"
     d = rec.data
     if d.get("verdict") != "pass":
         return f"latest receipt is {d.get('verdict')}, not pass"
-    want = manifest.base(lane.base).artifact.sha256
-    if d.get("base", {}).get("sha256") != want:
+    if not _same_pin(d.get("base") or {}, base):
         return f"latest receipt ran on another artefact than the {lane.base} pin"
-    started = parse_time(d.get("started"))
-    if changed is not None and (started is None or started < changed.replace(microsecond=0)):
-        return f"latest receipt ({d.get('started')}) predates the last patch change ({changed:%Y-%m-%dT%H:%M:%SZ})"
+    if lane.patched:
+        got = [p.get("sha256") for p in d.get("patches") or []]
+        want = [p.sha256 for p in patches]
+        if got != want:
+            changed = sum(1 for a, b in zip(got, want, strict=False) if a != b) + abs(len(got) - len(want))
+            return (f"latest receipt applied another series than the one for {lane.base} "
+                    f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
+    if pack.reproducer:
+        recorded = (d.get("reproducer") or {}).get("sha256")
+        path = root / pack.reproducer
+        if recorded and path.is_file() and sha256_file(path) != recorded:
+            return f"latest receipt ran an older {pack.reproducer} (it changed since)"
     return None
+
+
+def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None = None) -> Readiness:
+    """Why ``pack`` is not ready to file (``ctx``: harness.lanes.Context), computed from receipts and the base."""
+    memo = {} if _memo is None else _memo
+    if pack.id in memo:
+        return memo[pack.id]
+    root, tracking = ctx.root, ctx.tracking
+    manifest = ctx.manifest(pack.target)
+    fbase = filing_base(pack, manifest)
+    reasons: list[Reason] = []
+    if pack.state in NOT_FILED:
+        reasons.append(Reason("state", f"state {pack.state}: {pack.state_reason or NOT_FILED[pack.state]}"))
+    if pack.kind not in FILED_KINDS:
+        reasons.append(Reason("kind", f"kind {pack.kind}: not filed upstream"))
+    base = manifest.bases.get(fbase)
+    if base is None:
+        reasons.append(Reason("filing-base", f"filing base '{fbase}' is not a base of {manifest.path.name} "
+                                             f"({', '.join(manifest.bases)})"))
+    patches: list[series.Patch] = []
+    if base is not None:
+        try:
+            patches = series_at(root, tracking, pack, fbase)
+        except ConfigError as exc:
+            reasons.append(Reason("series", str(exc)))
+    lanes = []
+    for lane in pack.lanes:
+        rec = receipts.latest(root, pack.target, pack.id, lane.name)
+        on = lane.base == fbase
+        problem = _lane_problem(root, pack, lane, rec, base, patches) if on and base is not None else None
+        lanes.append(LaneEvidence(lane, rec, problem, on))
+    if not pack.lanes:
+        reasons.append(Reason("no-lanes", "no lanes, so no receipts"))
+    elif base is not None and not any(e.on_filing_base for e in lanes):
+        reasons.append(Reason("no-lane-on-base", f"no lane runs on the filing base {fbase} (lanes on "
+                                                 f"{', '.join(sorted({ln.base for ln in pack.lanes}))})"))
+    reasons += [Reason("lane", f"lane {e.lane.name}: {e.problem}") for e in lanes if e.problem]
+    for t in pack.threads:
+        if any(word in t.role for word in ABSORBING_ROLES):
+            reasons.append(Reason("absorbed", f"upstream may already have it: {thread_label(t.url)} ({t.role})"))
+    for t in pack.threads:
+        if pack.kind == "comment" and t.role == "filing target" and t.state in ("closed", "merged"):
+            reasons.append(Reason("thread", f"{thread_label(t.url)} is {t.state}: a comment there reaches nobody"))
+    for e in lanes:
+        if e.on_filing_base and not e.lane.patched and e.lane.expect == "BUG_ABSENT" and e.receipt is not None \
+                and e.receipt.data.get("verdict") == "pass":
+            reasons.append(Reason("absorbed", f"the bug no longer shows on {fbase}: lane {e.lane.name} saw "
+                                              "BUG_ABSENT (superseded upstream)"))
+    fileable = not any(r.code in ("state", "kind", "filing-base") for r in reasons)
+    check = None
+    own = [p for p in patches if p.pack == pack.id]
+    if fileable and own:
+        check = apply_check(ctx, pack, fbase, patches, allow_download)
+        if check.status == ABSORBED:
+            reasons.append(Reason("absorbed", check.detail))
+        elif check.status != APPLIES:
+            where = "" if check.status == NOT_CHECKED else f"series on {fbase}: "
+            reasons.append(Reason("apply", f"{where}{check.describe()}" if where else check.detail))
+    elif fileable and pack.kind == "pr" and base is not None:
+        reasons.append(Reason("series", f"a PR with no series for {fbase} "
+                                        f"({series.series_dir(root, pack.target, pack.id, fbase).relative_to(root)}/)"))
+    if fileable:
+
+        try:
+            rendered = filing.render(root, tracking, pack)
+        except HarnessError as exc:
+            reasons.append(Reason("body", f"body cannot be rendered: {exc}"))
+        else:
+            reasons += [Reason("evidence", p) for p in rendered.problems]
+            if rendered.findings:
+                first = rendered.findings[0]
+                reasons.append(Reason("lint", f"body fails lint: {len(rendered.findings)} finding(s), first "
+                                              f"{first.describe()}"))
+    for dep in pack.depends_on:
+        dp = tracking.packs[dep]
+        if dp.state in DONE_STATES or series.absorbed_at(dp, fbase):
+            continue
+        if not readiness(ctx, dp, allow_download, memo).ready:
+            reasons.append(Reason("dependency", f"depends on {dep}, which is not ready"))
+    result = Readiness(pack, fbase, tuple(lanes), tuple(reasons), check)
+    memo[pack.id] = result
+    return result

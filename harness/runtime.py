@@ -101,7 +101,7 @@ def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python:
     with store.locked():
         if (final / "site").is_dir():
             return final / "site"
-        with ui.status(f"installing runtime of {label}: {', '.join(reqs)}"), store.new_entry(final) as tmp:
+        with ui.status(f"installing runtime of {label}: {', '.join(reqs)}") as act, store.new_entry(final) as tmp:
             cmd = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
                    "--target", str(tmp / "site")]
             if wheels is not None:
@@ -111,4 +111,5 @@ def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
                 raise BuildError(f"{label}: cannot install runtime_requires ({', '.join(reqs)}):\n{tail}")
             (tmp / "requirements.txt").write_text("\n".join(reqs) + "\n")
+            act.result = f"{len(reqs)} distribution(s), {ui.human_bytes(ui.dir_size(tmp / 'site'))}"
     return final / "site"

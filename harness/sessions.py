@@ -15,6 +15,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import Exit  # stdlib-only, like this module (the noxfile imports both)
+
 
 @dataclass(frozen=True)
 class PackSession:
@@ -59,6 +61,8 @@ def pack_sessions(root: Path) -> list[PackSession]:
         state = pack.get("state", "?")
         lanes = len(pack.get("lanes", []))
         desc = f"pack {pid} [{pack.get('kind', '?')}, {state}, {lanes} lane(s)]: {pack.get('title', '')}"
+        if not lanes:  # `harness run` exits NO_LANES: the session fails rather than pass on nothing
+            desc += f" -- no lanes: validates nothing, fails with exit {int(Exit.NO_LANES)}"
         out.append(PackSession(f"{session_prefix(root, target)}_pack{pid}", pid, target, desc,
                                str(reqs.relative_to(root)) if reqs.is_file() else None,
                                session_python(root, target)))

@@ -13,6 +13,7 @@ import datetime
 import importlib.util
 import os
 import re
+import string
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,6 +70,31 @@ class Lane:
     extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
 
 
+# How an evidence row picks among the figures it matches (see EvidenceRow).
+PICKS = ("first", "max", "min")
+BUILDS = ("release", "change")  # an evidence row's optional 'build' (a with_baseline lane measures both)
+
+
+@dataclass(frozen=True)
+class EvidenceRow:
+    """One row of a filing body's evidence table: figures of a lane's latest receipt, never a typed value.
+
+    ``figure`` and ``where`` select figures (name, then equal keys); ``pick`` chooses the one shown
+    (the first, or the one with the largest / smallest ``value``); ``label`` and ``show`` are format
+    strings over that figure's keys (``{value}``, ``{tolerance}``, ``{value.output}`` for a dict) and
+    over counts across every selected figure (``{count}``, ``{n_ok}``, ``{n_finite}``, ``{n_bitwise}``,
+    ``{n_true}``, ``{not_bitwise}``). See harness/filing.py.
+    """
+
+    lane: str
+    figure: str
+    label: str
+    show: str = "{value}"
+    pick: str = "first"
+    where: tuple[tuple[str, Any], ...] = ()
+    build: str | None = None  # "release" / "change": which build the figure describes, when not the lane's own
+
+
 @dataclass(frozen=True)
 class Thread:
     url: str
@@ -100,6 +126,8 @@ class Pack:
     held: str | None = None  # why a pack in state "held" is held back
     # the base a filing of this pack is made against: key 'filing_base', else the manifest's, else its base
     filing_base: str = ""
+    evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
+    evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
 
     @property
     def state_reason(self) -> str | None:
@@ -322,6 +350,8 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         raise ConfigError(f"{where}: key 'filing_base' is '{filing_base}', not a base of {manifest.path.name} "
                           f"({', '.join(manifest.bases)})")
     depends = tuple(normalize_id(d) for d in str_list(t, "depends_on", where))
+    evidence = tuple(_load_evidence(ev, f"{where} evidence[{i}]", {lane.name for lane in lanes})
+                     for i, ev in enumerate(t.get("evidence", [])))
     return Pack(
         id=pid,
         title=field(t, "title", str, where),
@@ -342,7 +372,28 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         held=field(t, "held", str, where, default=None),
         cls=choice(t, "class", CLASSES, where) if "class" in t else None,
         filing_base=filing_base,
+        evidence=evidence,
+        evidence_note=field(t, "evidence_note", str, where, default=""),
     )
+
+
+def _load_evidence(t, where: str, lanes: set[str]) -> EvidenceRow:
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where}: must be a table ([[packs.NN.evidence]])")
+    lane = field(t, "lane", str, where)
+    if lane not in lanes:
+        raise ConfigError(f"{where}: key 'lane' is '{lane}', not a lane of this pack ({', '.join(sorted(lanes))})")
+    row = EvidenceRow(lane=lane, figure=field(t, "figure", str, where), label=field(t, "label", str, where),
+                      show=field(t, "show", str, where, default="{value}"),
+                      pick=choice(t, "pick", PICKS, where, default="first"),
+                      where=tuple(sorted(field(t, "where", dict, where, default={}).items())),
+                      build=choice(t, "build", BUILDS, where) if "build" in t else None)
+    for key in ("label", "show"):
+        try:
+            list(string.Formatter().parse(getattr(row, key)))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: key '{key}' is not a valid format string: {exc}") from None
+    return row
 
 
 def _check_lanes_fit_kind(kind: str, lanes: tuple[Lane, ...], where: str) -> None:

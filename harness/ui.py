@@ -1,36 +1,188 @@
-"""Console output: one rich console on stderr for progress, stdout for results."""
+"""Console output: results (data) on stdout, progress and messages on stderr.
+
+Every free text that reaches a rich console goes through ``text()`` or is printed
+with ``markup=False``: titles, reasons and error messages hold brackets
+(``[sq,b,h,sk]``) that rich would otherwise eat as markup.
+
+Progress: on a terminal, a spinner or a bar; anywhere else (nox, CI, a pipe) plain
+lines -- what starts, a heartbeat while it runs, and what it came to (size, time) --
+so a long download or install never looks like a hang. ``-q`` silences progress and
+notes (warnings and errors stay), ``-v`` adds detail lines.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import threading
+import time
 
 from rich.console import Console
+from rich.text import Text
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
+verbosity = 0  # -1 quiet, 0 normal, 1+ verbose
+HEARTBEAT_S = 15.0  # seconds between "still running" lines when stderr is not a terminal
+
+
+def set_verbosity(level: int) -> None:
+    global verbosity
+    verbosity = level
+
+
+def text(value, style: str | None = None) -> Text:
+    """A rich Text cell: ``value`` shown literally, never parsed as markup."""
+    return Text(str(value), style=style or "")
+
 
 def step(message: str) -> None:
-    err.print(f"[bold cyan]>[/] {message}")
+    if verbosity >= 0:
+        err.print(Text.assemble(("> ", "bold cyan"), str(message)))
 
 
 def note(message: str) -> None:
-    err.print(f"  {message}")
+    if verbosity >= 0:
+        err.print(f"  {message}", markup=False)
+
+
+def detail(message: str) -> None:
+    """Shown with -v only."""
+    if verbosity >= 1:
+        err.print(f"  {message}", markup=False)
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {message}")
+    err.print(Text.assemble(("warning: ", "yellow"), str(message)))
+
+
+def info(message: str) -> None:
+    """A message for the person (not data): stderr, shown unless -q."""
+    if verbosity >= 0:
+        err.print(str(message), markup=False)
+
+
+def data(value: str) -> None:
+    """A line of data on stdout, exactly as given."""
+    out.print(str(value), markup=False, highlight=False)
+
+
+def interactive() -> bool:
+    return err.is_terminal and not os.environ.get("CI")
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "? B"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.0f} s" if t >= 10 else f"{t:.1f} s"
+
+
+class _Activity:
+    """What a ``status`` block reports when it ends; set ``result`` (e.g. a size) inside the block."""
+
+    def __init__(self, message: str):
+        self.message = message
+        self.result = ""
+        self.started = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
 
 @contextlib.contextmanager
 def status(message: str):
-    """A spinner on a terminal, a plain line elsewhere (CI logs stay readable)."""
-    if err.is_terminal and not os.environ.get("CI"):
-        with err.status(message):
-            yield
-    else:
-        step(message)
-        sys.stderr.flush()
-        yield
+    """A spinner on a terminal; elsewhere a start line, heartbeats, and a done line with the elapsed time."""
+    act = _Activity(message)
+    if verbosity < 0:
+        yield act
+        return
+    if interactive():
+        with err.status(Text(message)):
+            yield act
+        return
+    step(message)
+    sys.stderr.flush()
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            err.print(f"  ... still {message} ({_seconds(act.elapsed)})", markup=False)
+            sys.stderr.flush()
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    ok = False
+    try:
+        yield act
+        ok = True
+    finally:
+        stop.set()
+        thread.join()
+        if ok and (act.result or act.elapsed >= 2):
+            err.print(f"  done in {_seconds(act.elapsed)}" + (f": {act.result}" if act.result else ""), markup=False)
+            sys.stderr.flush()
+
+
+class Transfer:
+    """Byte progress of one download: a bar on a terminal, a line every HEARTBEAT_S seconds elsewhere."""
+
+    def __init__(self, label: str, total: int | None):
+        self.label, self.total, self.done = label, total, 0
+        self.started = self._last = time.monotonic()
+        self._bar = None
+
+    def __enter__(self):
+        if verbosity < 0:
+            return self
+        if interactive():
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+            self._bar = Progress("{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                                 console=err, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.label, total=self.total)
+        else:
+            step(f"downloading {self.label} ({human_bytes(self.total) if self.total else 'size unknown'})")
+        return self
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+        elif verbosity >= 0 and time.monotonic() - self._last >= HEARTBEAT_S:
+            self._last = time.monotonic()
+            share = f" ({100 * self.done / self.total:.0f} %)" if self.total else ""
+            err.print(f"  ... {human_bytes(self.done)}{share} after {_seconds(self._last - self.started)}",
+                      markup=False)
+            sys.stderr.flush()
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._bar is not None:
+            self._bar.__exit__(exc_type, exc, tb)
+        elif verbosity >= 0 and exc_type is None:
+            took = time.monotonic() - self.started
+            err.print(f"  downloaded {human_bytes(self.done)} in {_seconds(took)}", markup=False)
+            sys.stderr.flush()
+        return False
+
+
+def dir_size(path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total

@@ -168,6 +168,18 @@ class LaneRepo:
             base = "1.0"
             reproducer = "repros/fake/pack01.py"
 
+            [[packs.01.evidence]]
+            lane = "bug"
+            figure = "max_err"
+            label = "scale([1, 2, 3], [1, 0, 2]) vs the exact result"
+            show = "largest error {{value}}"
+
+            [[packs.01.evidence]]
+            lane = "fix"
+            figure = "max_err"
+            label = "the same"
+            show = "largest error {{value}}"
+
             [[packs.01.lanes]]
             name = "bug"
             base = "1.0"

@@ -38,9 +38,10 @@ def test_retire_flow_proposes_then_writes_keeping_comments_and_lanes(lane_repo, 
     path = lane_repo.root / "tracking.toml"
     before = path.read_text()
     assert cli("absorbed", "fake", "--to", "1.1", *lane_repo.args()) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert '-state = "ready"' in out and '+state = "absorbed"' in out and '+version = "1.1"' in out
-    assert "--retire" in out and path.read_text() == before  # never silently
+    assert "--retire" in captured.err and path.read_text() == before  # never silently
     assert cli("absorbed", "fake", "--to", "1.1", "--retire", *lane_repo.args()) == 0
     after = path.read_text()
     assert "# tracking for tests: comments must survive" in after and 'kind = "pr"  # a pull request' in after

@@ -1,22 +1,30 @@
-"""`harness body`: rendering, lint, the gh command, the post gate; readiness computed from receipts."""
+"""`harness body`: rendering from receipts, the self-contained reproducer, lint, the gh commands, the post gate."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import textwrap
 
 import pytest
-from conftest import REPO, cli
+from conftest import CORE_BUGGY, REPO, cli, make_patch
 
-from harness import filing, readiness
+from harness import filing, readiness, series, standalone
+from harness.errors import ConfigError, Exit
+from harness.lanes import Context
+from harness.store import Store
 from harness.tracking import Tracking
 
 GH = textwrap.dedent('''\
     #!/bin/sh
-    printf '%s\\n' "$@" > "$GH_ARGS_FILE"
+    printf '%s\\n' "$@" >> "$GH_ARGS_FILE"
+    echo "--" >> "$GH_ARGS_FILE"
+    if [ "$1" = "gist" ]; then echo "https://gist.github.com/me/abc123"; exit 0; fi
+    for a in "$@"; do if [ "$a" = "-" ]; then cat > "$GH_ARGS_FILE.stdin"; fi; done
     echo "https://github.com/acme/fake/pull/77"
 ''')
 
@@ -29,9 +37,17 @@ class Stdin:
         return self.tty
 
 
+def _github_repo(lane_repo):
+    """The fake target on a github.com repository, with this repository's filing templates."""
+    shutil.copytree(REPO / "templates", lane_repo.root / "templates", dirs_exist_ok=True)
+    m = lane_repo.root / "upstream" / "fake.toml"
+    m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+
+
 @pytest.fixture
 def ran(lane_repo, capsys):
-    """The fake pack with passing receipts for both lanes (a real CPU run)."""
+    """The fake pack with passing receipts for both lanes (a real CPU run), on a github.com repository."""
+    _github_repo(lane_repo)
     assert cli("run", "01", "--quiet", *lane_repo.args()) == 0
     capsys.readouterr()
     return lane_repo
@@ -50,6 +66,17 @@ def fake_gh(tmp_path, monkeypatch):
     return args_file
 
 
+def _ctx(repo) -> Context:
+    return Context(root=repo.root, tracking=Tracking.load(repo.root), store=Store(repo.cache))
+
+
+def _ready(repo, **kw) -> readiness.Readiness:
+    ctx = _ctx(repo)
+    return readiness.readiness(ctx, ctx.tracking.pack("01"), **kw)
+
+
+# ---------------------------------------------------------------------------------------------- lint
+
 @pytest.mark.parametrize(
     ("text", "rule"),
     [
@@ -58,111 +85,301 @@ def fake_gh(tmp_path, monkeypatch):
         ("log at /home/alice/run.log", "private path"),
         ("cache in /root/.cache/patchlane", "private path"),
         ("ran from /work/main", "private path"),
+        ("baseline in /tmp/pl-ci/builds/x", "private path"),
+        ("rendezvous at 127.0.0.1", "private IP address"),
         ("mail dev@example.com", "e-mail address"),
         ("token ghp_" + "a" * 36, "token"),
         ("hf_" + "B" * 30, "token"),
         ("AKIA" + "ABCDEFGHIJKLMNOP", "token"),
+        ("lane fix-0.8.1 passed", "internal vocabulary"),
+        ("it printed BUG_REPRODUCED", "internal vocabulary"),
+        ("Upstream-Status: Pending", "internal vocabulary"),
+        ("see pack 05 and tracking.toml", "internal vocabulary"),
+        ("the receipt says so", "internal vocabulary"),
     ],
 )
-def test_lint_finds_private_things(text, rule):
+def test_lint_finds_private_things_and_our_vocabulary(text, rule):
     [finding] = [f for f in filing.lint(f"ok line\n{text}\n") if f.rule == rule][:1]
     assert finding.line == 2
 
 
 def test_lint_leaves_public_text_alone():
-    text = ("receipt `receipts/fake/01/x/receipt.json`, https://github.com/acme/fake/pull/1, torch 2.11.0+cu130, "
-            "`src/fakepkg/core.py`, 1e-06, a/tmp/b")
-    assert filing.lint(text) == []
+    text = ("https://github.com/acme/fake/pull/1, torch 2.11.0+cu130, `src/fakepkg/core.py` line 6, 1e-06, a/tmp/b, "
+            "TL_DISABLE_TMA_LOWER, the fixed lanes of a highway are not ours but 'lanes' is: see below")
+    assert [f.rule for f in filing.lint(text.split(", the fixed")[0])] == []
 
 
-def test_body_renders_receipts_and_prints_gh_command(ran, capsys):
-    _github_repo(ran)
+def test_a_script_may_use_scratch_paths_and_loopback_but_no_private_paths():
+    code = 'os.environ["MASTER_ADDR"] = "127.0.0.1"\nrun_dir = "/tmp/r05"\nlane = "fix"\n'
+    assert filing.lint(code, body=False) == []
+    assert [f.rule for f in filing.lint(code + 'cache = "/root/.cache"\n', body=False)] == ["private path"]
+
+
+# ---------------------------------------------------------------------------------------------- the body
+
+def test_body_is_built_from_the_patch_and_the_receipts_and_stdout_holds_only_it(ran, capsys):
     assert cli("body", "01", *ran.args()) == 0
     out = capsys.readouterr()
-    assert "lane `bug` (1.0, baseline): expected `BUG_REPRODUCED`, saw `BUG_REPRODUCED` - **pass**" in out.out
-    assert "figure `max_err`" in out.out and "log sha256 `" in out.out and "receipt `receipts/fake/01/" in out.out
-    assert "```python" in out.out  # the fake reproducer is small: inlined
     body_file = ran.root / "dist" / "filing" / "01-pr.md"
-    assert body_file.is_file()
-    assert f"--body-file {body_file} --head '<fork-owner>:<branch>'" in out.out
+    assert out.out == body_file.read_text()  # `harness body 01 > x.md` holds exactly the body
+    body = out.out
+    assert body.startswith("core: use each element's own weight")  # the commit message, not tracking prose
+    assert "`src/fakepkg/core.py` line 6" in body and "fakepkg 1.0" in body
+    assert "| scale([1, 2, 3], [1, 0, 2]) vs the exact result | 1.0 | largest error 3 | CPU |" in body
+    assert "| the same | 1.0 + this PR | largest error 0 | CPU |" in body
+    assert "Python 3." in body  # the host line comes from the receipt's stamp
+    # nothing of ours: no receipt paths or log hashes, no trailers, no lane names
+    for ours in ("receipts/", "sha256", "Upstream-Status", "Pack:", "BUG_REPRODUCED", "lane", "### The change"):
+        assert ours not in body
+    assert "gh pr create --repo acme/fake --title" in out.err and "--head '<fork-owner>:<branch>'" in out.err
     assert "readiness: ready" in out.err
 
 
-def test_large_reproducer_is_attached_not_inlined(ran, capsys, monkeypatch):
-    _github_repo(ran)
-    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+def test_every_figure_traces_to_the_receipt(ran, capsys):
+    """Change the figure in the receipt and the body changes with it: nothing is typed anywhere else."""
+    [fix] = [p for p in (ran.root / "receipts" / "fake" / "01").iterdir() if p.name.endswith("-fix")]
+    data = json.loads((fix / "receipt.json").read_text())
+    data["figures"][0]["value"] = 0.25
+    (fix / "receipt.json").write_text(json.dumps(data))
     assert cli("body", "01", *ran.args()) == 0
-    out = capsys.readouterr().out
-    assert "Reproducer attached: `repros/fake/pack01.py`" in out and "```python" not in out
+    assert "| the same | 1.0 + this PR | largest error 0.25 | CPU |" in capsys.readouterr().out
 
 
-def test_lint_failure_is_one_line_each_and_exit_10(lane_repo, capsys):
-    _github_repo(lane_repo)
-    path = lane_repo.root / "tracking.toml"
-    path.write_text(path.read_text().replace(
-        'requires = "cpu"', 'requires = "cpu"\nsummary = "seen in /home/alice/x on gpu7.lab.internal"', 1))
-    assert cli("body", "01", *lane_repo.args()) == 10
+def test_an_evidence_row_that_does_not_resolve_is_named_and_blocks_readiness(ran, capsys):
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('figure = "max_err"\nlabel = "the same"',
+                                             'figure = "max_error"\nlabel = "the same"'))
+    assert cli("body", "01", *ran.args()) == 0
+    err = capsys.readouterr().err
+    assert "evidence row 2 (fix, max_error): no figure 'max_error'" in err
+    r = _ready(ran)
+    assert not r.ready and [x.code for x in r.reasons] == ["evidence"]
+
+
+def test_a_label_placeholder_missing_from_the_figure_is_a_problem(ran):
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('label = "the same"', 'label = "at {seqlen}"'))
+    [problem] = filing.render(ran.root, Tracking.load(ran.root), Tracking.load(ran.root).pack("01")).problems
+    assert "placeholder 'seqlen' not in the figure" in problem
+
+
+def test_values_read_as_a_maintainer_reads_them():
+    assert [filing.shown(v) for v in (6.57356e-08, 0.0016606, 0.957307, 682.4, 0.0, True, [510.4, 739.1])] == \
+        ["6.6e-8", "1.7e-3", "0.957", "682", "0", "yes", "510-739"]
+    assert filing.shown(196608, "B") == "192.0 KiB" and filing.shown(31.53125, "GiB") == "31.5 GiB"
+
+
+def test_lint_failure_writes_nothing_and_exits_10(ran, capsys):
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('label = "the same"', 'label = "on gpu7.lab.internal in /home/alice"'))
+    assert cli("body", "01", *ran.args()) == Exit.LINT
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("pack 01 body:")]
-    assert lines == ["pack 01 body:1: internal host name: 'gpu7.lab.internal'",
-                     "pack 01 body:1: private path: '/home/alice'"]
-    assert not (lane_repo.root / "dist" / "filing" / "01-pr.md").exists()
+    assert len(lines) == 2 and "internal host name: 'gpu7.lab.internal'" in lines[0] and "'/home/alice'" in lines[1]
+    assert not (ran.root / "dist" / "filing" / "01-pr.md").exists()
+    r = _ready(ran)  # a body that fails its lint is never ready
+    assert not r.ready and r.reasons[0].code == "lint"
 
 
-def _github_repo(lane_repo):
-    """The fake target on a github.com repository, with this repository's filing templates."""
-    shutil.copytree(REPO / "templates", lane_repo.root / "templates", dirs_exist_ok=True)
-    m = lane_repo.root / "upstream" / "fake.toml"
-    m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+def test_a_comment_reads_as_a_comment_on_its_thread(ran, capsys):
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('kind = "pr"  # a pull request', 'kind = "comment"')
+                    + '\n[[packs.01.threads]]\nurl = "https://github.com/acme/fake/pull/4"\n'
+                      'role = "filing target"\nstate = "open"\n')
+    assert cli("body", "01", *ran.args()) == 0
+    out = capsys.readouterr()
+    assert "###" not in out.out and "```diff" in out.out  # no PR headings; the change itself, folded
+    assert "gh pr comment https://github.com/acme/fake/pull/4 --body-file" in out.err
+    path.write_text(path.read_text().replace('state = "open"', 'state = "merged"'))
+    assert "thread" in [r.code for r in _ready(ran).reasons]
 
+
+# ---------------------------------------------------------------------------------------------- the reproducer
+
+def test_small_reproducer_is_pasted_and_runs_without_this_repository(ran, capsys, tmp_path):
+    assert cli("body", "01", *ran.args()) == 0
+    body = capsys.readouterr().out
+    script = ran.root / "dist" / "filing" / "repro_fake.py"
+    text = script.read_text()
+    assert "import _lane" not in text and "_lane = _types.SimpleNamespace(" in text
+    assert ("```python" in body) == (len(text.encode()) <= filing.INLINE_LIMIT)
+    # Run it as a maintainer would: only the package under test on the path (a copy outside this repository).
+    site = tmp_path / "site" / "fakepkg"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (site / "core.py").write_text(CORE_BUGGY)
+    alone = tmp_path / "elsewhere" / "repro_fake.py"
+    alone.parent.mkdir()
+    shutil.copy(script, alone)
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site.parent), "HARNESS_PATCHED": "0"}
+    proc = subprocess.run([sys.executable, str(alone)], env=env, capture_output=True, text=True, cwd=alone.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("BUG_REPRODUCED")
+
+
+def test_large_reproducer_goes_to_a_gist_the_command_creates(ran, capsys, monkeypatch):
+    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    assert cli("body", "01", *ran.args()) == 0
+    out = capsys.readouterr()
+    assert f"[`repro_fake.py`]({filing.PLACEHOLDER})" in out.out and "```python" not in out.out
+    assert "url=$(gh gist create --public" in out.err and "repro_fake.py" in out.err
+    assert f'sed "s|{filing.PLACEHOLDER}|$url|g"' in out.err and "--body-file -" in out.err
+
+
+def test_amalgamation_inlines_only_what_is_used_and_refuses_clashes(tmp_path):
+    helpers = tmp_path / "repros"
+    (helpers / "t").mkdir(parents=True)
+    (helpers / "_h.py").write_text("import os\n\nUNUSED = 1\nK = 2\n\n\ndef f():\n    return K + g()\n\n\n"
+                                   "def g():\n    return 1\n")
+    (helpers / "t" / "_t.py").write_text("from _h import f\n\n\ndef h():\n    return f() * 10\n")
+    main = helpers / "t" / "pack09_x.py"
+    main.write_text('"""Doc."""\nfrom __future__ import annotations\n\nimport sys\n\nfrom _t import h\n\n'
+                    'print(h())\n')
+    text = standalone.amalgamate(main, [helpers], "New doc")
+    assert "UNUSED" not in text and "def g()" in text and "K = 2" in text and "from _t import" not in text
+    proc = subprocess.run([sys.executable, "-c", text], capture_output=True, text=True)
+    assert proc.stdout.strip() == "30"
+    main.write_text("from _t import h\n\n\ndef f():\n    return 0\n\n\nprint(h())\n")
+    with pytest.raises(ConfigError, match="'f' is also defined, differently"):
+        standalone.amalgamate(main, [helpers], "New doc")
+
+
+# ---------------------------------------------------------------------------------------------- posting
 
 def test_post_refuses_without_a_terminal(ran, fake_gh, capsys, monkeypatch):
-    _github_repo(ran)
     monkeypatch.setattr(sys, "stdin", Stdin(tty=False))
-    assert cli("body", "01", "--post", "--head", "me:fix", *ran.args()) == 2
+    assert cli("body", "01", "--post", "--head", "me:fix", *ran.args()) == Exit.USAGE
     assert "stdin is not a terminal" in capsys.readouterr().err
     assert not fake_gh.exists()
 
 
-def test_post_with_typed_id_runs_gh_and_records_the_decision(ran, fake_gh, capsys, monkeypatch):
-    _github_repo(ran)
+def test_post_uploads_the_reproducer_then_files_the_body_with_its_link(ran, fake_gh, capsys, monkeypatch):
+    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
     monkeypatch.setattr(sys, "stdin", Stdin(tty=True))
     monkeypatch.setattr("builtins.input", lambda prompt: "01")
     monkeypatch.setenv("USER", "tester")
     assert cli("body", "01", "--post", "--head", "me:fix", *ran.args()) == 0
-    out = capsys.readouterr().out
-    assert "gh pr create --repo acme/fake --title 'scale uses w[0] for every element' --body-file" in out
-    args = fake_gh.read_text().splitlines()
-    assert args[:4] == ["pr", "create", "--repo", "acme/fake"] and args[-2:] == ["--head", "me:fix"]
+    gist, create = [c.strip("\n").split("\n") for c in fake_gh.read_text().split("--\n") if c.strip()]
+    assert gist[:3] == ["gist", "create", "--public"] and gist[-1].endswith("repro_fake.py")
+    assert create[:4] == ["pr", "create", "--repo", "acme/fake"] and create[-2:] == ["--head", "me:fix"]
+    posted = (fake_gh.parent / "gh-args.txt.stdin").read_text()
+    assert "(https://gist.github.com/me/abc123)" in posted and filing.PLACEHOLDER not in posted
     entry = Tracking.load(ran.root).doc["packs"]["01"]["filing"]
     assert entry["url"] == "https://github.com/acme/fake/pull/77" and entry["how"] == "gh pr create"
-    assert entry["decided_by"] and entry["decided_at"].endswith("Z")
+    assert entry["reproducer"] == "https://gist.github.com/me/abc123" and entry["decided_at"].endswith("Z")
 
 
 def test_post_with_wrong_id_posts_nothing(ran, fake_gh, capsys, monkeypatch):
-    _github_repo(ran)
     monkeypatch.setattr(sys, "stdin", Stdin(tty=True))
     monkeypatch.setattr("builtins.input", lambda prompt: "yes")
-    assert cli("body", "01", "--post", "--head", "me:fix", *ran.args()) == 2
+    assert cli("body", "01", "--post", "--head", "me:fix", *ran.args()) == Exit.USAGE
     assert "does not match; nothing was posted" in capsys.readouterr().err
     assert not fake_gh.exists() and "filing" not in Tracking.load(ran.root).doc["packs"]["01"]
 
 
-def test_readiness_is_computed_from_receipts(lane_repo, ran):
-    t = Tracking.load(ran.root)
-    assert readiness.readiness(ran.root, t, t.pack("01")).ready
-    # a patch edited after the receipts makes them stale
-    patch = next((ran.root / "patches" / "fake" / "01").iterdir())
-    later = patch.stat().st_mtime + 3600
-    os.utime(patch, (later, later))
-    r = readiness.readiness(ran.root, t, t.pack("01"))
-    assert not r.ready and "predates the last patch change" in r.why()
-
-
 def test_not_ready_without_receipts_and_post_refused(lane_repo, capsys, monkeypatch):
     _github_repo(lane_repo)
-    t = Tracking.load(lane_repo.root)
-    assert readiness.readiness(lane_repo.root, t, t.pack("01")).why() == "lane bug: no receipt; lane fix: no receipt"
+    r = _ready(lane_repo)
+    assert [x.text for x in r.reasons if x.code == "lane"] == ["lane bug: no receipt", "lane fix: no receipt"]
     monkeypatch.setattr(sys, "stdin", Stdin(tty=True))
-    assert cli("body", "01", "--post", "--head", "me:fix", *lane_repo.args()) == 2
+    assert cli("body", "01", "--post", "--head", "me:fix", *lane_repo.args()) == Exit.USAGE
     assert "is not ready to post" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- readiness
+
+def test_ready_when_everything_holds(ran):
+    r = _ready(ran)
+    assert r.ready and r.filing_base == "1.0" and r.apply.status == readiness.APPLIES
+
+
+def test_receipts_of_another_series_are_not_current(ran):
+    patch = next((ran.root / "patches" / "fake" / "01").iterdir())
+    patch.write_text(patch.read_text().replace("use each element's own weight", "use the element's own weight"))
+    r = _ready(ran)
+    assert not r.ready and "lane fix: latest receipt applied another series than the one for 1.0" in r.why()
+    assert "lane bug" not in r.why()  # an unpatched lane does not depend on the series
+
+
+def test_receipts_of_an_older_reproducer_are_not_current(ran):
+    repro = ran.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text() + "# edited\n")
+    assert "ran an older repros/fake/pack01.py" in _ready(ran).why()
+
+
+def test_apply_check_is_cached_and_no_apply_never_claims_ready(ran):
+    fresh = _ready(ran, allow_download=False)  # nothing cached yet
+    assert not fresh.ready and fresh.reasons[0].code == "apply" and "not checked (--no-apply)" in fresh.why()
+    assert _ready(ran).ready  # checks (the base is materialized) and caches
+    again = _ready(ran, allow_download=False)
+    assert again.ready and again.apply.cached
+
+
+def test_filing_base_comes_from_the_pack_then_the_manifest(lane_repo):
+    lane_repo.add_base("1.1", CORE_BUGGY.replace("# multiply", "# scale"))
+    t = Tracking.load(lane_repo.root)
+    ctx = _ctx(lane_repo)
+    assert readiness.filing_base(t.pack("01"), ctx.manifest("fake")) == "1.0"
+    m = lane_repo.root / "upstream" / "fake.toml"
+    m.write_text('filing_base = "1.1"\n' + m.read_text())
+    assert readiness.filing_base(t.pack("01"), ctx.manifest("fake")) == "1.1"
+    r = readiness.readiness(ctx, t.pack("01"))
+    assert "no-lane-on-base" in [x.code for x in r.reasons]
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('base = "1.0"\nreproducer', 'base = "1.0"\nfiling_base = "1.0"\n'
+                                                                          'reproducer'))
+    assert readiness.filing_base(Tracking.load(lane_repo.root).pack("01"), ctx.manifest("fake")) == "1.0"
+
+
+def test_series_that_does_not_apply_on_the_filing_base_is_not_ready(ran, tmp_path):
+    ran.add_base("2.0", CORE_BUGGY.replace("return [x * w[0] for x in xs]", "return [x * w[-1] for x in xs]"))
+    m = ran.root / "upstream" / "fake.toml"
+    m.write_text('filing_base = "2.0"\n' + m.read_text())
+    r = _ready(ran)
+    assert any(x.code == "apply" and "conflict" in x.text for x in r.reasons)
+    # a series ported to that base (patches/<target>/<pack>/<base>/) is the one that counts there
+    ported = ran.root / "patches" / "fake" / "01" / "2.0"
+    ported.mkdir()
+    (ported / "0001-use-own-weight.patch").write_text(make_patch(
+        tmp_path, CORE_BUGGY.replace("w[0]", "w[-1]"), CORE_BUGGY.replace("[x * w[0] for x in xs]",
+                                                                          "[x * wi for x, wi in zip(xs, w)]")))
+    assert series.series_dir(ran.root, "fake", "01", "2.0") == ported
+    assert not any(x.code == "apply" for x in _ready(ran).reasons)
+
+
+def test_upstream_absorption_is_never_ready(ran):
+    ran.add_base("1.1", CORE_BUGGY.replace("[x * w[0] for x in xs]", "[x * wi for x, wi in zip(xs, w)]"))
+    m = ran.root / "upstream" / "fake.toml"
+    m.write_text('filing_base = "1.1"\n' + m.read_text())
+    r = _ready(ran)
+    assert any(x.code == "absorbed" and "every patch reverse-applies" in x.text for x in r.reasons)
+    m.write_text(m.read_text().replace('filing_base = "1.1"\n', ""))
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text() + '\n[[packs.01.threads]]\nurl = "https://github.com/acme/fake/commit/'
+                    + "b" * 40 + '"\nrole = "fixed upstream by"\nstate = "unknown"\n')
+    r = _ready(ran)
+    assert [x.text for x in r.reasons] == ["upstream may already have it: acme/fake@bbbbbbb (fixed upstream by)"]
+
+
+def test_evidence_from_a_lane_on_another_base_is_a_problem(ran):
+    ran.add_base("1.1", CORE_BUGGY.replace("# multiply", "# scale"))
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('base = "1.0"\nreproducer', 'base = "1.0"\nfiling_base = "1.1"\n'
+                                                                        'reproducer'))
+    t = Tracking.load(ran.root)
+    problems = filing.render(ran.root, t, t.pack("01")).problems
+    assert problems == ["evidence row 1 (bug): the lane runs on 1.0, not on the filing base 1.1",
+                        "evidence row 2 (fix): the lane runs on 1.0, not on the filing base 1.1"]
+
+
+def test_all_docs_renders_every_fileable_pack_with_its_reproducer_and_receipts(ran, capsys, monkeypatch):
+    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    assert cli("body", "--all-docs", *ran.args()) == 0
+    docs = ran.root / "docs" / "filings"
+    assert capsys.readouterr().out == "docs/filings/01-pr.md\n"
+    body = (docs / "01-pr.md").read_text()
+    assert "[`repro_fake.py`](repro_fake.py)" in body and filing.PLACEHOLDER not in body
+    assert (docs / "repro_fake.py").is_file()
+    index = (docs / "README.md").read_text()
+    assert "| 01 | pr | 1.0 | [01-pr.md](01-pr.md) | [repro_fake.py](repro_fake.py) |" in index
+    assert "`receipts/fake/01/" in index and index.count("receipts/fake/01/") == 2

@@ -80,7 +80,7 @@ def test_materialize_fetches_exactly_the_pinned_commit_from_a_mirror(git_repo, c
     checkout = git_repo.cache / "bases" / "fake" / entry
     assert git(checkout, "rev-parse", "HEAD").strip() == git_repo.main_sha
     assert git(checkout, "rev-parse", "pristine^{commit}").strip() == git_repo.main_sha
-    assert git_repo.main_sha in capsys.readouterr().out
+    assert capsys.readouterr().out.strip() == str(checkout)  # stdout holds only the checkout
     assert cli(*args) == Exit.OK  # cached: reused, not fetched again
     assert _bases(git_repo.cache) == [entry]
 

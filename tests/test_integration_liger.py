@@ -68,7 +68,8 @@ def test_pack09_series_does_not_apply_on_the_current_pin(manifest, store):
 
 
 def test_workflows_on_the_real_pins(store, tmp_path, capsys):
-    """edit + regen of pack 09 is a zero diff; at 0.8.5 the series conflicts (upstream fixed it differently)."""
+    """edit + regen of pack 09 is a zero diff; at 0.8.5 the series conflicts, and rebase says the pack is
+    superseded there (upstream fixed it differently, and the BUG_ABSENT lane backs it): exit 0, not 5."""
     from conftest import cli
 
     args = ["--root", str(ROOT), "--cache", str(store.root)]
@@ -76,9 +77,11 @@ def test_workflows_on_the_real_pins(store, tmp_path, capsys):
     assert cli("edit", "09", "--dir", str(tmp_path / "edit"), *args) == 0
     assert cli("regen", "09", "--dir", str(tmp_path / "edit"), "--dry-run", *args) == 0
     assert "unchanged" in capsys.readouterr().out
-    assert cli("rebase", "liger-kernel", "--to", "0.8.5", *args) == 5
-    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("│ 09"))
-    assert "conflict" in row and FLCE in row
+    assert cli("rebase", "liger-kernel", "--to", "0.8.5", *args) == 0
+    captured = capsys.readouterr()
+    row = next(ln for ln in captured.out.splitlines() if ln.startswith("│ 09"))
+    assert "superseded" in row and "conflict" in row and FLCE in captured.out
+    assert "pack 09: superseded on 0.8.5" in captured.err
     assert cli("absorbed", "liger-kernel", "--to", "0.8.5", *args) == 0
     out = capsys.readouterr().out
     row = next(ln for ln in out.splitlines() if ln.startswith("│ 09"))

@@ -13,17 +13,18 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 LAYERS: dict[int, set[str]] = {
-    0: {"__init__", "errors", "hashing", "interpreters", "sessions", "stubs", "ui", "git", "store", "guard"},
-    1: {"tomlutil", "runs", "github"},
+    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "git", "store", "guard"},
+    1: {"tomlutil", "runs", "github", "sessions", "standalone"},
     2: {"pins", "runtime", "receipts"},
     3: {"tracking", "builds"},
     4: {"series", "threads"},
     5: {"context"},
-    6: {"lanes", "edit", "rebase", "export", "provenance", "readiness", "filing"},  # workflows: peers
-    7: {"absorbed", "landing", "bundle"},  # each composes one workflow: rebase, readiness, lanes
-    8: {"commands", "error_handler", "bootstrap"},  # the CLI: one module per verb, the error boundary
-    9: {"main"},  # parses and dispatches
-    10: {"__main__"},
+    6: {"lanes", "edit", "rebase", "export", "provenance", "filing"},  # workflows: peers, none imports another
+    7: {"absorbed", "bundle", "readiness"},  # composites: rebase; lanes; filing + rebase
+    8: {"landing"},  # filing waves need readiness
+    9: {"commands", "error_handler", "bootstrap"},  # the CLI: one module per verb, the error boundary
+    10: {"main"},  # parses and dispatches
+    11: {"__main__"},
 }
 RANK = {name: rank for rank, names in LAYERS.items() for name in names}
 

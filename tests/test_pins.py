@@ -40,7 +40,8 @@ def test_tampered_archive_is_a_hard_error_and_nothing_is_extracted(lane_repo, ca
     assert not list((lane_repo.cache / "downloads").rglob("*.tar.gz*"))
     assert cli("materialize", "fake", *lane_repo.args()) == 4
     err = capsys.readouterr().err
-    assert err.startswith("harness: error: sha256 mismatch") and "Traceback" not in err
+    errors = [ln for ln in err.splitlines() if ln.startswith("harness:")]
+    assert len(errors) == 1 and errors[0].startswith("harness: error: sha256 mismatch") and "Traceback" not in err
 
 
 def test_artifact_search_dir_is_used_before_the_url(lane_repo, tmp_path):

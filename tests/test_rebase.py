@@ -78,8 +78,9 @@ def test_to_version_fetches_verifies_and_prints_the_manifest_entry(lane_repo, tm
     _fake_pypi(tmp_path, monkeypatch, sdist)
     manifest = (lane_repo.root / "upstream" / "fake.toml").read_text()
     assert cli("rebase", "fake", "--to-version", "1.2", *lane_repo.args()) == 0
-    out = capsys.readouterr().out
-    assert "contained" in out and '[bases."1.2".artifact]' in out and "--write-manifest" in out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "contained" in out and '[bases."1.2".artifact]' in out and "--write-manifest" in captured.err
     assert (lane_repo.root / "upstream" / "fake.toml").read_text() == manifest
     assert cli("rebase", "fake", "--to-version", "1.2", "--write-manifest", *lane_repo.args()) == 0
     m = pins.load_manifest(lane_repo.root, "fake")

@@ -10,8 +10,8 @@ from harness.receipts import find, verify
 from harness.tracking import Tracking
 
 
-def _run(lane_repo, *extra):
-    return cli("run", "01", "--quiet", *lane_repo.args(), *extra)
+def _run(lane_repo, *extra, quiet=True):
+    return cli("run", "01", *(["--quiet"] if quiet else []), *lane_repo.args(), *extra)
 
 
 def test_paired_run_writes_receipts_and_updates_tracking(lane_repo, capsys):
@@ -42,7 +42,7 @@ def test_second_run_rebuilds_nothing(lane_repo, capsys):
     assert _run(lane_repo) == 0
     builds = sorted(p.name for p in (lane_repo.cache / "builds").iterdir())
     capsys.readouterr()
-    assert _run(lane_repo) == 0
+    assert _run(lane_repo, quiet=False) == 0
     assert sorted(p.name for p in (lane_repo.cache / "builds").iterdir()) == builds
     assert "cached" in capsys.readouterr().err
 
@@ -72,10 +72,10 @@ def test_gpu_lane_without_gpu_is_skipped_after_build_and_import_check(lane_repo,
     from harness import runs
 
     monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
-    assert _run(lane_repo) == 3
+    assert _run(lane_repo, quiet=False) == Exit.SKIPPED
     out = capsys.readouterr()
     assert "import check ok" in out.err
-    assert "skipped" in out.out and "no receipt yet" in out.out
+    assert "skipped" in out.out and "no receipt yet" in out.err and "nothing was validated" in out.err
     assert find(lane_repo.root, "fake", "01") == []
 
 

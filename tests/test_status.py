@@ -106,8 +106,9 @@ def test_refresh_updates_states_and_flags_transitions(lane_repo, github, capsys,
     assert threads[0].verified == date.today().isoformat() and threads[0].updated == "2026-11-20T08:00:00Z"
     assert threads[3].verified is None  # a commit is not a thread: left alone
     assert "# tracking for tests" in text and "# a pull request" in text
-    assert "run `harness absorbed fake`" in out.out
-    assert "draft -> open" in out.out and "issue closed" in out.out
+    assert "run `harness absorbed fake`" in out.err
+    assert "draft -> open" in out.err and "issue closed" in out.err
+    assert "acme/fake#11 open +3" in out.out  # the overview follows on stdout
     # the token went to the server, and nowhere else
     assert {auth for _, auth in gh.requests} == {f"Bearer {TOKEN}"}
     assert TOKEN not in text and TOKEN not in out.out + out.err
@@ -144,12 +145,15 @@ def test_offline_is_one_line_and_exit_9(lane_repo, capsys):
     assert (lane_repo.root / "tracking.toml").read_text() == before
 
 
-def test_overview_table_without_refresh(lane_repo, capsys, monkeypatch):
+def test_overview_without_refresh_labels_threads_with_their_repository(lane_repo, capsys, monkeypatch):
     monkeypatch.setattr(ui.out, "width", 250)
     lane_repo.write_tracking(THREADS)
     assert cli("status", *lane_repo.args()) == 0
     out = capsys.readouterr().out
-    assert "#11 draft (filing)" in out and "lane bug: no receipt" in out
+    assert "acme/fake#11 draft +3" in out and "lane bug: no receipt" in out
+    assert cli("status", "01", *lane_repo.args()) == 0
+    story = capsys.readouterr().out
+    assert "acme/fake#13  context  open" in story and "acme/fake@0123456  context  unknown" in story
 
 
 def test_fixtures_are_json():

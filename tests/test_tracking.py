@@ -97,6 +97,7 @@ def test_bug_report_with_only_unpatched_lanes_runs(lane_repo):
     """A bug report has no series: its baseline lane runs and records a verdict, nothing claims a fix."""
     path = lane_repo.root / "tracking.toml"
     text = path.read_text().replace('kind = "pr"', 'kind = "bug-report"', 1)
+    text = text.replace('[[packs.01.evidence]]\nlane = "fix"', '[[packs.01.evidence]]\nlane = "bug"')
     path.write_text(text[: text.index('[[packs.01.lanes]]\nname = "fix"')])
     for patch in (lane_repo.root / "patches").rglob("*.patch"):
         patch.unlink()

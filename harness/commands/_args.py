@@ -8,6 +8,8 @@ from pathlib import Path
 
 
 def common(p: argparse.ArgumentParser) -> None:
+
+    add_verbosity(p)
     p.add_argument("--root", type=Path, default=None,
                    help="repository root (default: found from the current directory)")
     p.add_argument("--cache", type=Path, default=None,
@@ -29,3 +31,12 @@ def source(p: argparse.ArgumentParser) -> None:
                    help="take every build from this unpacked offline bundle (see 'python -m harness.bootstrap')")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter that imports the builds and runs reproducers (default: this one)")
+
+
+def add_verbosity(p: argparse.ArgumentParser, top: bool = False) -> None:
+    """-v / -q, accepted before the command and after it."""
+    default = 0 if top else argparse.SUPPRESS
+    p.add_argument("-v", "--verbose", action="count", default=default, help="more detail on stderr (repeatable)")
+    p.add_argument("-q", "--quiet", action="count", default=default,
+                   help="no progress or notes on stderr (warnings and errors stay); 'run' also stops echoing "
+                        "the reproducer's output")

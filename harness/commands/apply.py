@@ -23,8 +23,9 @@ def main(args) -> int:
     patches = series.series_for(ctx.tracking, ctx.root, pack, checkout.base.name)
     if not patches:
         ui.warn(f"pack {pack.id} has no patches; the tree is the pristine base")
-        ui.out.print(str(checkout.path))
+        ui.data(str(checkout.path))
         return 0
     tree = series.apply(checkout, patches, ctx.store)
-    ui.out.print(f"{len(patches)} patch(es) applied on {manifest.target} {checkout.base.name}: {tree.path}")
+    ui.info(f"{len(patches)} patch(es) applied on {manifest.target} {checkout.base.name}:")
+    ui.data(str(tree.path))
     return 0

@@ -22,10 +22,10 @@ def main(args) -> int:
     n_patches = 0
     for pack in ctx.tracking.packs.values():
         n_patches += len(series.load_series(ctx.root, pack.target, pack.id))  # parses headers
-    ui.out.print(f"tracking.toml: {len(ctx.tracking.packs)} packs; manifests: {len(pins.list_targets(ctx.root))}; "
+    ui.data(f"tracking.toml: {len(ctx.tracking.packs)} packs; manifests: {len(pins.list_targets(ctx.root))}; "
                  f"patches: {n_patches} with valid Upstream-Status")
     if not args.apply:
         return 0
     for check in landing.apply_checks(ctx, keep_going=False):  # the first failure raises (exit 5)
-        ui.out.print(f"pack {check.pack}: {check.patches} patch(es) apply on {check.target} {check.base}")
+        ui.data(f"pack {check.pack}: {check.patches} patch(es) apply on {check.target} {check.base}")
     return 0

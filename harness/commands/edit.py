@@ -32,8 +32,8 @@ def main(args) -> int:
     for r in state.ranges:
         n = len(r.patches)
         who = "pack" if r.pack == pack.id else "dependency"
-        ui.out.print(f"{who} {r.pack}: {n} commit(s) {r.start[:12]}..{r.end[:12]}")
-    ui.out.print(f"edit checkout of pack {pack.id} on {state.target} {state.base} (branch pack-{pack.id}):")
-    ui.out.print(str(dest))
-    ui.out.print(f"when done: harness regen {pack.id}" + (f" --dir {dest}" if args.dir else ""))
+        ui.info(f"{who} {r.pack}: {n} commit(s) {r.start[:12]}..{r.end[:12]}")
+    ui.info(f"edit checkout of pack {pack.id} on {state.target} {state.base} (branch pack-{pack.id}); when done: "
+            f"harness regen {pack.id}" + (f" --dir {dest}" if args.dir else ""))
+    ui.data(str(dest))  # the only line on stdout: cd "$(harness edit 09)"
     return 0

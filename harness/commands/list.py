@@ -1,6 +1,8 @@
-"""``harness list``: one row per pack."""
+"""``harness list``: one row per pack (``--json`` for machines)."""
 
 from __future__ import annotations
+
+import json
 
 from rich.table import Table
 
@@ -8,22 +10,36 @@ from harness import ui
 from harness.commands import _args
 from harness.commands._context import context
 
+JSON_SCHEMA = 1
+
 
 def register(sub) -> None:
     p = sub.add_parser("list", help="table of packs: target, kind, state, lanes, latest verdicts")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
     _args.common(p)
 
 
 def main(args) -> int:
     ctx = context(args)
+    rows: list[dict] = []
+    for pack in ctx.tracking.packs.values():
+        validation = ctx.tracking.doc["packs"][pack.id].get("validation", {})
+        rows.append({
+            "id": pack.id, "title": pack.title, "target": pack.target, "kind": pack.kind, "class": pack.cls,
+            "state": pack.state, "depends_on": list(pack.depends_on),
+            "lanes": [{"name": lane.name, "base": lane.base, "patched": lane.patched, "expect": lane.expect,
+                       "verdict": str(validation.get(lane.name, {}).get("verdict", "not run"))}
+                      for lane in pack.lanes],
+        })
+    if args.json:
+        ui.out.file.write(json.dumps({"schema": JSON_SCHEMA, "packs": rows}, indent=2) + "\n")
+        return 0
     table = Table()
     for col in ("pack", "target", "kind", "state", "depends on", "lanes: latest verdict", "title"):
         table.add_column(col)
-    for pack in ctx.tracking.packs.values():
-        validation = ctx.tracking.doc["packs"][pack.id].get("validation", {})
-        lanes = ", ".join(f"{lane.name}: {validation.get(lane.name, {}).get('verdict', 'not run')}"
-                          for lane in pack.lanes) or "-"
-        table.add_row(pack.id, pack.target, pack.kind, pack.state, ", ".join(pack.depends_on) or "-", lanes,
-                      pack.title)
+    for r in rows:
+        lanes = ", ".join(f"{lane['name']}: {lane['verdict']}" for lane in r["lanes"]) or "-"
+        table.add_row(*(ui.text(x) for x in (r["id"], r["target"], r["kind"], r["state"],
+                                             ", ".join(r["depends_on"]) or "-", lanes, r["title"])))
     ui.out.print(table)
     return 0

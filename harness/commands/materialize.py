@@ -37,6 +37,6 @@ def main(args) -> int:
         for name in names:
             checkout = pins.materialize(manifest, name, store, sources(args))
             base = checkout.base
-            ui.out.print(f"{manifest.target} {base.name} ({base.kind}, upstream "
-                         f"{base.commit or 'commit unknown'}): {checkout.path}", markup=False, highlight=False)
+            ui.info(f"{manifest.target} {base.name} ({base.kind}, upstream {base.commit or 'commit unknown'}):")
+            ui.data(str(checkout.path))
     return 0

@@ -1,8 +1,9 @@
-"""``harness order``: the landing order, plus the checks that keep depends_on honest."""
+"""``harness order``: the landing order, plus the checks that keep depends_on honest (``--json``)."""
 
 from __future__ import annotations
 
-from rich.markup import escape
+import json
+
 from rich.table import Table
 
 from harness import landing, ui
@@ -10,12 +11,15 @@ from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, worst
 
+JSON_SCHEMA = 1
+
 
 def register(sub) -> None:
     p = sub.add_parser("order", help="landing order across targets; check each series applies with only its "
                                       "declared dependencies, and that overlapping packs are ordered")
     p.add_argument("--no-apply", action="store_true",
                    help="skip applying series (no artefact download); only the graph and hunk overlaps")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
     _args.artifacts(p)
     _args.common(p)
 
@@ -23,27 +27,38 @@ def register(sub) -> None:
 def main(args) -> int:
     ctx = context(args)  # loading rejects unknown dependencies and cycles
     order = landing.landing_order(ctx.tracking)
+    checks = [] if args.no_apply else landing.apply_checks(ctx)
+    found = landing.overlaps(ctx.root, ctx.tracking)
+    codes = [Exit.OK] + [Exit.APPLY for c in checks if c.error] + [Exit.USAGE for _ in found]
+    if args.json:
+        data = {"schema": JSON_SCHEMA,
+                "order": [{"position": i, "id": p.id, "target": p.target, "kind": p.kind, "class": p.cls,
+                           "state": p.state, "depends_on": list(p.depends_on), "title": p.title}
+                          for i, p in enumerate(order, 1)],
+                "apply_checks": None if args.no_apply else [
+                    {"pack": c.pack, "target": c.target, "base": c.base, "patches": c.patches, "ok": c.error is None,
+                     "error": c.error} for c in checks],
+                "overlaps": [{"target": ov.target, "path": ov.path,
+                              "a": dict(zip(("pack", "patch", "first", "last"), ov.a, strict=True)),
+                              "b": dict(zip(("pack", "patch", "first", "last"), ov.b, strict=True))} for ov in found]}
+        ui.out.file.write(json.dumps(data, indent=2) + "\n")
+        return int(worst(codes))
     table = Table(title="landing order")
     for col in ("#", "pack", "target", "kind", "class", "state", "depends on", "title"):
         table.add_column(col)
     for i, p in enumerate(order, 1):
-        table.add_row(str(i), p.id, p.target, p.kind, p.cls or "-", p.state, ", ".join(p.depends_on) or "-",
-                      escape(p.title))
+        table.add_row(*(ui.text(x) for x in (str(i), p.id, p.target, p.kind, p.cls or "-", p.state,
+                                             ", ".join(p.depends_on) or "-", p.title)))
     ui.out.print(table)
-    codes = [Exit.OK]
-    if not args.no_apply:
-        for check in landing.apply_checks(ctx):
-            if check.error:
-                codes.append(Exit.APPLY)
-                ui.out.print(f"[red]FAIL[/] pack {check.pack}: series does not apply on {check.target} {check.base} "
-                             f"with only its declared dependencies: {escape(check.error)}")
-            else:
-                ui.out.print(f"ok   pack {check.pack}: {check.patches} patch(es) apply on {check.target} "
-                             f"{check.base} with only its declared dependencies")
-    found = landing.overlaps(ctx.root, ctx.tracking)
+    for check in checks:
+        if check.error:
+            ui.data(f"FAIL pack {check.pack}: series does not apply on {check.target} {check.base} with only its "
+                    f"declared dependencies: {check.error}")
+        else:
+            ui.data(f"ok   pack {check.pack}: {check.patches} patch(es) apply on {check.target} {check.base} with "
+                    "only its declared dependencies")
     for ov in found:
-        codes.append(Exit.USAGE)
-        ui.out.print(f"[red]OVERLAP[/] {escape(ov.describe())}; add a depends_on")
+        ui.data(f"OVERLAP {ov.describe()}; add a depends_on")
     if not found:
-        ui.out.print("no two unordered packs touch the same lines")
+        ui.data("no two unordered packs touch the same lines")
     return int(worst(codes))

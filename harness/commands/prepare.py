@@ -24,5 +24,5 @@ def main(args) -> int:
         ui.warn(f"pack {pack.id} has no lanes in tracking.toml yet")
     for lane in chosen:
         prep = lanes.prepare(ctx, pack, lane, import_check=not args.no_import_check)
-        ui.out.print(f"{pack.id} {lane.name}: build {prep.build.key[:12]} at {prep.build.site}")
+        ui.data(f"{pack.id} {lane.name}: build {prep.build.key[:12]} at {prep.build.site}")
     return 0

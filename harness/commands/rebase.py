@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from harness import pins, rebase, ui
+from harness import absorbed, pins, rebase, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
@@ -51,35 +51,47 @@ def main(args) -> int:
         name = rebase.resolve_base(manifest, args.to)
     reports = rebase.rebase_target(ctx, manifest, name, refresh=args.refresh, port=args.port,
                                    packs=[ctx.tracking.pack(p).id for p in args.pack])
-    print_reports(reports, f"{manifest.target}: series on {name}")
+    verdicts = {r.pack.id: absorbed.classify(ctx.tracking, manifest, name, r) for r in reports}
+    print_reports(reports, f"{manifest.target}: series on {name}", verdicts)
     if args.to_version:
-        ui.out.print(f"\nmanifest entry for {name} (sha256 verified against the download):\n")
-        ui.out.print(pins.manifest_snippet(manifest.bases[name]), markup=False)
+        ui.data(f"\nmanifest entry for {name} (sha256 verified against the download):\n")
+        ui.data(pins.manifest_snippet(manifest.bases[name]))
         if args.write_manifest:
             pins.write_manifest(manifest, manifest.bases[name])
-            ui.out.print(f"added to {manifest.path}")
+            ui.info(f"added to {manifest.path}")
         else:
-            ui.out.print("(not written; pass --write-manifest to add it)")
+            ui.info("(not written; pass --write-manifest to add it)")
     for r in reports:
         if r.refreshed:
-            ui.out.print(f"pack {r.pack.id}: refreshed {', '.join(r.refreshed)}")
+            ui.info(f"pack {r.pack.id}: refreshed {', '.join(r.refreshed)}")
+    for v in verdicts.values():
+        if v.state == "superseded":
+            ui.info(f"pack {v.report.pack.id}: superseded on {name}: upstream fixed it with another change "
+                    f"({v.evidence}); its conflicts need no rebase")
+        elif v.state == "absorbed":
+            ui.info(f"pack {v.report.pack.id}: absorbed on {name}: every patch is already upstream")
     if not args.refresh and any(r.status in (rebase.OFFSET, rebase.FUZZ) for r in reports):
-        ui.out.print("patches/ unchanged; --refresh rewrites the offset/fuzz packs against this base")
-    return int(Exit.APPLY) if any(r.status == rebase.CONFLICT for r in reports) else 0
+        ui.info("patches/ unchanged; --refresh rewrites the offset/fuzz packs against this base")
+    live = [r for r in reports if verdicts[r.pack.id].state == "differs"]
+    return int(Exit.APPLY) if any(r.status == rebase.CONFLICT for r in live) else 0
 
 
-def print_reports(reports, title: str) -> None:
+def print_reports(reports, title: str, verdicts: dict | None = None) -> None:
     if not reports:
-        ui.out.print(f"{title}: no pack of this target has patches")
+        ui.data(f"{title}: no pack of this target has patches")
         return
-    table = Table(title=title, title_justify="left")
-    for col in ("pack", "patch", "result", "detail"):
+    verdicts = verdicts or {}
+    table = Table(title=ui.text(title), title_justify="left")
+    for col in ("pack", "upstream", "patch", "result", "detail"):
         table.add_column(col)
     for r in reports:
+        v = verdicts.get(r.pack.id)
+        upstream = "-" if v is None or v.state == "differs" else v.state
         rows = r.results or [rebase.PatchResult(r.pack.id, "-", rebase.CONFLICT, r.blocked_by or "")]
         for i, res in enumerate(rows):
             detail = res.detail
             if i == 0 and r.blocked_by:
                 detail = f"blocked: {r.blocked_by}"
-            table.add_row(r.pack.id if i == 0 else "", res.patch, f"[{_STYLE[res.status]}]{res.status}[/]", detail)
+            table.add_row(ui.text(r.pack.id if i == 0 else ""), ui.text(upstream if i == 0 else "", "cyan"),
+                          ui.text(res.patch), ui.text(res.status, _STYLE[res.status]), ui.text(detail))
     ui.out.print(table)

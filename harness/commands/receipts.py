@@ -83,7 +83,7 @@ def _import(ctx, args) -> int:
     for rec in sorted(added, key=lambda r: r.data.get("started", "")):
         d = rec.data
         ctx.tracking.record_validation(d["pack"], d["lane"], receipts.summary(rec, ctx.root))
-        ui.out.print(f"imported {rec.dir.relative_to(ctx.root)}: {d['verdict']} ({', '.join(d['sentinels']) or '-'})")
+        ui.data(f"imported {rec.dir.relative_to(ctx.root)}: {d['verdict']} ({', '.join(d['sentinels']) or '-'})")
     if added:
         ctx.tracking.save()
     return 0
@@ -149,10 +149,10 @@ def _show(ctx, args) -> int:
     for lane in pack.lanes:
         rec = receipts.latest(ctx.root, pack.target, pack.id, lane.name)
         if rec is None:
-            ui.out.print(f"{lane.name}: no receipt")
+            ui.data(f"{lane.name}: no receipt")
             continue
         d = rec.data
-        ui.out.print(f"{lane.name}: {d['verdict']} - {d['reason']} [{rec.dir.relative_to(ctx.root)}]")
+        ui.data(f"{lane.name}: {d['verdict']} - {d['reason']} [{rec.dir.relative_to(ctx.root)}]")
         for fig in d.get("figures", []):
-            ui.out.print(f"    {json.dumps(fig, sort_keys=True)}")
+            ui.data(f"    {json.dumps(fig, sort_keys=True)}")
     return 0

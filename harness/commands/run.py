@@ -10,7 +10,7 @@ from rich.table import Table
 from harness import lanes, receipts, ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import worst
+from harness.errors import Exit, worst
 
 _STYLE = {"pass": "green", "skipped": "yellow", "mismatch": "red", "crash": "red", "timeout": "red"}
 
@@ -19,12 +19,13 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run a pack's lanes: build, import-check, reproducer, receipt",
                        description="Build each lane of PACK (baseline and patched), import-check it, run the "
                                    "pack's reproducer against it, write a receipt per lane and update "
-                                   "tracking.toml. Lanes that need a GPU this host lacks are reported as skipped.")
+                                   "tracking.toml. Lanes that need a GPU this host lacks are reported as skipped "
+                                   "(exit 3); a pack without lanes validates nothing (exit 12). -q stops echoing "
+                                   "the reproducer's output.")
     p.add_argument("pack", help="pack id, e.g. 09")
     p.add_argument("--lane", action="append", default=[], help="run only this lane (repeatable)")
     p.add_argument("--receipts-dir", type=Path, default=None, help="write receipts here (default: receipts/)")
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
-    p.add_argument("--quiet", action="store_true", help="do not echo the reproducer's output")
     p.add_argument("--result-file", type=Path, default=None,
                    help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
     _args.source(p)
@@ -32,33 +33,39 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    ctx = context(args, receipts_dir=args.receipts_dir, echo=not args.quiet)
+    ctx = context(args, receipts_dir=args.receipts_dir, echo=ui.verbosity >= 0)
     pack = ctx.tracking.pack(args.pack)
-    results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking)
-    code = worst(r.exit for r in results)
+    if not pack.lanes:
+        ui.warn(f"pack {pack.id} has no lanes in tracking.toml: nothing was validated")
+        code = Exit.NO_LANES
+        results = []
+    else:
+        results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking)
+        code = worst(r.exit for r in results)
     if args.result_file:
         args.result_file.write_text(json.dumps({"exit": int(code), "lanes": [
             {"lane": r.lane, "verdict": r.verdict, "reason": r.reason,
              "receipt": str(r.receipt.path) if r.receipt else None} for r in results]}))
-    if not results:
-        return 0
-    table = Table(title=f"pack {pack.id} - {pack.title}", title_justify="left")
-    for col in ("lane", "verdict", "why", "receipt"):
-        table.add_column(col)
-    for r in results:
-        where = str(r.receipt.dir.relative_to(ctx.root)) if r.receipt and r.receipt.dir.is_relative_to(ctx.root) \
-            else (str(r.receipt.dir) if r.receipt else "-")
-        table.add_row(r.lane, f"[{_STYLE[r.verdict]}]{r.verdict}[/]", r.reason, where)
-    ui.out.print(table)
+    if results:
+        table = Table(title=ui.text(f"pack {pack.id} - {pack.title}"), title_justify="left")
+        for col in ("lane", "verdict", "why", "receipt"):
+            table.add_column(col)
+        for r in results:
+            where = str(r.receipt.dir.relative_to(ctx.root)) if r.receipt and r.receipt.dir.is_relative_to(ctx.root) \
+                else (str(r.receipt.dir) if r.receipt else "-")
+            table.add_row(ui.text(r.lane), ui.text(r.verdict, _STYLE[r.verdict]), ui.text(r.reason), ui.text(where))
+        ui.out.print(table)
     for r in results:
         if r.verdict == "skipped":
             last = receipts.latest(ctx.root, pack.target, pack.id, r.lane)
             if last is None:
-                ui.out.print(f"  {r.lane}: skipped here; no receipt yet from a host that has the hardware")
+                ui.info(f"  {r.lane}: skipped here; no receipt yet from a host that has the hardware")
             else:
                 d = last.data
-                ui.out.print(f"  {r.lane}: skipped here; latest receipt {last.dir.relative_to(ctx.root)}: "
-                             f"{d.get('verdict')} ({', '.join(d.get('sentinels', [])) or 'no sentinel'}) on "
-                             f"{receipts.summary(last, ctx.root)['host']} at {d.get('started')}")
-    ui.out.print(f"exit {int(code)} ({code.name})")
+                ui.info(f"  {r.lane}: skipped here; latest receipt {last.dir.relative_to(ctx.root)}: "
+                        f"{d.get('verdict')} ({', '.join(d.get('sentinels', [])) or 'no sentinel'}) on "
+                        f"{receipts.summary(last, ctx.root)['host']} at {d.get('started')}")
+    if results and all(r.verdict == "skipped" for r in results):
+        ui.warn("no lane could run on this host: nothing was validated")
+    ui.info(f"exit {int(code)} ({code.name})")
     return int(code)

@@ -1,26 +1,43 @@
-"""``harness status``: one row per pack; ``--refresh`` first reads thread states from the GitHub API."""
+"""``harness status [PACK]``: one line per pack, or one pack's whole story; ``--json`` for machines.
+
+``--refresh`` first reads thread states from the GitHub API. Readiness (harness/readiness.py) is computed
+here, including the check that each pack's series applies to the base it is filed against (the base is
+materialized when needed; ``--no-apply`` uses only cached results and says "not checked" otherwise).
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
-from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
-from harness import pins, readiness, receipts, ui
+from harness import readiness, receipts, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
+from harness.github import thread_label
+from harness.tracking import Tracking
+
+JSON_SCHEMA = 1
 
 
 def register(sub) -> None:
-    p = sub.add_parser("status", help="overview of every pack (threads, base, latest receipt, mitigation, "
-                                       "ready or blocked); --refresh reads thread states from GitHub first")
+    p = sub.add_parser("status", help="one line per pack: threads, latest receipt, ready or why not; "
+                                       "'status PACK' tells the whole story; --json for CI and dashboards",
+                       description="A pack is ready when its series applies to the base it is filed against, "
+                                   "its receipts are current for that series, its body lints and nothing "
+                                   "upstream absorbed it (see the README, 'Readiness').")
+    p.add_argument("pack", nargs="?", help="show everything about this pack")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--no-apply", action="store_true",
+                   help="do not materialize bases for the apply check; use cached results only")
     p.add_argument("--refresh", action="store_true",
                    help="read each thread's state from the GitHub REST API and update tracking.toml "
                         "(token from GITHUB_TOKEN / GH_TOKEN when set)")
     p.add_argument("--api-url", default=None, help="GitHub REST API root (default: https://api.github.com)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per API request (default: %(default)s)")
+    _args.artifacts(p)
     _args.common(p)
 
 
@@ -34,43 +51,84 @@ def main(args) -> int:
         with ui.status(f"reading {sum(len(p.threads) for p in ctx.tracking.packs.values())} thread(s) "
                        f"from {client.api_url}"):
             result = threads.refresh(ctx.tracking, client)
-        ui.out.print(f"read {result.read} thread(s); {len(result.changes)} changed", markup=False)
+        ui.info(f"read {result.read} thread(s); {len(result.changes)} changed")
         for change in result.changes:
-            ui.out.print(("[bold]! [/]" if change.action else "  ") + escape(change.describe()))
+            ui.info(("! " if change.action else "  ") + change.describe())
         for url in result.not_threads:
             ui.note(f"not a pull request or issue, left as is: {url}")
         for line in result.not_found:
             ui.warn(line)
             code = Exit.USAGE
-    ui.out.print(overview(ctx))
+        ctx.tracking = Tracking.load(ctx.root)  # the packs as written, new thread states included
+    packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())
+    memo: dict = {}
+    states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
+    if args.json:
+        ui.out.file.write(json.dumps(as_json(ctx, states), indent=2) + "\n")
+    elif args.pack:
+        story(ctx, states[0])
+    else:
+        for row in overview(ctx, states):
+            ui.out.print(row, no_wrap=True, overflow="ignore", crop=False)
     return int(code)
 
 
-def overview(ctx) -> Table:
-    now = datetime.now(UTC)
-    table = Table(title="packs")
-    for col in ("pack", "target", "kind", "state", "upstream", "base", "latest receipt", "mitigation",
-                "ready / blocked"):
-        table.add_column(col)
-    for pack in ctx.tracking.packs.values():
-        manifest = pins.load_manifest(ctx.root, pack.target)
-        upstream = "\n".join(f"#{t.url.rstrip('/').rsplit('/', 1)[-1][:10]} {t.state}"
-                             + (" (filing)" if t.role == "filing target" else "") for t in pack.threads) or "-"
-        rec = receipts.latest(ctx.root, pack.target, pack.id)
-        if rec is None:
-            latest = "-"
-        else:
-            started = readiness.parse_time(rec.data.get("started"))
-            age = _age(now - started) if started else "?"
-            host = (rec.data.get("host") or {}).get("gpu") or "cpu"
-            latest = f"{age} ago, {host}, {rec.data.get('lane')}: {rec.data.get('verdict')}"
-        mitigation = (pack.mitigation or {}).get("status", "-") if pack.mitigation else "-"
-        state = readiness.readiness(ctx.root, ctx.tracking, pack)
-        verdict = "[green]ready[/]" if state.ready else "blocked: " + escape(state.why())
-        table.add_row(pack.id, pack.target, pack.kind, pack.state, upstream,
-                      f"{pack.base or '-'} (default {manifest.default_base})", latest, mitigation, verdict)
-    return table
+# ---------------------------------------------------------------------------------------------- data
 
+def _latest(ctx, pack):
+    return receipts.latest(ctx.root, pack.target, pack.id)
+
+
+def _host(rec) -> str:
+    host = rec.data.get("host") or {}
+    gpu = host.get("gpu")
+    return gpu.replace("NVIDIA ", "").split()[0] if gpu else "cpu"
+
+
+def receipt_json(ctx, rec) -> dict | None:
+    if rec is None:
+        return None
+    d = rec.data
+    path = rec.dir.relative_to(ctx.root) if rec.dir.is_relative_to(ctx.root) else rec.dir
+    return {"lane": d.get("lane"), "verdict": d.get("verdict"), "started": d.get("started"), "host": _host(rec),
+            "path": str(path)}
+
+
+def pack_json(ctx, state: readiness.Readiness) -> dict:
+    pack = state.pack
+    manifest = ctx.manifest(pack.target)
+    return {
+        "id": pack.id,
+        "title": pack.title,
+        "target": pack.target,
+        "kind": pack.kind,
+        "class": pack.cls,
+        "state": pack.state,
+        "base": pack.base,
+        "filing_base": state.filing_base,
+        "default_base": manifest.default_base,
+        "depends_on": list(pack.depends_on),
+        "threads": [{"ref": thread_label(t.url), "url": t.url, "role": t.role, "state": t.state,
+                     "verified": t.verified} for t in pack.threads],
+        "lanes": [{"name": e.lane.name, "base": e.lane.base, "patched": e.lane.patched, "expect": e.lane.expect,
+                   "on_filing_base": e.on_filing_base, "receipt": receipt_json(ctx, e.receipt),
+                   "problem": e.problem} for e in state.lanes],
+        "latest_receipt": receipt_json(ctx, _latest(ctx, pack)),
+        "apply": None if state.apply is None else {"base": state.apply.base, "status": state.apply.status,
+                                                   "detail": state.apply.detail,
+                                                   "checked_at": state.apply.checked_at},
+        "mitigation": (pack.mitigation or {}).get("status", "active") if pack.mitigation else None,
+        "ready": state.ready,
+        "reasons": [{"code": r.code, "text": r.text} for r in state.reasons],
+    }
+
+
+def as_json(ctx, states) -> dict:
+    return {"schema": JSON_SCHEMA, "generated": receipts.utc_now().isoformat().replace("+00:00", "Z"),
+            "packs": [pack_json(ctx, s) for s in states]}
+
+
+# ---------------------------------------------------------------------------------------------- views
 
 def _age(delta) -> str:
     secs = int(delta.total_seconds())
@@ -79,3 +137,90 @@ def _age(delta) -> str:
     if secs < 86400:
         return f"{secs // 3600}h"
     return f"{secs // 86400}d"
+
+
+def _upstream(pack) -> str:
+    target = next((t for t in pack.threads if t.role == "filing target"), None)
+    others = len(pack.threads) - (target is not None)
+    text = f"{thread_label(target.url)} {target.state}" if target else "-"
+    return text + (f" +{others}" if others else "")
+
+
+COLUMNS = (("pack", 4), ("target", 11), ("kind", 8), ("state", 8), ("upstream", 28), ("latest", 15))
+MIN_REASON = 24
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
+
+
+def overview(ctx, states, width: int | None = None) -> list[Text]:
+    """One line per pack, cut to the console width: the first reason, and how many more there are."""
+    now = datetime.now(UTC)
+    width = width or ui.out.width
+    fixed = sum(w + 2 for _, w in COLUMNS)
+    last = max(width - fixed, MIN_REASON)
+    lines = [Text("  ".join(name.ljust(w) for name, w in COLUMNS) + "  ready / why not", style="bold")]
+    for state in states:
+        pack = state.pack
+        rec = _latest(ctx, pack)
+        if rec is None:
+            latest = "-"
+        else:
+            started = readiness.parse_time(rec.data.get("started"))
+            latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.data.get('verdict')}"
+        cells = (pack.id, pack.target, pack.kind, pack.state, _upstream(pack), latest)
+        line = Text("  ".join(_fit(str(c), w).ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)) + "  ")
+        if state.ready:
+            line.append("ready", style="green")
+        else:
+            more = len(state.reasons) - 1
+            suffix = f" (+{more})" if more else ""
+            line.append(_fit(state.reasons[0].text, last - len(suffix)) + suffix)
+        lines.append(line)
+    ready = sum(s.ready for s in states)
+    lines.append(Text(f"{ready} of {len(states)} ready; every reason of one pack: harness status <pack>",
+                      style="dim"))
+    return lines
+
+
+def story(ctx, state: readiness.Readiness) -> None:
+    """Everything status knows about one pack, one fact per line."""
+    pack = state.pack
+    manifest = ctx.manifest(pack.target)
+    lines = [f"pack {pack.id}: {pack.title}",
+             f"  target {pack.target}, kind {pack.kind}" + (f" ({pack.cls})" if pack.cls else "")
+             + f", state {pack.state}" + (f": {pack.state_reason}" if pack.state_reason else ""),
+             f"  base {pack.base or '-'}; filed against {state.filing_base}; target default "
+             f"{manifest.default_base}",
+             f"  depends on {', '.join(pack.depends_on) or 'nothing'}"]
+    if pack.threads:
+        lines.append("  threads:")
+        lines += [f"    {thread_label(t.url)}  {t.role}  {t.state}" + (f" (verified {t.verified})" if t.verified
+                                                                          else "") for t in pack.threads]
+    if state.apply is not None:
+        a = state.apply
+        lines.append(f"  series on {a.base}: {a.describe()}" + (f" (checked {a.checked_at})" if a.checked_at else ""))
+    if pack.lanes:
+        lines.append("  lanes:")
+        for e in state.lanes:
+            rec = e.receipt
+            seen = "no receipt" if rec is None else (
+                f"{rec.data.get('verdict')} ({', '.join(rec.data.get('sentinels', [])) or 'no sentinel'}) on "
+                f"{_host(rec)} at {rec.data.get('started')}, {rec.dir.relative_to(ctx.root)}")
+            where = "" if e.on_filing_base else f" [not on {state.filing_base}]"
+            lines.append(f"    {e.lane.name} ({e.lane.base}, {'patched' if e.lane.patched else 'baseline'}, expects "
+                         f"{e.lane.expect}){where}: {seen}" + (f" -- {e.problem}" if e.problem else ""))
+    else:
+        lines.append("  lanes: none")
+    if pack.mitigation:
+        m = pack.mitigation
+        lines.append(f"  mitigation ({m.get('status', 'active')}): {m.get('what')}")
+        lines.append(f"    retire when: {m.get('retire_when')}")
+    if state.ready:
+        lines.append("  READY to file")
+    else:
+        lines.append(f"  not ready ({len(state.reasons)} reason(s)):")
+        lines += [f"    [{r.code}] {r.text}" for r in state.reasons]
+    for line in lines:
+        ui.data(line)

@@ -1,0 +1,394 @@
+"""mamba3 siso bwd: compute V @ dO^T and its mask once per chunk: a self-contained reproducer.
+
+Needs mamba-ssm (the package under test) importable, torch, a CUDA GPU, with tilelang==0.1.8,
+apache-tvm-ffi==0.1.9, z3-solver==4.15.4.0, einops==0.8.2, psutil==7.2.2, tqdm==4.67.3,
+cloudpickle==3.1.2, packaging==26.0. Nothing else: every helper it uses is copied in below.
+
+Run it once per build, from one directory:
+
+  1. mamba-ssm 2.3.2.post1 as published (CUDA GPU):
+       HARNESS_LANE=baseline-2.3.2.post1 HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
+  2. mamba-ssm 2.3.2.post1 with this PR (CUDA GPU):
+       HARNESS_LANE=equivalence-2.3.2.post1 HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
+
+Each run prints one JSON line per measurement and ends with a line naming what it observed.
+
+Method notes:
+
+Pack 04: Mamba-3 SISO backward computes V @ dO^T once per chunk -- equivalence check.
+
+The patch is a cleanup of ``mamba3_siso_bwd_kernel_dqkv`` (Triton): the masked V @ dO^T product is
+computed once instead of three times. Claim: every output of ``compute_dqkv`` -- dQ, dK, dV, dADT,
+dQK_dot, dD, d_issm_state -- is bitwise identical to the baseline build's, dense and varlen.
+
+One build per process, so the check spans two lanes sharing ``$HARNESS_RUN_DIR`` (see _mamba3.py):
+
+* baseline lane (pristine 2.3.2.post1): runs ``compute_dqkv`` twice on fixed inputs; the kernel
+  must be deterministic run to run (a bitwise comparison means nothing otherwise) ->
+  CONTRACT_HELD (else CONTRACT_BROKEN). Saves the outputs, prints their sha256 as FIGUREs, and
+  its backward time.
+* equivalence lane (04 series): same inputs, same launch config; every output bitwise equal to
+  the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output,
+  backward time and its ratio to the baseline lane's (median, min/max over the runs).
+
+Autotuning is bounded: the kernel's autotuner is given one launch config (``--config``) in both
+lanes, so both compile exactly one variant and compare the same schedule. (With autotuning the
+two lanes could pick different configs, and a different warp count may change the reduction
+order; that would not be the patch's doing.)
+
+    HARNESS_RUN_DIR=/tmp/r04 HARNESS_PATCHED=0 python pack04_siso_bwd_vdo_once.py   # then =1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+
+# ---- from _lane.py (verbatim) ----
+import json
+import platform
+import sys
+from importlib import metadata
+
+
+SENTINELS = {
+    "BUG_REPRODUCED": "the bug shows on this build",
+    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
+    "FIX_VALIDATED": "the patched build behaves correctly",
+    "FIX_FAILED": "the patched build still misbehaves",
+    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
+    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
+    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
+    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
+    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
+    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
+    "CONTRACT_HELD": "a boundary contract holds",
+    "CONTRACT_BROKEN": "a boundary contract is violated",
+    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
+    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+}
+
+
+def _emit(tag: str, payload: dict) -> None:
+    print(f"{tag} {json.dumps(payload, sort_keys=True, default=str)}", flush=True)
+
+
+def _cuda_facts() -> dict:
+    facts: dict = {}
+    try:
+        import torch
+    except ImportError:
+        return {"torch": None}
+    facts["torch"] = torch.__version__
+    facts["torch_cuda"] = torch.version.cuda
+    facts["cuda_available"] = torch.cuda.is_available()
+    if torch.cuda.is_available():
+        if "LOCAL_RANK" in os.environ:
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        idx = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(idx)
+        facts["gpu"] = props.name
+        facts["compute_capability"] = f"{props.major}.{props.minor}"
+        facts["gpu_memory_gib"] = round(props.total_memory / 2**30, 1)
+        facts["gpu_count"] = torch.cuda.device_count()
+        try:
+            drv = torch.cuda.driver_version() if hasattr(torch.cuda, "driver_version") else None
+        except Exception:  # pragma: no cover - depends on the driver
+            drv = None
+        facts["driver"] = drv or _nvidia_smi_driver()
+    try:
+        import triton
+
+        facts["triton"] = triton.__version__
+    except ImportError:
+        facts["triton"] = None
+    return facts
+
+
+def _nvidia_smi_driver() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout.strip()
+        return out.splitlines()[0] if out else None
+    except Exception:
+        return None
+
+
+def stamp(distribution: str, module: str) -> dict:
+    """Print the HOST_STAMP line. Call it before anything else prints."""
+    facts = {
+        "host_python": platform.python_version(),
+        "platform": platform.platform(),
+        "pack": os.environ.get("HARNESS_PACK"),
+        "lane": os.environ.get("HARNESS_LANE"),
+        "target": os.environ.get("HARNESS_TARGET"),
+        "base": os.environ.get("HARNESS_BASE"),
+        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
+        "patched": os.environ.get("HARNESS_PATCHED"),
+        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+    }
+    if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
+        facts["rank"] = int(os.environ.get("RANK", "0"))
+        facts["local_rank"] = int(os.environ.get("LOCAL_RANK", "0"))
+        facts["world_size"] = int(os.environ["WORLD_SIZE"])
+    try:
+        facts["target_version"] = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        facts["target_version"] = None
+    facts.update(_cuda_facts())
+    mod = __import__(module, fromlist=["_"])
+    facts["target_module_file"] = getattr(mod, "__file__", None)
+    _emit("HOST_STAMP", facts)
+    return facts
+
+
+def figure(name: str, value, unit: str | None = None, **context) -> None:
+    """Report one measured number; it lands in the receipt's ``figures``."""
+    _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
+
+
+def verdict(sentinel: str, **details) -> None:
+    """Report the lane's observation. Call it once, last."""
+    if sentinel not in SENTINELS:
+        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
+    _emit(sentinel, details)
+
+
+def skip(reason: str) -> None:
+    """Say the reproducer cannot run on this host and exit with the skip code."""
+    _emit("SKIPPED", {"reason": reason})
+    sys.exit(3)
+
+
+def lane() -> str:
+    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
+    return os.environ.get("HARNESS_LANE", "manual")
+
+
+# ---- from _mamba3.py (verbatim) ----
+import hashlib
+import statistics
+from pathlib import Path
+
+
+def run_dir() -> Path:
+    path = os.environ.get("HARNESS_RUN_DIR")
+    if not path:
+        raise SystemExit("HARNESS_RUN_DIR is not set: run the lanes through 'harness run', or set it to a "
+                         "directory shared by the baseline and the patched lane")
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return Path(path)
+
+
+def digest(t) -> str:
+    """sha256 of a tensor's bytes (dtype and shape included)."""
+    import torch
+
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    # reshape(-1): a 0-dim tensor (a scalar control) cannot be viewed as bytes directly
+    h.update(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def save_results(name: str, meta: dict, tensors: dict) -> Path:
+    import torch
+
+    path = run_dir() / f"{name}.pt"
+    tmp = path.with_suffix(".partial")
+    torch.save({"meta": meta, "tensors": {k: v.detach().cpu() for k, v in tensors.items() if v is not None}}, tmp)
+    tmp.replace(path)
+    for k, v in tensors.items():
+        if v is not None:
+            figure("grad_sha256", digest(v), case=name, tensor=k)
+    return path
+
+
+def load_results(name: str, meta: dict) -> dict:
+    import torch
+
+    path = run_dir() / f"{name}.pt"
+    if not path.is_file():
+        raise SystemExit(f"{path}: no baseline results; run the baseline lane first in the same HARNESS_RUN_DIR")
+    data = torch.load(path, map_location="cpu")
+    if data["meta"] != meta:
+        raise SystemExit(f"{path}: baseline results are for another problem: {data['meta']} != {meta}")
+    return data["tensors"]
+
+
+def time_ms(torch, fn, warmup: int = 3, repeat: int = 15) -> dict:
+    """Median and spread of ``fn`` in milliseconds (CUDA events)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
+            "stdev_ms": statistics.stdev(times) if len(times) > 1 else 0.0, "repeat": repeat}
+
+
+# ---- the reproducer ----
+
+OUTPUTS = ("dQ", "dK", "dV", "dADT", "dQK_dot", "dD", "d_issm_state")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--headdim-qk", type=int, default=128)
+    p.add_argument("--headdim-v", type=int, default=64)
+    p.add_argument("--chunk", type=int, default=64)
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seqlen", type=int, default=512)
+    p.add_argument("--varlen", type=int, nargs="+", default=[192, 320, 256])
+    p.add_argument("--config", default="2,4", help="num_stages,num_warps of the single launch config")
+    p.add_argument("--perf-batch", type=int, default=4)
+    p.add_argument("--perf-seqlen", type=int, default=4096)
+    p.add_argument("--no-perf", action="store_true")
+    return p.parse_args()
+
+
+def pin_config(triton, module, spec: str) -> dict:
+    stages, warps = (int(x) for x in spec.split(","))
+    kernel = module.mamba3_siso_bwd_kernel_dqkv
+    if not hasattr(kernel, "configs"):
+        raise SystemExit("mamba3_siso_bwd_kernel_dqkv is not an autotuned kernel in this build")
+    kernel.configs = [triton.Config({}, num_stages=stages, num_warps=warps)]
+    return {"num_stages": stages, "num_warps": warps}
+
+
+def make_inputs(torch, a, batch, seqlen, cu_seqlens, seed, device):
+    """Inputs shaped as mamba3_siso_combined's backward passes them to compute_dqkv."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    H, N, P, C = a.heads, a.headdim_qk, a.headdim_v, a.chunk
+    if cu_seqlens is None:
+        nseq, nchunks = batch, (seqlen + C - 1) // C
+        starts = torch.zeros(seqlen, dtype=torch.long)
+        pos = torch.arange(seqlen)
+    else:
+        bounds = cu_seqlens.tolist()
+        nseq, nchunks = len(bounds) - 1, len(bounds) - 1 + seqlen // C
+        pos = torch.cat([torch.arange(e - s) for s, e in zip(bounds[:-1], bounds[1:], strict=True)])
+        starts = None
+    step = -(0.02 + 0.1 * torch.rand(batch, H, seqlen, generator=g))  # log2 decay per token
+    # within-chunk cumulative decay (chunks restart at each sequence start in varlen)
+    chunk_id = pos // C
+    da_cs = torch.empty_like(step)
+    key = chunk_id if starts is not None else torch.cumsum((pos == 0).long(), 0) * 10**6 + chunk_id
+    for k in key.unique():
+        idx = (key == k).nonzero().squeeze(1)
+        da_cs[..., idx] = torch.cumsum(step[..., idx], dim=-1)
+    bf16, f32 = torch.bfloat16, torch.float32
+
+    def rnd(*shape, scale=1.0, dtype=f32):
+        return (torch.randn(*shape, generator=g) * scale).to(dtype).to(device)
+
+    return {
+        "q": rnd(batch, seqlen, H, N, scale=N**-0.5, dtype=bf16),
+        "k": rnd(batch, seqlen, H, N, scale=N**-0.5, dtype=bf16),
+        "v": rnd(batch, seqlen, H, P, dtype=bf16),
+        "da_cs": da_cs.to(device),
+        "da_cs_sum": -(0.5 + torch.rand(batch, H, nchunks, generator=g)).to(device),
+        "qk_dot": rnd(batch, H, seqlen),
+        "SSM_States": rnd(batch, H, P, nchunks * N, scale=0.5, dtype=bf16),
+        "do": rnd(batch, seqlen, H, P, dtype=bf16),
+        "d_ossm_state": rnd(nseq, H, P, N, scale=0.1),
+        "d_ov_state": rnd(nseq, H, P, scale=0.1),
+        "D": rnd(H),
+    }
+
+
+def run(compute_dqkv, inputs, a, cu_seqlens):
+    out = compute_dqkv(**inputs, chunk_size=a.chunk, has_input_state=True, Cu_Seqlens=cu_seqlens)
+    return dict(zip(OUTPUTS, out, strict=True))
+
+
+def main() -> None:
+    a = parse_args()
+    if a.lane:
+        os.environ["HARNESS_LANE"] = a.lane
+    stamp("mamba-ssm", "mamba_ssm")
+    import torch
+
+    if not torch.cuda.is_available():
+        skip("needs a CUDA GPU (Triton kernels with TMA descriptors)")
+    import triton
+    from mamba_ssm.ops.triton.mamba3 import mamba3_siso_bwd
+    from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import _triton_alloc_fn
+
+    triton.set_allocator(_triton_alloc_fn)  # what the autograd backward does before launching
+    device = "cuda"
+    patched = os.environ.get("HARNESS_PATCHED") == "1"
+    config = pin_config(triton, mamba3_siso_bwd, a.config)
+    meta = {"heads": a.heads, "N": a.headdim_qk, "P": a.headdim_v, "chunk": a.chunk, "batch": a.batch,
+            "seqlen": a.seqlen, "varlen": a.varlen, "config": config}
+    figure("problem", meta, lane=lane())
+
+    lengths = a.varlen
+    cu = torch.tensor([0] + [sum(lengths[: i + 1]) for i in range(len(lengths))], dtype=torch.int32, device=device)
+    cases = {
+        "dense": (make_inputs(torch, a, a.batch, a.seqlen, None, seed=4, device=device), None),
+        "varlen": (make_inputs(torch, a, 1, int(cu[-1]), cu.cpu(), seed=14, device=device), cu),
+    }
+    results, deterministic = {}, True
+    for case, (inputs, cu_seqlens) in cases.items():
+        first = run(mamba3_siso_bwd.compute_dqkv, inputs, a, cu_seqlens)
+        second = run(mamba3_siso_bwd.compute_dqkv, inputs, a, cu_seqlens)
+        for name in OUTPUTS:
+            same = torch.equal(first[name], second[name])
+            deterministic &= same
+            if not same:
+                figure("run_to_run_differs", True, case=case, tensor=name)
+            results[f"{case}:{name}"] = first[name]
+
+    timing = None
+    if not a.no_perf:
+        perf_inputs = make_inputs(torch, a, a.perf_batch, a.perf_seqlen, None, seed=24, device=device)
+        timing = time_ms(torch, lambda: run(mamba3_siso_bwd.compute_dqkv, perf_inputs, a, None), repeat=30)
+        figure("compute_dqkv_ms", timing["median_ms"], unit="ms", spread_ms=[timing["min_ms"], timing["max_ms"]],
+               stdev_ms=timing["stdev_ms"], repeat=timing["repeat"], batch=a.perf_batch, seqlen=a.perf_seqlen,
+               heads=a.heads)
+
+    if not patched:
+        save_results("pack04-baseline", meta, results | {"timing_ms": torch.tensor(
+            [timing["median_ms"], timing["min_ms"], timing["max_ms"]] if timing else [])})
+        if deterministic:
+            verdict("CONTRACT_HELD", contract="baseline compute_dqkv is bitwise deterministic run to run",
+                    outputs=len(results))
+        else:
+            verdict("CONTRACT_BROKEN", contract="baseline compute_dqkv is bitwise deterministic run to run")
+        return
+
+    base = load_results("pack04-baseline", meta)
+    save_results("pack04-patched", meta, results)
+    differ = []
+    for key, t in results.items():
+        b = base.get(key)
+        same = b is not None and torch.equal(t.cpu(), b)
+        figure("bitwise_equal", same, output=key)
+        if not same:
+            differ.append(key)
+    bt = base.get("timing_ms")
+    if timing and bt is not None and bt.numel() == 3:
+        figure("bwd_time_ratio_patched_over_baseline", timing["median_ms"] / float(bt[0]),
+               patched_ms=[timing["min_ms"], timing["median_ms"], timing["max_ms"]],
+               baseline_ms=[float(bt[1]), float(bt[0]), float(bt[2])], note="[min, median, max] per lane")
+    if differ or not deterministic:
+        verdict("EQUIVALENCE_BROKEN", differ=differ, patched_deterministic=deterministic)
+    else:
+        verdict("EQUIVALENCE_VERIFIED", outputs=sorted(results), cases=list(cases))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""The command line as a person and a CI job meet it: narrow status, --json, escaping, exits, stdout/stderr, help."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import CORE_FIXED, REPO, cli
+
+from harness import errors, pins, ui
+from harness.errors import Exit
+from harness.main import ENVIRONMENT, build_parser
+from harness.store import Store
+
+NO_LANES = textwrap.dedent('''
+    [packs.02]
+    title = "a pack without lanes: [sq,b,h,sk] and [bold]not bold[/bold]"
+    target = "fake"
+    kind = "issue"
+    state = "planned"
+    files = []
+    depends_on = []
+    summary = "nothing runs yet"
+
+    [[packs.02.threads]]
+    url = "https://github.com/acme/fake/issues/4039"
+    role = "filing target"
+    state = "open"
+
+    [[packs.02.threads]]
+    url = "https://github.com/other/lib/commit/e9594ce1c732d97440f0332fdc43170a2294dbfa"
+    role = "context"
+    state = "unknown"
+''')
+
+
+@pytest.fixture
+def two_packs(lane_repo):
+    """Pack 01 (two lanes) and pack 02 (none); filing templates and a github.com repository."""
+    shutil.copytree(REPO / "templates", lane_repo.root / "templates", dirs_exist_ok=True)
+    m = lane_repo.root / "upstream" / "fake.toml"
+    m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+    lane_repo.write_tracking(NO_LANES)
+    return lane_repo
+
+
+# ---------------------------------------------------------------------------------------------- exits
+
+def test_a_pack_without_lanes_validates_nothing_and_says_so(two_packs, capsys, tmp_path):
+    result = tmp_path / "result.json"
+    assert cli("run", "02", "--result-file", str(result), *two_packs.args()) == Exit.NO_LANES
+    assert "nothing was validated" in capsys.readouterr().err
+    assert json.loads(result.read_text()) == {"exit": int(Exit.NO_LANES), "lanes": []}
+
+
+def test_no_lane_session_is_described_as_failing():
+    from harness.sessions import pack_sessions
+
+    [spec] = [s for s in pack_sessions(REPO) if s.pack == "03"]  # TransformerEngine: blocked, no lanes
+    assert "no lanes" in spec.description and str(int(Exit.NO_LANES)) in spec.description
+
+
+def test_a_run_where_no_lane_could_run_is_not_success(lane_repo, monkeypatch, capsys):
+    from harness import runs
+
+    lane_repo.write_tracking(requires="cuda")
+    monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
+    assert cli("run", "01", *lane_repo.args()) == Exit.SKIPPED
+    assert "no lane could run on this host: nothing was validated" in capsys.readouterr().err
+
+
+def test_severity_order_puts_no_lanes_above_skipped_and_internal_above_usage():
+    assert errors.worst([Exit.SKIPPED, Exit.NO_LANES]) == Exit.NO_LANES
+    assert errors.worst([Exit.NO_LANES, Exit.MISMATCH]) == Exit.MISMATCH
+    assert errors.worst([Exit.USAGE, Exit.INTERNAL]) == Exit.INTERNAL
+    assert set(errors.SEVERITY) == set(Exit) and set(errors.MEANINGS) == set(Exit)
+
+
+def test_an_internal_error_is_one_line_and_exit_70(lane_repo, capsys, monkeypatch):
+    from harness.commands import list as list_cmd
+
+    monkeypatch.setenv("PATCHLANE_HOME", str(lane_repo.cache))
+
+    def boom(args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(list_cmd, "main", boom)
+    assert cli("list", *lane_repo.args()) == Exit.INTERNAL == 70
+    err = capsys.readouterr().err
+    assert err.startswith("harness: internal error: RuntimeError: a bug") and "Traceback" not in err
+    assert "RuntimeError" in (lane_repo.cache / "last-error.log").read_text()
+
+
+# ---------------------------------------------------------------------------------------------- help
+
+def test_help_lists_exit_codes_and_environment_without_markup(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert "``" not in text and "====" not in text
+    for code in Exit:
+        assert re.search(rf"^\s+{int(code)}\s+{code.name}\s", text, re.M), code
+    for name, _ in ENVIRONMENT:
+        assert name in text
+    assert "-q, --quiet" in text and "-v, --verbose" in text
+
+
+def test_readme_documents_every_exit_code():
+    readme = (REPO / "README.md").read_text()
+    for code in Exit:
+        assert re.search(rf"^\| {int(code)} \|", readme, re.M), code
+
+
+def test_verbosity_goes_before_or_after_the_command(two_packs, capsys):
+    assert cli("-q", "status", "--no-apply", *two_packs.args()) == 0
+    assert capsys.readouterr().err == ""
+    assert cli("status", "-q", "--no-apply", *two_packs.args()) == 0
+    assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------------------------- status
+
+def test_status_is_one_line_per_pack_at_120_columns(two_packs, capsys, monkeypatch):
+    monkeypatch.setattr(ui.out, "width", 120)
+    path = two_packs.root / "tracking.toml"
+    path.write_text(path.read_text().replace('state = "planned"', 'state = "blocked"\nblocked = "'
+                                             + "a very long reason " * 30 + '"'))
+    assert cli("status", "--no-apply", *two_packs.args()) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 + 2 + 1  # header, one line per pack, the pointer to the whole story
+    assert all(len(line) <= 120 for line in lines)
+    assert lines[2].startswith("02") and "…" in lines[2] and re.search(r"\(\+\d+\)$", lines[2])
+    assert "acme/fake#4039 open +1" in lines[2]
+    assert "harness status <pack>" in lines[-1]
+
+
+def test_status_of_one_pack_tells_the_whole_story(two_packs, capsys):
+    assert cli("status", "02", "--no-apply", *two_packs.args()) == 0
+    out = capsys.readouterr().out
+    assert "acme/fake#4039  filing target  open" in out and "other/lib@e9594ce  context  unknown" in out
+    assert "[no-lanes] no lanes, so no receipts" in out and "lanes: none" in out
+    assert "[sq,b,h,sk] and [bold]not bold[/bold]" in out  # shown literally, not as markup
+
+
+STATUS_KEYS = {"id", "title", "target", "kind", "class", "state", "base", "filing_base", "default_base", "depends_on",
+               "threads", "lanes", "latest_receipt", "apply", "mitigation", "ready", "reasons"}
+
+
+def test_status_json_schema(two_packs, capsys):
+    assert cli("run", "01", "--quiet", *two_packs.args()) == 0
+    capsys.readouterr()
+    assert cli("status", "--json", *two_packs.args()) == 0
+    data = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON document
+    assert data["schema"] == 1 and re.match(r"\d{4}-\d\d-\d\dT.*Z$", data["generated"])
+    one, two = data["packs"]
+    assert set(one) == STATUS_KEYS == set(two)
+    assert one["ready"] is True and one["reasons"] == [] and one["apply"]["status"] == "applies"
+    assert set(one["lanes"][0]) == {"name", "base", "patched", "expect", "on_filing_base", "receipt", "problem"}
+    assert set(one["lanes"][0]["receipt"]) == {"lane", "verdict", "started", "host", "path"}
+    assert two["ready"] is False and {"code": "no-lanes", "text": "no lanes, so no receipts"} in two["reasons"]
+    assert [t["ref"] for t in two["threads"]] == ["acme/fake#4039", "other/lib@e9594ce"]
+
+
+def test_list_waves_order_and_absorbed_json(two_packs, capsys):
+    assert cli("list", "--json", *two_packs.args()) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["schema"] == 1 and [p["id"] for p in data["packs"]] == ["01", "02"]
+    assert set(data["packs"][0]) == {"id", "title", "target", "kind", "class", "state", "depends_on", "lanes"}
+    assert data["packs"][0]["lanes"][0] == {"name": "bug", "base": "1.0", "patched": False,
+                                            "expect": "BUG_REPRODUCED", "verdict": "not run"}
+    assert cli("waves", "--json", "--no-apply", *two_packs.args()) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"schema", "waves", "left_out"}
+    packs = [p for w in data["waves"] for p in w["packs"]]
+    assert {p["id"] for p in packs} == {"01", "02"} and all(p["ready"] is False for p in packs)
+    assert set(packs[0]) == {"id", "kind", "class", "category", "depends_on", "title", "ready", "reasons"}
+    assert cli("order", "--json", "--no-apply", *two_packs.args()) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["apply_checks"] is None and data["overlaps"] == []
+    assert data["order"][0] == {"position": 1, "id": "01", "target": "fake", "kind": "pr", "class": None,
+                                "state": "ready", "depends_on": [], "title": "scale uses w[0] for every element"}
+    assert cli("absorbed", "fake", "--json", *two_packs.args()) == 0
+    data = json.loads(capsys.readouterr().out)
+    [r] = data["results"]
+    assert r["pack"] == "01" and r["state"] == "differs" and r["series"] == "clean" and data["drift"] == []
+    assert set(r) == {"pack", "target", "base", "state", "series", "blocked_by", "patches", "evidence", "proposal"}
+
+
+# ---------------------------------------------------------------------------------------------- escaping
+
+def test_free_text_is_never_eaten_as_markup(two_packs, capsys, monkeypatch):
+    monkeypatch.setattr(ui.out, "width", 250)
+    title = "a pack without lanes: [sq,b,h,sk] and [bold]not bold[/bold]"
+    for argv in (["list"], ["order", "--no-apply"], ["waves", "--no-apply"]):
+        assert cli(*argv, *two_packs.args()) in (0, 2)
+        assert title in capsys.readouterr().out, argv
+    assert "scale uses w[0] for every element" in (cli("list", *two_packs.args()), capsys.readouterr().out)[1]
+
+
+# ---------------------------------------------------------------------------------------------- stdout is data
+
+def test_edit_prints_only_the_checkout_on_stdout(lane_repo, capsys, tmp_path):
+    dest = tmp_path / "checkout"
+    assert cli("edit", "01", "--dir", str(dest), *lane_repo.args()) == 0
+    out = capsys.readouterr()
+    assert out.out == f"{dest}\n" and "harness regen 01" in out.err  # cd "$(harness edit 01)" works
+    capsys.readouterr()
+    assert cli("materialize", "fake", *lane_repo.args()) == 0
+    assert Path(capsys.readouterr().out.strip()).is_dir()
+
+
+# ---------------------------------------------------------------------------------------------- progress
+
+def test_downloads_report_size_and_time_when_not_a_terminal(lane_repo, capsys, monkeypatch):
+    monkeypatch.setattr(ui, "HEARTBEAT_S", 0.0)  # every block gets a progress line
+    manifest = pins.load_manifest(lane_repo.root, "fake")
+    pins.fetch(manifest.base("1.0").artifact, Store(lane_repo.cache))
+    err = capsys.readouterr().err
+    assert re.search(r"^> downloading fakepkg-1\.0\.tar\.gz \(\d+ B\)$", err, re.M)
+    assert re.search(r"^  downloaded \d+ B in [\d.]+ s$", err, re.M)
+
+
+def test_long_steps_print_heartbeats_and_a_done_line(capsys, monkeypatch):
+    import time
+
+    monkeypatch.setattr(ui, "HEARTBEAT_S", 0.05)
+    with ui.status("installing something") as act:
+        time.sleep(0.2)
+        act.result = "3 distribution(s), 1.0 MiB"
+    err = capsys.readouterr().err
+    assert err.startswith("> installing something\n") and "... still installing something (" in err
+    assert re.search(r"done in [\d.]+ s: 3 distribution\(s\), 1\.0 MiB$", err.strip())
+
+
+def test_quiet_silences_progress(capsys, monkeypatch):
+    monkeypatch.setattr(ui, "verbosity", -1)
+    with ui.status("working"):
+        pass
+    with ui.Transfer("x", 10) as t:
+        t.advance(10)
+    assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------------------------- rebase
+
+def test_rebase_reports_a_superseded_pack_as_such_and_exits_0(lane_repo, capsys):
+    lane_repo.add_base("1.1", CORE_FIXED.replace("zip(xs, w)", "zip(xs, w, strict=True)"))
+    lane_repo.write_tracking('''
+[[packs.01.lanes]]
+name = "regression"
+base = "1.1"
+patched = false
+expect = "BUG_ABSENT"
+
+[packs.01.absorbed]
+version = "1.1"
+
+[packs.01.validation.regression]
+verdict = "pass"
+host = "h"
+receipt = "receipts/x.json"
+''')
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('state = "ready"', 'state = "absorbed"'))
+    assert cli("rebase", "fake", "--to", "1.1", *lane_repo.args()) == 0
+    out = capsys.readouterr()
+    row = next(line for line in out.out.splitlines() if line.startswith("│ 01"))
+    assert "superseded" in row and "conflict" in row
+    assert "pack 01: superseded on 1.1" in out.err
+    # the same conflict on a pack that is not absorbed is a conflict: exit 5
+    path.write_text(path.read_text().replace('state = "absorbed"', 'state = "ready"'))
+    assert cli("rebase", "fake", "--to", "1.1", *lane_repo.args()) == Exit.APPLY
+
+
+def test_console_text_helper_keeps_brackets():
+    buf = io.StringIO()
+    from rich.console import Console
+
+    Console(file=buf, width=200).print(ui.text("[sq,b,h,sk] [red]x[/red]"))
+    assert buf.getvalue().strip() == "[sq,b,h,sk] [red]x[/red]"
+
+
+def test_readme_documents_every_readiness_reason_code():
+    from harness.readiness import REASON_CODES
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Readiness"):readme.index("## Overview")]
+    for code in REASON_CODES:
+        assert f"`{code}`" in section, code
