@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from harness.errors import UsageError
@@ -19,11 +21,22 @@ def find_root(start: Path | None) -> Path:
                      hint="run from the repository, or pass --root")
 
 
+def _interpreter(python: str | None) -> str | None:
+    """``--python`` as an executable path; a name or path that runs nothing is bad input, named."""
+    if not python:
+        return None
+    found = shutil.which(python)
+    if found is None:
+        raise UsageError(f"--python {python}: no such executable file",
+                         hint="give the path of a Python interpreter (or a name on PATH)")
+    return found if os.sep not in python else python
+
+
 def context(args) -> Context:
     root = find_root(getattr(args, "root", None))
     ctx = Context(root=root, tracking=Tracking.load(root), store=Store(getattr(args, "cache", None)))
     ctx.artifacts = list(getattr(args, "artifacts", []) or [])
-    ctx.python = getattr(args, "python", None) or ctx.python
+    ctx.python = _interpreter(getattr(args, "python", None)) or ctx.python
     bundle_dir = getattr(args, "bundle_dir", None)
     if bundle_dir is not None:
         from harness.bundle import OpenBundle
