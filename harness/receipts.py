@@ -29,6 +29,7 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.hashing import sha256_file
+from harness.store import default_mode
 
 SCHEMA = 2  # 2: the directory carries SHA256SUMS; 1: legacy, only the log is covered by a digest
 LOG = "output.log"
@@ -72,7 +73,9 @@ def write(directory: Path, target: str, pack: str, lane: str, started: datetime,
         final = parent / f"{name}.{n}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-receipt-", dir=parent))
     try:
+        os.chmod(tmp, default_mode(directory=True))
         shutil.move(str(log_file), tmp / LOG)
+        os.chmod(tmp / LOG, default_mode(directory=False))  # the log was made by mkstemp (0600)
         digest = sha256_file(tmp / LOG)
         data = dict(data, schema=SCHEMA, log={"file": LOG, "sha256": digest, "bytes": (tmp / LOG).stat().st_size})
         (tmp / f"{LOG}.sha256").write_text(f"{digest}  {LOG}\n")

@@ -384,3 +384,49 @@ def test_a_run_directory_given_by_the_caller_is_kept(lane_repo, tmp_path, monkey
                      "os.environ['HARNESS_LANE']).write_text('saved')\n")
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
     assert sorted(p.name for p in given.iterdir()) == ["bug", "fix"]
+
+
+# --------------------------------------------------------------------------- file modes (#13)
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o664])
+def test_saving_tracking_toml_keeps_its_mode(lane_repo, umask_022, mode):
+    from harness.tracking import Tracking
+
+    path = lane_repo.root / "tracking.toml"
+    path.chmod(mode)
+    t = Tracking.load(lane_repo.root)
+    t.record_validation("01", "bug", {"verdict": "pass"})
+    t.save()
+    assert path.stat().st_mode & 0o777 == mode
+
+
+def test_receipts_and_cache_entries_get_the_modes_a_checkout_expects(lane_repo, umask_022, tmp_path):
+    from harness.receipts import find
+
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    for rec in find(lane_repo.root, "fake", "01"):
+        assert rec.dir.stat().st_mode & 0o777 == 0o755
+        assert {p.name: p.stat().st_mode & 0o777 for p in rec.dir.iterdir()} == dict.fromkeys(
+            ["SHA256SUMS", "output.log", "output.log.sha256", "receipt.json"], 0o644)
+    entries = [e for area in ("bases/fake", "trees/fake", "builds") for e in (lane_repo.cache / area).iterdir()]
+    assert len(entries) == 4 and {e.stat().st_mode & 0o777 for e in entries} == {0o755}
+    # and a receipt brought back from another host is imported with the same modes
+    out = tmp_path / "remote"
+    assert cli("run", "01", "--lane", "bug", "--quiet", "--no-tracking", "--receipts-dir", str(out),
+               *lane_repo.args()) == Exit.OK
+    [d] = (out / "fake" / "01").iterdir()
+    d.chmod(0o700)
+    archive = tmp_path / "r.tar"
+    import tarfile
+
+    with tarfile.open(archive, "w") as tf:
+        tf.add(d, arcname=f"fake/01/{d.name}")
+    assert cli("receipts", "import", str(archive), *lane_repo.args()) == Exit.OK
+    assert (lane_repo.root / "receipts" / "fake" / "01" / d.name).stat().st_mode & 0o777 == 0o755

@@ -16,6 +16,7 @@ from harness import receipts, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError, Exit, ReceiptError
+from harness.store import default_mode
 from harness.tracking import sentinels
 
 
@@ -78,6 +79,7 @@ def _import(ctx, args) -> int:
             scratch = final.with_name(f".tmp-import-{final.name}")
             shutil.rmtree(scratch, ignore_errors=True)
             shutil.copytree(src, scratch)
+            os.chmod(scratch, default_mode(directory=True))
             os.replace(scratch, final)
             added.append(receipts.load(final / receipts.RECEIPT))
     for rec in sorted(added, key=lambda r: r.data.get("started", "")):
