@@ -341,11 +341,13 @@ def test_sigkill_of_the_harness_still_takes_the_reproducer_down(lane_repo, spawn
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_killed_harness_takes_pip_and_the_build_backend_down(lane_repo, tmp_path, sig):
-    pids_dir = tmp_path / "pids"
+    pids_dir, tmp = tmp_path / "pids", tmp_path / "tmpdir"
     pids_dir.mkdir()
+    tmp.mkdir()
     _backend_sdist(lane_repo.sdist, hang=True)
     lane_repo.write_manifest(build="wheel")
-    proc = _harness("prepare", "01", "--lane", "bug", *lane_repo.args(), env={"FAKE_PIDS": str(pids_dir)})
+    proc = _harness("prepare", "01", "--lane", "bug", *lane_repo.args(),
+                    env={"FAKE_PIDS": str(pids_dir), "TMPDIR": str(tmp)})
     try:
         pids = _wait_for_pids(pids_dir, proc)
         proc.send_signal(sig)
@@ -358,6 +360,7 @@ def test_a_killed_harness_takes_pip_and_the_build_backend_down(lane_repo, tmp_pa
                 os.kill(pid, signal.SIGKILL)
     builds = lane_repo.cache / "builds"
     assert not builds.exists() or all(e.name.startswith(".tmp-") for e in builds.iterdir())
+    assert list(tmp.iterdir()) == []  # pip's own temporary files were inside the build's scratch entry
 
 
 # --------------------------------------------------------------------------- temporary files (#14)
