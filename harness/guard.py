@@ -58,7 +58,13 @@ def without_credentials(env: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in (os.environ if env is None else env).items() if k not in CREDENTIALS}
 
 
-def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
+class Guarded(subprocess.Popen):
+    """A guard process; ``lifeline`` is the write end of its lifeline pipe (None once closed)."""
+
+    lifeline: int | None = None
+
+
+def popen(cmd: list[str], **kwargs) -> Guarded:
     """Start ``cmd`` under a guard, in a new session; ``kwargs`` as for ``subprocess.Popen``.
 
     The command's stdin is /dev/null and its environment ``env`` (default: ours) without
@@ -68,8 +74,8 @@ def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
     env = without_credentials(kwargs.pop("env", None))
     read_end, write_end = os.pipe()  # both non-inheritable: no other child of the harness holds them
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(read_end), *cmd], stdin=subprocess.DEVNULL,
-                                pass_fds=(read_end,), start_new_session=True, env=env, **kwargs)
+        proc = Guarded([sys.executable, "-I", "-c", _GUARD, str(read_end), *cmd], stdin=subprocess.DEVNULL,
+                       pass_fds=(read_end,), start_new_session=True, env=env, **kwargs)
     except BaseException:
         os.close(write_end)
         raise
@@ -79,15 +85,14 @@ def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
     return proc
 
 
-def release(proc: subprocess.Popen) -> None:
+def release(proc: Guarded) -> None:
     """Close the lifeline of a guard that has ended (once)."""
-    fd = getattr(proc, "lifeline", None)
-    if fd is not None:
-        proc.lifeline = None
+    if proc.lifeline is not None:
+        fd, proc.lifeline = proc.lifeline, None
         os.close(fd)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: Guarded) -> None:
     """Kill the guard's process group (the command and everything it started) and reap the guard."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -94,7 +94,7 @@ def _import(ctx, args) -> int:
 def _destination(ctx, src: Path, data: dict, where: str) -> Path:
     """``<target>/<pack>/<run>`` for a receipt, after checking each part against tracking.toml."""
     target, pid, lane = data.get("target"), data.get("pack"), data.get("lane")
-    if not all(isinstance(v, str) for v in (target, pid, lane)):
+    if not (isinstance(target, str) and isinstance(pid, str) and isinstance(lane, str)):
         raise ConfigError(f"{where}: receipt.json lacks target, pack or lane")
     pack = ctx.tracking.packs.get(pid)
     if pack is None:
