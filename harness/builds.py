@@ -144,7 +144,7 @@ def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:
 
 def _pip_wheel(tree: Path, out: Path, label: str) -> Path:
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(tree)]
-    _run(cmd, label, "pip wheel", cwd=tree)
+    _run(cmd, label, "pip wheel", cwd=tree, scratch=out)
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
         raise BuildError(f"build {label}: expected one wheel from pip, got {[w.name for w in wheels]}")
@@ -154,7 +154,7 @@ def _pip_wheel(tree: Path, out: Path, label: str) -> Path:
 def install_wheel(wheel: Path, site: Path, label: str) -> None:
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
            "--target", str(site), str(wheel)]
-    _run(cmd, label, "pip install")
+    _run(cmd, label, "pip install", scratch=site.parent)
 
 
 def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str]:
@@ -174,9 +174,18 @@ def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str
     return stubs_mod.write(site, manifest.stubs, manifest.target)
 
 
-def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None) -> None:
+def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None, scratch: Path | None = None) -> None:
+    """Run pip; its temporary files go under ``scratch`` (the build's scratch entry), so a pip killed
+    with the harness leaves them where the entry's removal, or the next run's sweep, takes them."""
     env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    tmpdir = None
+    if scratch is not None:
+        tmpdir = scratch / ".tmp-pip"
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmpdir)
     proc = guard.run(cmd, cwd=cwd, env=env)  # pip and the backend it starts die with the harness
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise BuildError(f"build {label}: {what} failed (exit {proc.returncode}):\n{tail}")

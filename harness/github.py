@@ -1,23 +1,27 @@
 """A small GitHub REST client: the state of the pull requests and issues packs live on.
 
 The token comes from ``GITHUB_TOKEN`` or ``GH_TOKEN`` when set and is only ever
-sent in the Authorization header: it is never written to disk, a receipt or a
-message. ``api_url`` lets tests point the client at a local server. Being
+sent in the Authorization header, and only over https (or plain http to this
+host's loopback, where a test server listens): it is never written to disk, a
+receipt or a message, and never reaches upstream code (``harness/guard.py``).
+``api_url`` lets tests point the client at a local server. Being
 offline, rate-limited or refused is an ``UpstreamError`` (exit 9) with one line
 saying which; a thread that does not exist is a ``ThreadNotFound``.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 import requests
 
 from harness import __version__
-from harness.errors import ConfigError, UpstreamError
+from harness.errors import ConfigError, UpstreamError, UsageError
 
 DEFAULT_API = "https://api.github.com"
 _URL = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)/(?P<kind>pull|issues)/(?P<num>\d+)/?$")
@@ -88,6 +92,7 @@ class GitHub:
             "User-Agent": f"patch-lane-harness/{__version__}",
         })
         if token:
+            _refuse_plain_http(self.api_url)
             self._session.headers["Authorization"] = f"Bearer {token}"
 
     def get(self, path: str) -> dict:
@@ -127,6 +132,21 @@ class GitHub:
         else:
             state = "closed" if data.get("state") == "closed" else "open"
         return ThreadStatus(url, state, str(data.get("updated_at") or ""), str(data.get("title") or ""))
+
+
+def _refuse_plain_http(api_url: str) -> None:
+    """A token goes only over https, or over http to this host's own loopback (a local test server)."""
+    parts = urlsplit(api_url)
+    if parts.scheme == "https":
+        return
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if parts.scheme != "http" or not loopback:
+        raise UsageError(f"refusing to send GITHUB_TOKEN/GH_TOKEN to {api_url}: not https",
+                         hint="use an https:// --api-url, or unset the token for an anonymous read")
 
 
 def _reset(resp) -> str:

@@ -14,6 +14,10 @@ group: the command and everything it starts without leaving that group.
 
 The guard exits with the command's exit status, and re-raises the signal that
 killed the command, so callers read the status as if they had run it directly.
+
+Upstream code runs only through here, so this is also where our credentials
+are kept from it: the command's environment never holds ``CREDENTIALS``
+(the GitHub tokens the harness and ``gh`` read, and the CI runner's own).
 Standard library only.
 """
 
@@ -43,16 +47,35 @@ sys.exit(code)
 """
 
 
-def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
+CREDENTIALS = (
+    "GITHUB_TOKEN", "GH_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN",  # harness/github.py, gh
+    "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_URL",  # CI runner
+)
+
+
+def without_credentials(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) without ``CREDENTIALS``."""
+    return {k: v for k, v in (os.environ if env is None else env).items() if k not in CREDENTIALS}
+
+
+class Guarded(subprocess.Popen):
+    """A guard process; ``lifeline`` is the write end of its lifeline pipe (None once closed)."""
+
+    lifeline: int | None = None
+
+
+def popen(cmd: list[str], **kwargs) -> Guarded:
     """Start ``cmd`` under a guard, in a new session; ``kwargs`` as for ``subprocess.Popen``.
 
-    The command's stdin is /dev/null. The guard's lifeline is a pipe whose only write end the
+    The command's stdin is /dev/null and its environment ``env`` (default: ours) without
+    ``CREDENTIALS``. The guard's lifeline is a pipe whose only write end the
     harness holds (``proc.lifeline``); ``wait`` / ``kill_group`` close it.
     """
+    env = without_credentials(kwargs.pop("env", None))
     read_end, write_end = os.pipe()  # both non-inheritable: no other child of the harness holds them
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-c", _GUARD, str(read_end), *cmd], stdin=subprocess.DEVNULL,
-                                pass_fds=(read_end,), start_new_session=True, **kwargs)
+        proc = Guarded([sys.executable, "-I", "-c", _GUARD, str(read_end), *cmd], stdin=subprocess.DEVNULL,
+                       pass_fds=(read_end,), start_new_session=True, env=env, **kwargs)
     except BaseException:
         os.close(write_end)
         raise
@@ -62,15 +85,14 @@ def popen(cmd: list[str], **kwargs) -> subprocess.Popen:
     return proc
 
 
-def release(proc: subprocess.Popen) -> None:
+def release(proc: Guarded) -> None:
     """Close the lifeline of a guard that has ended (once)."""
-    fd = getattr(proc, "lifeline", None)
-    if fd is not None:
-        proc.lifeline = None
+    if proc.lifeline is not None:
+        fd, proc.lifeline = proc.lifeline, None
         os.close(fd)
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: Guarded) -> None:
     """Kill the guard's process group (the command and everything it started) and reap the guard."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 from harness.hashing import sha256_file
+from harness.store import default_mode
 
 SCHEMA = 2  # 2: the directory carries SHA256SUMS; 1: legacy, only the log is covered by a digest
 LOG = "output.log"
@@ -72,7 +73,9 @@ def write(directory: Path, target: str, pack: str, lane: str, started: datetime,
         final = parent / f"{name}.{n}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-receipt-", dir=parent))
     try:
+        os.chmod(tmp, default_mode(directory=True))
         shutil.move(str(log_file), tmp / LOG)
+        os.chmod(tmp / LOG, default_mode(directory=False))  # the log was made by mkstemp (0600)
         digest = sha256_file(tmp / LOG)
         data = dict(data, schema=SCHEMA, log={"file": LOG, "sha256": digest, "bytes": (tmp / LOG).stat().st_size})
         (tmp / f"{LOG}.sha256").write_text(f"{digest}  {LOG}\n")
@@ -160,7 +163,7 @@ def _check_manifest(directory: Path) -> list[str]:
 
 
 def _check_log(directory: Path, data: dict) -> list[str]:
-    info = data.get("log") if isinstance(data.get("log"), dict) else {}
+    info = data["log"] if isinstance(data.get("log"), dict) else {}
     name, want = info.get("file", LOG), info.get("sha256")
     if not isinstance(name, str) or "/" in name or name in ("", ".", ".."):
         return [f"{RECEIPT}: log file name {name!r} is not a file of this directory"]
@@ -180,10 +183,11 @@ def _check_against_log(directory: Path, data: dict, vocabulary: set[str]) -> lis
     """What receipt.json says the reproducer printed must be what its log says."""
     from harness import runs
 
-    text = (directory / data.get("log", {}).get("file", LOG)).read_text(encoding="utf-8", errors="replace")
+    info = data["log"] if isinstance(data.get("log"), dict) else {}
+    text = (directory / info.get("file", LOG)).read_text(encoding="utf-8", errors="replace")
     outcome = runs.Outcome(exit_code=data.get("exit_code"), duration_s=0.0, timed_out=bool(data.get("timed_out")))
     runs.parse_log(text, outcome, vocabulary)
-    said = {
+    said: dict[str, object] = {
         "sentinels": [name for name, _ in outcome.sentinels],
         "host": outcome.stamp,
         "figures": outcome.figures,

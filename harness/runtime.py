@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 from harness import guard, ui
@@ -106,7 +107,9 @@ def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python:
                    "--target", str(tmp / "site")]
             if wheels is not None:
                 cmd += ["--no-index", "--find-links", str(wheels)]
-            proc = guard.run(cmd + list(reqs))
+            (tmp / "pip-tmp").mkdir()  # pip's temporary files stay inside the scratch entry
+            proc = guard.run(cmd + list(reqs), env=dict(os.environ, TMPDIR=str(tmp / "pip-tmp")))
+            shutil.rmtree(tmp / "pip-tmp", ignore_errors=True)
             if proc.returncode != 0:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
                 raise BuildError(f"{label}: cannot install runtime_requires ({', '.join(reqs)}):\n{tail}")

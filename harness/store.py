@@ -22,6 +22,17 @@ from filelock import FileLock
 _TMP_PREFIX = ".tmp-"
 
 
+def default_mode(directory: bool) -> int:
+    """The mode a new directory (0o777) or file (0o666) gets under this process's umask.
+
+    ``mkdtemp`` / ``mkstemp`` create 0700 / 0600; what they make and then rename into place
+    (cache entries, receipts, tracking.toml) is given this mode, as a checkout expects.
+    """
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
+
+
 def default_root() -> Path:
     env = os.environ.get("PATCHLANE_HOME")
     if env:
@@ -56,6 +67,7 @@ class Store:
         _sweep_stale(final.parent)
         tmp = Path(tempfile.mkdtemp(prefix=_TMP_PREFIX + final.name + "-", dir=final.parent))
         try:
+            os.chmod(tmp, default_mode(directory=True))
             yield tmp
             if final.exists():
                 shutil.rmtree(final)

@@ -31,8 +31,8 @@ def load_document(path: Path) -> tomlkit.TOMLDocument:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+        lineno = data[:exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{lineno}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
                           "TOML files are UTF-8") from None
     try:
         tomllib.loads(text)

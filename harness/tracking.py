@@ -13,6 +13,7 @@ import datetime
 import importlib.util
 import os
 import re
+import stat
 import string
 import tempfile
 from collections.abc import Callable
@@ -273,8 +274,10 @@ class Tracking:
                     raise ConfigError(f"{self.path}: changed while this command ran; {exc} is gone, so this "
                                       "command's update cannot be applied (nothing written)") from None
             text = tomlkit.dumps(doc)
+            mode = stat.S_IMODE(self.path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
             fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
             try:
+                os.fchmod(fd, mode)
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write(text)
                 os.replace(tmp, self.path)

@@ -341,11 +341,13 @@ def test_sigkill_of_the_harness_still_takes_the_reproducer_down(lane_repo, spawn
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_killed_harness_takes_pip_and_the_build_backend_down(lane_repo, tmp_path, sig):
-    pids_dir = tmp_path / "pids"
+    pids_dir, tmp = tmp_path / "pids", tmp_path / "tmpdir"
     pids_dir.mkdir()
+    tmp.mkdir()
     _backend_sdist(lane_repo.sdist, hang=True)
     lane_repo.write_manifest(build="wheel")
-    proc = _harness("prepare", "01", "--lane", "bug", *lane_repo.args(), env={"FAKE_PIDS": str(pids_dir)})
+    proc = _harness("prepare", "01", "--lane", "bug", *lane_repo.args(),
+                    env={"FAKE_PIDS": str(pids_dir), "TMPDIR": str(tmp)})
     try:
         pids = _wait_for_pids(pids_dir, proc)
         proc.send_signal(sig)
@@ -358,6 +360,7 @@ def test_a_killed_harness_takes_pip_and_the_build_backend_down(lane_repo, tmp_pa
                 os.kill(pid, signal.SIGKILL)
     builds = lane_repo.cache / "builds"
     assert not builds.exists() or all(e.name.startswith(".tmp-") for e in builds.iterdir())
+    assert list(tmp.iterdir()) == []  # pip's own temporary files were inside the build's scratch entry
 
 
 # --------------------------------------------------------------------------- temporary files (#14)
@@ -384,3 +387,102 @@ def test_a_run_directory_given_by_the_caller_is_kept(lane_repo, tmp_path, monkey
                      "os.environ['HARNESS_LANE']).write_text('saved')\n")
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
     assert sorted(p.name for p in given.iterdir()) == ["bug", "fix"]
+
+
+# --------------------------------------------------------------------------- file modes (#13)
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o664])
+def test_saving_tracking_toml_keeps_its_mode(lane_repo, umask_022, mode):
+    from harness.tracking import Tracking
+
+    path = lane_repo.root / "tracking.toml"
+    path.chmod(mode)
+    t = Tracking.load(lane_repo.root)
+    t.record_validation("01", "bug", {"verdict": "pass"})
+    t.save()
+    assert path.stat().st_mode & 0o777 == mode
+
+
+def test_receipts_and_cache_entries_get_the_modes_a_checkout_expects(lane_repo, umask_022, tmp_path):
+    from harness.receipts import find
+
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    for rec in find(lane_repo.root, "fake", "01"):
+        assert rec.dir.stat().st_mode & 0o777 == 0o755
+        assert {p.name: p.stat().st_mode & 0o777 for p in rec.dir.iterdir()} == dict.fromkeys(
+            ["SHA256SUMS", "output.log", "output.log.sha256", "receipt.json"], 0o644)
+    entries = [e for area in ("bases/fake", "trees/fake", "builds") for e in (lane_repo.cache / area).iterdir()]
+    assert len(entries) == 4 and {e.stat().st_mode & 0o777 for e in entries} == {0o755}
+    # and a receipt brought back from another host is imported with the same modes
+    out = tmp_path / "remote"
+    assert cli("run", "01", "--lane", "bug", "--quiet", "--no-tracking", "--receipts-dir", str(out),
+               *lane_repo.args()) == Exit.OK
+    [d] = (out / "fake" / "01").iterdir()
+    d.chmod(0o700)
+    archive = tmp_path / "r.tar"
+    import tarfile
+
+    with tarfile.open(archive, "w") as tf:
+        tf.add(d, arcname=f"fake/01/{d.name}")
+    assert cli("receipts", "import", str(archive), *lane_repo.args()) == Exit.OK
+    assert (lane_repo.root / "receipts" / "fake" / "01" / d.name).stat().st_mode & 0o777 == 0o755
+
+
+# --------------------------------------------------------------------------- credentials (#15)
+
+# Upstream code that reports which credential variables it can see, from wherever it runs.
+SNOOP = ('import os as _os\n'
+         'with open(_os.environ["FAKE_ENV_OUT"], "a") as _fh:\n'
+         '    _fh.write("{where}: " + ",".join(sorted(k for k in _os.environ if k.endswith("TOKEN"))) + "\\n")\n')
+
+
+def test_no_credential_reaches_a_build_backend_an_import_check_or_a_reproducer(lane_repo, tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    seen = tmp_path / "seen.txt"
+    monkeypatch.setenv("FAKE_ENV_OUT", str(seen))
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "S" * 36)
+    monkeypatch.setenv("GH_TOKEN", "gho_" + "S" * 36)
+    monkeypatch.setenv("ACTIONS_RUNTIME_TOKEN", "x")
+    monkeypatch.setenv("HARMLESS_TOKEN", "kept")  # not a credential of ours: proves the snoop sees variables
+    _backend_sdist(lane_repo.sdist)
+    with tarfile.open(lane_repo.sdist) as src:  # the backend and the package itself snoop too
+        members = [(m, src.extractfile(m).read()) for m in src.getmembers()]
+    with tarfile.open(lane_repo.sdist, "w:gz") as tf:
+        for m, data in members:
+            if m.name.endswith("_build/backend.py"):
+                snoop = "".join(f"    {line}\n" for line in SNOOP.format(where="backend").splitlines())
+                data = data.replace(b"    _stage()\n", snoop.encode() + b"    _stage()\n")
+            if m.name.endswith("fakepkg/__init__.py"):
+                data = SNOOP.format(where="import").encode() + data
+            m.size = len(data)
+            tf.addfile(m, io.BytesIO(data))
+    lane_repo.write_manifest(build="wheel")
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(SNOOP.format(where="reproducer") + repro.read_text())
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK
+    lines = seen.read_text().splitlines()
+    assert {line.split(":")[0] for line in lines} == {"backend", "import", "reproducer"}
+    assert set(lines) == {f"{where}: HARMLESS_TOKEN" for where in ("backend", "import", "reproducer")}
+
+
+@pytest.mark.parametrize("url", ["http://example.invalid", "http://192.0.2.1:8080/api", "ftp://example.invalid"])
+def test_a_token_is_never_sent_over_plain_http(lane_repo, monkeypatch, capsys, url):
+    lane_repo.write_tracking('[[packs.01.threads]]\nurl = "https://github.com/acme/fake/pull/11"\n')
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_" + "H" * 36)
+    code = cli("status", "--refresh", "--api-url", url, "--timeout", "2", *lane_repo.args())
+    assert code == Exit.USAGE  # refused before any request: offline would be UPSTREAM (9)
+    err = capsys.readouterr().err
+    assert f"refusing to send GITHUB_TOKEN/GH_TOKEN to {url}: not https" in err and "ghp_" not in err
+    monkeypatch.delenv("GITHUB_TOKEN")
+    monkeypatch.delenv("GH_TOKEN", raising=False)
+    if url == "http://example.invalid":  # without a token the same URL is simply tried (and is offline)
+        assert cli("status", "--refresh", "--api-url", url, "--timeout", "2", *lane_repo.args()) == Exit.UPSTREAM

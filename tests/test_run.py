@@ -281,3 +281,11 @@ def _helper_manifest(lane_repo, sdist, package: str, runtime_requires=()) -> Non
         url = "{sdist.as_uri()}"
         sha256 = "{hashlib.sha256(sdist.read_bytes()).hexdigest()}"
     '''))
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python3", "python9.99-not-here"])
+def test_a_python_that_does_not_exist_is_bad_input_naming_it(lane_repo, capsys, python):
+    assert _run(lane_repo, "--python", python) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert f"--python {python}: no such executable file" in err and "internal error" not in err
+    assert find(lane_repo.root, "fake", "01") == []

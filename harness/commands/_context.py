@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from harness import pins
@@ -20,14 +22,26 @@ def find_root(start: Path | None) -> Path:
                      hint="run from the repository, or pass --root")
 
 
+def _interpreter(python: str | None) -> str | None:
+    """``--python`` as an executable path; a name or path that runs nothing is bad input, named."""
+    if not python:
+        return None
+    found = shutil.which(python)
+    if found is None:
+        raise UsageError(f"--python {python}: no such executable file",
+                         hint="give the path of a Python interpreter (or a name on PATH)")
+    return found if os.sep not in python else python
+
+
 def options(args, **overrides) -> Options:
     """The invocation's options from the parsed arguments (a command without an option keeps the default)."""
     values = {
         "artifacts": tuple(getattr(args, "artifacts", None) or ()),
         "git_mirrors": tuple(getattr(args, "git_mirrors", None) or ()),
     }
-    if getattr(args, "python", None):
-        values["python"] = args.python
+    python = _interpreter(getattr(args, "python", None))
+    if python:
+        values["python"] = python
     bundle_dir = getattr(args, "bundle_dir", None)
     if bundle_dir is not None:
         from harness.bundle import OpenBundle  # only offline runs need it

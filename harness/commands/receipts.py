@@ -16,6 +16,7 @@ from harness import receipts, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError, Exit, ReceiptError
+from harness.store import default_mode
 from harness.tracking import sentinels
 
 
@@ -78,6 +79,7 @@ def _import(ctx, args) -> int:
             scratch = final.with_name(f".tmp-import-{final.name}")
             shutil.rmtree(scratch, ignore_errors=True)
             shutil.copytree(src, scratch)
+            os.chmod(scratch, default_mode(directory=True))
             os.replace(scratch, final)
             added.append(receipts.load(final / receipts.RECEIPT))
     for rec in sorted(added, key=lambda r: r.data.get("started", "")):
@@ -92,7 +94,7 @@ def _import(ctx, args) -> int:
 def _destination(ctx, src: Path, data: dict, where: str) -> Path:
     """``<target>/<pack>/<run>`` for a receipt, after checking each part against tracking.toml."""
     target, pid, lane = data.get("target"), data.get("pack"), data.get("lane")
-    if not all(isinstance(v, str) for v in (target, pid, lane)):
+    if not (isinstance(target, str) and isinstance(pid, str) and isinstance(lane, str)):
         raise ConfigError(f"{where}: receipt.json lacks target, pack or lane")
     pack = ctx.tracking.packs.get(pid)
     if pack is None:
