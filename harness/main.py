@@ -6,8 +6,8 @@ import argparse
 import importlib
 import json
 
-from harness import __version__
-from harness.commands import _args, errors, ui
+from harness import __version__, errors, ui
+from harness.commands import _args
 from harness.error_handler import handled
 
 DESCRIPTION = """\
