@@ -19,6 +19,7 @@ patched trees are never written to, and nothing left in them reaches a build.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import git, guard, ui
+from harness import git, guard, interpreters, ui
 from harness import stubs as stubs_mod
 from harness.errors import BuildError
 from harness.hashing import sha256_file, sha256_text
@@ -56,8 +57,12 @@ class Build:
         return info
 
 
-def build_key(tree_key: str, manifest: Manifest) -> str:
+def build_key(tree_key: str, manifest: Manifest, python_version: str = "") -> str:
+    """The content key of a build. A wheel build also depends on the interpreter that builds it (a
+    compiled extension is tagged for that Python: a cp311 wheel does not install on 3.12)."""
     text = f"{tree_key}\0{manifest.build}\0{RECIPE_VERSION}"
+    if manifest.build == "wheel":
+        text += f"\0python {python_version}"
     if manifest.build == "overlay" and manifest.stubs:
         text += f"\0stubs {stubs_mod.STUB_VERSION}\0" + json.dumps(manifest.stubs, sort_keys=True)
     return sha256_text(text)
@@ -73,15 +78,16 @@ def lookup(store: Store, key: str) -> Build | None:
     return Build(key, info["kind"], path, path / "site", wheel, tuple(info.get("stubs", ())))
 
 
-def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: str) -> Build:
-    """The cached build of ``tree``; builds it on first use."""
-    key = build_key(tree_key, manifest)
+def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: str,
+          python: str = sys.executable) -> Build:
+    """The cached build of ``tree``; builds it on first use (a wheel with ``python``'s pip)."""
+    key = build_key(tree_key, manifest, interpreter_version(python))
 
     def make(tmp: Path, info: dict) -> None:
         source = _throwaway_copy(tree, tmp / ".source", label)
         if manifest.build == "wheel":
-            wheel = _pip_wheel(source, tmp, label)
-            install_wheel(wheel, tmp / "site", label)
+            wheel = _pip_wheel(source, tmp, label, python)
+            install_wheel(wheel, tmp / "site", label, python)
             info["wheel"] = wheel.name
         else:
             info["stubs"] = _overlay(source, manifest, tmp / "site", label)
@@ -142,8 +148,16 @@ def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:
     return dest
 
 
-def _pip_wheel(tree: Path, out: Path, label: str) -> Path:
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(tree)]
+@functools.cache
+def interpreter_version(python: str) -> str:
+    """``X.Y`` of ``python`` (asked once per executable and process)."""
+    if python == sys.executable:
+        return f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return interpreters.python_version(python)
+
+
+def _pip_wheel(tree: Path, out: Path, label: str, python: str = sys.executable) -> Path:
+    cmd = [python, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(tree)]
     _run(cmd, label, "pip wheel", cwd=tree, scratch=out)
     wheels = sorted(out.glob("*.whl"))
     if len(wheels) != 1:
@@ -151,8 +165,8 @@ def _pip_wheel(tree: Path, out: Path, label: str) -> Path:
     return wheels[0]
 
 
-def install_wheel(wheel: Path, site: Path, label: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
+def install_wheel(wheel: Path, site: Path, label: str, python: str = sys.executable) -> None:
+    cmd = [python, "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
            "--target", str(site), str(wheel)]
     _run(cmd, label, "pip install", scratch=site.parent)
 

@@ -64,14 +64,15 @@ def series_for(ctx: Context, pack: Pack, base: str | None = None) -> list[series
     return series.series_for(ctx.tracking, ctx.root, pack, base or pack.base or ctx.manifest(pack.target).default_base)
 
 
-def _build_key(manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch]) -> str:
-    return builds.build_key(series.series_key(manifest.target, base.pin, patches), manifest)
+def _build_key(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch]) -> str:
+    return builds.build_key(series.series_key(manifest.target, base.pin, patches), manifest,
+                            builds.interpreter_version(ctx.python))
 
 
 def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch],
                  label: str) -> builds.Build:
     """The build of ``base`` + ``patches``: from the bundle when running offline, else made (or reused) here."""
-    key = _build_key(manifest, base, patches)
+    key = _build_key(ctx, manifest, base, patches)
     if ctx.bundle is not None:
         return ctx.bundle.build_for(key, manifest, ctx.store, label)
     checkout = ctx.materialize(manifest, base.name)
@@ -82,7 +83,7 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
         tree_path, tree_key = tree.path, tree.key
     else:
         tree_path, tree_key = checkout.path, series.series_key(manifest.target, base.pin, [])
-    build = builds.build(tree_path, tree_key, manifest, ctx.store, label)
+    build = builds.build(tree_path, tree_key, manifest, ctx.store, label, ctx.python)
     assert build.key == key
     return build
 

@@ -101,3 +101,14 @@ def test_bundle_stores_wheels_uncompressed_with_the_same_members(tmp_path):
         assert [i.filename for i in a.infolist()] == [i.filename for i in b.infolist()]
         assert all(i.compress_type == zipfile.ZIP_STORED for i in b.infolist())
         assert all(a.read(n) == b.read(n) for n in a.namelist())
+
+
+def test_a_wheel_build_key_depends_on_the_building_interpreter(lane_repo):
+    """A compiled wheel is tagged for the Python that built it: a key without it would hand a cp311
+    build to a 3.12 host (seen with megatron-core's helpers_cpp)."""
+    lane_repo.write_manifest(build="wheel")
+    manifest = pins.load_manifest(lane_repo.root, "fake")
+    assert builds.build_key("t", manifest, "3.11") != builds.build_key("t", manifest, "3.12")
+    lane_repo.write_manifest(build="overlay")
+    overlay = pins.load_manifest(lane_repo.root, "fake")
+    assert builds.build_key("t", overlay, "3.11") == builds.build_key("t", overlay, "3.12")
