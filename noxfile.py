@@ -1,4 +1,4 @@
-"""nox sessions: ``tests``, ``lint``, and one ``<target>_pack<NN>`` per pack in tracking.toml.
+"""nox sessions: ``tests``, ``lint``, ``typecheck``, and one ``<target>_pack<NN>`` per pack in tracking.toml.
 
 A pack session runs ``harness run <pack>`` in its target's lane environment: one
 virtualenv per target (``.nox/lane-<target>-py<X.Y>``), shared by all of that
@@ -27,7 +27,7 @@ from harness.interpreters import find_interpreter  # noqa: E402  (stdlib-only mo
 from harness.sessions import pack_sessions  # noqa: E402  (stdlib-only module)
 
 nox.options.reuse_venv = "yes"
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "typecheck", "tests"]
 
 
 @nox.session
@@ -42,6 +42,13 @@ def lint(session: nox.Session) -> None:
     """ruff over the harness, tests, reproducers and this file."""
     session.install("ruff==0.17.6")
     session.run("ruff", "check", "harness", "tests", "repros", "noxfile.py")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the harness, with its dependencies installed so their own type hints are checked against."""
+    session.install("-e", ".[lint]")  # mypy (and ruff) at the versions pinned in pyproject.toml
+    session.run("mypy", "harness", "--ignore-missing-imports")
 
 
 def _lane_env(session: nox.Session, spec) -> Path:

@@ -17,6 +17,7 @@ Three outcomes per target, at a (newer) base:
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def classify(tracking: Tracking, manifest: pins.Manifest, base_name: str, report
     return Verdict(report, "differs")
 
 
-def check(ctx: Context, manifest: pins.Manifest, base_name: str, skip: set[str] = frozenset()) -> list[Verdict]:
+def check(ctx: Context, manifest: pins.Manifest, base_name: str, skip: Collection[str] = frozenset()) -> list[Verdict]:
     chosen = [p.id for p in ctx.tracking.packs.values() if p.target == manifest.target and p.id not in skip]
     reports = rebase.rebase_target(ctx, manifest, base_name, packs=chosen) if chosen else []
     return [classify(ctx.tracking, manifest, base_name, report) for report in reports]

@@ -48,7 +48,7 @@ class Build:
     stubs: tuple[str, ...] = ()  # modules the overlay replaced with stubs (harness/stubs.py)
 
     def describe(self) -> dict:
-        info = {"key": self.key, "kind": self.kind}
+        info: dict[str, object] = {"key": self.key, "kind": self.kind}
         if self.stubs:
             info["stubbed_modules"] = list(self.stubs)
         if self.wheel is not None:
@@ -130,7 +130,10 @@ def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: 
             make(tmp, info)
             act.result = ui.human_bytes(ui.dir_size(tmp))
             (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
-    return lookup(store, key)
+    made = lookup(store, key)
+    if made is None:  # renamed in complete a moment ago: only something outside the harness removes it
+        raise BuildError(f"build {label}: the cache entry {store.root / 'builds' / key[:20]} vanished as it was made")
+    return made
 
 
 def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:

@@ -179,6 +179,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
                         hint="commit or move those changes, then run 'harness edit --force' again")
     dest.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".regen-{pack.id}-", dir=dest.parent))
+    leftover: Path | None = scratch  # removed on the way out unless it became the series
     try:
         _check_commits(pack, repo, own.start, "HEAD")
         try:
@@ -198,7 +199,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
             return result
         expected = {p.name: sha256_file(p) for p in sorted(scratch.glob("*.patch"))}
         backup = series.replace_series(dest, scratch)
-        scratch = None  # it is the series now
+        leftover = None  # it is the series now
         _verify_or_restore(ctx, pack, dest, expected, backup)
         own.end = repo.head.commit.hexsha
         own.patches = expected
@@ -207,8 +208,8 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
             shutil.rmtree(backup)
         return result
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+        if leftover is not None:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _refuse_off_branch(repo, checkout: Path, pack: Pack) -> None:

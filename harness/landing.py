@@ -116,7 +116,8 @@ def overlaps(root: Path, tracking: Tracking) -> list[Overlap]:
             for b in items[i + 1:]:
                 if a[0] == b[0] or a[3] < b[2] or b[3] < a[2] or ordered(tracking, a[0], b[0]):
                     continue
-                key = (target, path, *sorted((a[0], b[0])))
+                first_id, second_id = sorted((a[0], b[0]))
+                key = (target, path, first_id, second_id)
                 found.setdefault(key, Overlap(target, path, *sorted((a, b))))
     return list(found.values())
 

@@ -157,6 +157,8 @@ def run_dir_for(pack: Pack) -> Path:
 def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneResult:
     """Run the lane's reproducer against the prepared build and write its receipt."""
     pack, lane = prep.pack, prep.lane
+    if pack.reproducer is None:  # tracking.load refuses lanes without a reproducer
+        raise ConfigError(f"tracking.toml [packs.{pack.id}]: lane {lane.name} but no key 'reproducer'")
     script = ctx.root / pack.reproducer
     started = receipts.utc_now()
     env = runtime.with_library_path(dict(os.environ), prep.runtime_site)
@@ -230,12 +232,12 @@ def _repo_state(root: Path) -> dict:
     """The repository commit the run used. A copy without .git (a GPU host) names it in PATCHLANE_REPO_COMMIT."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True)
-    except OSError:
-        head = dirty = None
-    if head is not None and head.returncode == 0:
-        return {"repo_commit": head.stdout.strip(), "repo_dirty": bool(dirty.stdout.strip())}
+        if head.returncode == 0:
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                   capture_output=True, text=True)
+            return {"repo_commit": head.stdout.strip(), "repo_dirty": bool(dirty.stdout.strip())}
+    except OSError:  # no git on this host
+        pass
     return {"repo_commit": os.environ.get("PATCHLANE_REPO_COMMIT"), "repo_dirty": None,
             "repo_commit_source": "PATCHLANE_REPO_COMMIT (no .git in this copy)"}
 

@@ -29,6 +29,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -79,20 +80,27 @@ class Base:
     commit_note: str = ""
 
     @property
+    def release(self) -> Artifact:
+        """The artefact of a release base; asking a git base for one is a bug in the caller."""
+        if self.artifact is None:
+            raise TypeError(f"base '{self.name}' is a git commit, not a release: it has no artefact")
+        return self.artifact
+
+    @property
     def kind(self) -> str:
         """``git`` for a commit base, else the artefact kind (``sdist`` or ``wheel``)."""
-        return "git" if self.git is not None else self.artifact.kind
+        return "git" if self.git is not None else self.release.kind
 
     @property
     def pin(self) -> str:
         """What identifies the base's content exactly: the artefact's sha256 or the full commit id."""
-        return self.git.commit if self.git is not None else self.artifact.sha256
+        return self.git.commit if self.git is not None else self.release.sha256
 
     @property
     def source_label(self) -> str:
         if self.git is not None:
             return f"{self.git.url} {self.git.ref} @ {self.git.commit}"
-        return f"{self.artifact.filename} (sha256 {self.artifact.sha256})"
+        return f"{self.release.filename} (sha256 {self.release.sha256})"
 
     def describe(self) -> dict:
         """The base as a receipt records it."""
@@ -100,7 +108,7 @@ class Base:
         if self.git is not None:
             out |= {"repo": self.git.url, "ref": self.git.ref, "ref_date": self.git.date}
         else:
-            out |= {"artifact": self.artifact.filename, "sha256": self.artifact.sha256}
+            out |= {"artifact": self.release.filename, "sha256": self.release.sha256}
         return out
 
 
@@ -235,7 +243,7 @@ def _load_base(name: str, table, where: str, repo: str) -> Base:
 
 # --------------------------------------------------------------------------- fetching
 
-def fetch(artifact: Artifact, store: Store, search_dirs: list[Path] = ()) -> Path:
+def fetch(artifact: Artifact, store: Store, search_dirs: Sequence[Path] = ()) -> Path:
     """The verified artefact file in the store, downloading it if needed.
 
     ``search_dirs`` are looked at first (an offline mirror, a test fixture).
@@ -349,7 +357,7 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
                     fetch_commit(base.git, tmp, sources.git_mirrors)
                     act.result = ui.human_bytes(ui.dir_size(tmp))
             else:
-                art = base.artifact
+                art = base.release
                 archive = fetch(art, store, list(sources.artifacts))
                 with ui.status(f"unpacking {art.filename}") as act, store.new_entry(final) as tmp:
                     _extract(archive, art.kind, tmp)
@@ -502,11 +510,11 @@ def pypi_base(manifest: Manifest, version: str) -> Base:
         if version not in releases:
             raise PinError(f"{project}: {manifest.distribution} has no release {version}") from None
         files, url = releases[version], project
-    release = manifest.base(None) if manifest.base(None).artifact else next(
+    pinned = manifest.base(None) if manifest.base(None).artifact else next(
         (b for b in manifest.bases.values() if b.artifact is not None), None)
-    if release is None:
+    if pinned is None:
         raise ConfigError(f"{manifest.path}: no release base to take the artefact kind from")
-    ref = release.artifact
+    ref = pinned.release
     want = "sdist" if ref.kind == "sdist" else "bdist_wheel"
     files = [u for u in files if u.get("packagetype") == want]
     if ref.kind == "wheel":  # same interpreter/ABI/platform tags as the current pin
@@ -537,7 +545,7 @@ def with_base(manifest: Manifest, base: Base) -> Manifest:
 
 
 def manifest_snippet(base: Base) -> str:
-    a = base.artifact
+    a = base.release
     size = f"\nsize = {a.size}" if a.size is not None else ""
     return (f'[bases."{base.name}"]\nversion = "{base.version}"\ncommit = ""\n'
             f'commit_note = "not looked up: added by harness rebase --to-version"\ncommit_source = "none"\n'

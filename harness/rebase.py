@@ -131,17 +131,18 @@ def try_pack(ctx: Context, pack: Pack, checkout: pins.Checkout, scratch: Path, r
         dest = series.write_dir(ctx.root, pack, base, ctx.manifest(pack.target).default_base) if port else source
         dest.parent.mkdir(parents=True, exist_ok=True)
         out = Path(tempfile.mkdtemp(prefix=f".refresh-{pack.id}-", dir=dest.parent))
+        leftover: Path | None = out  # removed on the way out unless it became the series
         try:
             series.keep_names(source, series.format_series(repo, own_start, "HEAD", out))
             changed = series.compare(source, out)
             backup = series.replace_series(dest, out)
-            out = None
+            leftover = None
             if backup is not None:
                 shutil.rmtree(backup)
             report.refreshed = changed.modified + changed.added
         finally:
-            if out is not None:
-                shutil.rmtree(out, ignore_errors=True)
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
     return report
 
 

@@ -113,11 +113,13 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
     timed_out = False
     with open(log_path, "wb") as log:
         proc = guard.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = proc.stdout
+        assert out is not None  # stdout=PIPE
         deadline = start + timeout
         try:
-            os.set_blocking(proc.stdout.fileno(), False)
+            os.set_blocking(out.fileno(), False)
             while True:
-                chunk = proc.stdout.read(65536)
+                chunk = out.read(65536)
                 if chunk:
                     log.write(chunk)
                     log.flush()
@@ -125,7 +127,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
                         sys.stderr.buffer.write(chunk)
                         sys.stderr.flush()
                 elif proc.poll() is not None:
-                    rest = proc.stdout.read()
+                    rest = out.read()
                     if rest:
                         log.write(rest)
                         if echo:
@@ -141,7 +143,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
             guard.kill_group(proc)
             raise
         finally:
-            proc.stdout.close()
+            out.close()
     code = proc.wait()
     guard.release(proc)
     outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),

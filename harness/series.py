@@ -174,7 +174,7 @@ def parse_patch(pack: str, path: Path) -> Patch:
 
 def absorbed_at(pack: Pack, base: str | None) -> bool:
     """Whether tracking.toml records that upstream absorbed ``pack`` at ``base`` (``[absorbed] base``)."""
-    return base is not None and bool(pack.absorbed) and pack.absorbed.get("base") == base
+    return base is not None and pack.absorbed is not None and pack.absorbed.get("base") == base
 
 
 def series_for(tracking: Tracking, root: Path, pack: Pack, base: str | None) -> list[Patch]:
@@ -369,7 +369,7 @@ def keep_names(old_dir: Path, files: list[Path]) -> list[Path]:
     """
     if not old_dir.is_dir():
         return files
-    by_subject = {}
+    by_subject: dict[str, str] = {}
     for p in sorted(old_dir.glob("*.patch")):
         try:
             by_subject.setdefault(parse_patch("", p).subject, p.name[5:])
@@ -404,14 +404,21 @@ def compare(old_dir: Path, new_dir: Path) -> SeriesDiff:
     old = {p.name[:4]: p for p in sorted(old_dir.glob("*.patch"))} if old_dir.is_dir() else {}
     new = {p.name[:4]: p for p in sorted(new_dir.glob("*.patch"))}
     chunks: list[str] = []
-    added, removed, modified = [], [], []
+    added: list[str] = []
+    removed: list[str] = []
+    modified: list[str] = []
     for no in sorted(set(old) | set(new)):
         a, b = old.get(no), new.get(no)
         a_text = a.read_text(errors="surrogateescape").splitlines(keepends=True) if a else []
         b_text = b.read_text(errors="surrogateescape").splitlines(keepends=True) if b else []
         if a and b and a.name == b.name and a_text == b_text:
             continue
-        (modified if a and b else added if b else removed).append((b or a).name)
+        if a is not None and b is not None:
+            modified.append(b.name)
+        elif b is not None:
+            added.append(b.name)
+        elif a is not None:
+            removed.append(a.name)
         chunks.extend(difflib.unified_diff(a_text, b_text, f"a/{a.name}" if a else "/dev/null",
                                            f"b/{b.name}" if b else "/dev/null"))
     return SeriesDiff(bool(chunks), "".join(chunks), tuple(added), tuple(removed), tuple(modified))

@@ -317,18 +317,24 @@ def test_apply_check_is_cached_and_no_apply_never_claims_ready(ran):
 
 def test_filing_base_comes_from_the_pack_then_the_manifest(lane_repo):
     lane_repo.add_base("1.1", CORE_BUGGY.replace("# multiply", "# scale"))
-    t = Tracking.load(lane_repo.root)
-    ctx = _ctx(lane_repo)
-    assert readiness.filing_base(t.pack("01"), ctx.manifest("fake")) == "1.0"
+    # resolved when tracking.toml loads: the pack's key, else the manifest's, else the pack's base
+    assert Tracking.load(lane_repo.root).pack("01").filing_base == "1.0"
     m = lane_repo.root / "upstream" / "fake.toml"
     m.write_text('filing_base = "1.1"\n' + m.read_text())
+    t = Tracking.load(lane_repo.root)
+    ctx = _ctx(lane_repo)
+    assert t.pack("01").filing_base == "1.1"
     assert readiness.filing_base(t.pack("01"), ctx.manifest("fake")) == "1.1"
     r = readiness.readiness(ctx, t.pack("01"))
     assert "no-lane-on-base" in [x.code for x in r.reasons]
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('base = "1.0"\nreproducer', 'base = "1.0"\nfiling_base = "1.0"\n'
                                                                           'reproducer'))
-    assert readiness.filing_base(Tracking.load(lane_repo.root).pack("01"), ctx.manifest("fake")) == "1.0"
+    assert Tracking.load(lane_repo.root).pack("01").filing_base == "1.0"
+    # a key naming no base of the manifest is refused at load
+    path.write_text(path.read_text().replace('filing_base = "1.0"', 'filing_base = "9.9"'))
+    with pytest.raises(ConfigError, match="key 'filing_base' is '9.9', not a base of fake.toml"):
+        Tracking.load(lane_repo.root)
 
 
 def test_series_that_does_not_apply_on_the_filing_base_is_not_ready(ran, tmp_path):

@@ -73,6 +73,16 @@ def _bases(cache: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
+def test_a_git_base_describes_itself_by_its_commit_and_has_no_release_artefact(git_repo):
+    manifest = pins.load_manifest(git_repo.root, "fake")
+    main, release = manifest.base("main"), manifest.base("1.0")
+    assert (main.kind, main.pin, main.describe()["ref"]) == ("git", git_repo.main_sha, "refs/heads/main")
+    assert "artifact" not in main.describe()
+    with pytest.raises(TypeError, match="'main' is a git commit, not a release"):
+        main.release  # noqa: B018  (the property is what is tested)
+    assert release.release is release.artifact and release.kind == release.artifact.kind
+
+
 def test_materialize_fetches_exactly_the_pinned_commit_from_a_mirror(git_repo, capsys):
     args = ["materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors), *git_repo.args()]
     assert cli(*args) == Exit.OK

@@ -141,6 +141,29 @@ def test_leftovers_in_a_base_never_reach_a_wheel(lane_repo, capsys):
     assert not [p for p in entry.iterdir() if p.name not in ("site", "build.json", wheel.name)]
 
 
+def test_a_build_entry_removed_as_it_lands_is_a_build_error_not_a_missing_build(lane_repo, monkeypatch):
+    import contextlib
+    import shutil
+
+    from harness import builds, pins
+    from harness.errors import BuildError
+    from harness.store import Store
+
+    store = Store(lane_repo.cache)
+    real_new_entry = store.new_entry
+
+    @contextlib.contextmanager
+    def removed_once_renamed(final):
+        with real_new_entry(final) as tmp:
+            yield tmp
+        shutil.rmtree(final)  # another process (a cache cleaner) takes the entry right after it is renamed in
+
+    monkeypatch.setattr(store, "new_entry", removed_once_renamed)
+    manifest = pins.load_manifest(lane_repo.root, "fake")
+    with pytest.raises(BuildError, match="vanished as it was made"):
+        builds._create("k" * 64, manifest, store, lambda tmp, info: None, "building", "fake 1.0")
+
+
 # --------------------------------------------------------------------------- concurrent updates of tracking.toml (#3)
 
 REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent

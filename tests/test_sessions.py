@@ -35,7 +35,7 @@ def test_nox_lists_every_pack_of_the_real_tracking_file():
     listed = proc.stdout
     for spec in pack_sessions(ROOT):
         assert spec.name in listed
-    assert "tests" in listed and "lint" in listed
+    assert "tests" in listed and "lint" in listed and "typecheck" in listed
     assert "liger_pack09" in listed
 
 

@@ -116,22 +116,28 @@ def test_a_held_pack_carries_its_reason(lane_repo):
 
 
 @pytest.mark.parametrize(
-    ("corrupt", "line", "message"),
+    ("corrupt", "at", "message"),
     [
         # a key given twice inside one pack: tomlkit alone reports no line, the strict parser does
-        (lambda t: t.replace('state = "ready"\n', 'state = "ready"\nstate = "held"\n', 1), 9, "not valid TOML"),
-        (lambda t: t.replace("[[packs.01.lanes]]", '[packs.01]\ntitle = "again"\n[[packs.01.lanes]]', 1), 15,
+        (lambda t: t.replace('state = "ready"\n', 'state = "ready"\nstate = "held"\n', 1), 'state = "held"',
          "not valid TOML"),
+        # a table declared twice: the line named is the second declaration's
+        (lambda t: t.replace("[[packs.01.lanes]]", '[packs.01]\ntitle = "again"\n[[packs.01.lanes]]', 1),
+         '[packs.01]\ntitle = "again"', "not valid TOML"),
         # a Latin-1 byte in a comment (an editor that saved in the wrong encoding)
-        (lambda t: t.replace("# a pull request", "# a pull r\udce9quest", 1), 7, "not UTF-8 (byte 0xe9"),
+        (lambda t: t.replace("# a pull request", "# a pull r\udce9quest", 1), "# a pull r", "not UTF-8 (byte 0xe9"),
     ],
     ids=["duplicate-key", "duplicate-table", "non-utf8"],
 )
-def test_any_invalid_tracking_toml_is_bad_input_naming_file_and_line(lane_repo, capsys, corrupt, line, message):
+def test_any_invalid_tracking_toml_is_bad_input_naming_file_and_line(lane_repo, capsys, corrupt, at, message):
     from harness.errors import Exit
 
     path = lane_repo.root / "tracking.toml"
-    path.write_bytes(corrupt(path.read_text()).encode("utf-8", "surrogateescape"))
+    text = corrupt(path.read_text())
+    assert text.count(at) == 1
+    line = text[: text.index(at)].count("\n") + 1  # the line of the fault, wherever the fixture puts it
+    assert line > 1
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
     assert cli("list", *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
     assert f"tracking.toml:{line}: {message}" in err, err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from harness import pins
 from harness.context import Context, Options
@@ -35,7 +36,7 @@ def _interpreter(python: str | None) -> str | None:
 
 def options(args, **overrides) -> Options:
     """The invocation's options from the parsed arguments (a command without an option keeps the default)."""
-    values = {
+    values: dict[str, Any] = {
         "artifacts": tuple(getattr(args, "artifacts", None) or ()),
         "git_mirrors": tuple(getattr(args, "git_mirrors", None) or ()),
     }

@@ -23,7 +23,10 @@ from harness.tracking import sentinels
 def register(sub) -> None:
     p = sub.add_parser("receipts", help="import receipts brought back from a GPU host; verify or show receipts")
     rs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    q = rs.add_parser("import", help="unpack a tar of receipts into receipts/, verify logs, update tracking.toml")
+    q = rs.add_parser("import", help="verify every receipt directory of a tar as a whole (SHA256SUMS, the log; "
+                                     "legacy receipts: log only) and its pack and lane against tracking.toml, "
+                                     f"then copy them into receipts/ and update tracking.toml (exit "
+                                     f"{int(Exit.TAMPERED)}: a receipt fails, nothing imported)")
     q.add_argument("archive", type=Path)
     _args.common(q)
     q = rs.add_parser("verify", help="check every receipt directory against its digests and its log "

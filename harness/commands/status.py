@@ -7,6 +7,7 @@ materialized when needed; ``--no-apply`` uses only cached results and says "not 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 
@@ -59,7 +60,8 @@ def main(args) -> int:
         for line in result.not_found:
             ui.warn(line)
             code = Exit.USAGE
-        ctx.tracking = Tracking.load(ctx.root)  # the packs as written, new thread states included
+        # the packs as written, new thread states included (a Context is frozen: a new one, same options)
+        ctx = dataclasses.replace(ctx, tracking=Tracking.load(ctx.root))
     packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())
     memo: dict = {}
     states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
