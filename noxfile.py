@@ -50,9 +50,16 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the harness, tests, reproducers and this file."""
+    """ruff over the harness, tests, reproducers, benchmarks and this file."""
     session.install("ruff==0.17.6")
-    session.run("ruff", "check", "harness", "tests", "repros", "noxfile.py")
+    session.run("ruff", "check", "harness", "tests", "repros", "bench", "noxfile.py")
+
+
+@nox.session(default=False)
+def bench_overhead(session: nox.Session) -> None:
+    """What the harness adds to a lane: bare reproducer vs warm harness run, bootstrap and nox session (one run)."""
+    session.install("-e", ".[test]")  # nox itself: the benchmark times a pack session of a fake repository
+    session.run("python", "bench/overhead.py", *session.posargs)
 
 
 def _lane_env(session: nox.Session, spec) -> Path:
