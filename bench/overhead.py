@@ -3,7 +3,7 @@
     python bench/overhead.py                       # a small fake pack built here (no download of a real base)
     python bench/overhead.py --no-nox              # ... without the nox rows (no virtualenv, no index needed)
     python bench/overhead.py --pack 13 --lane retire-0.1.15 --python python3.12   # a real lane of this repo
-    python bench/overhead.py --pack 09 --lane regression-0.8.5 --bundle dist/bundle-09.tar.xz --python python3
+    python3 bench/overhead.py --pack 09 --lane regression-0.8.5 --bundle dist/bundle-09.tar.xz --python python3 --no-nox
 
 Everything is measured in one run, on one host, warm: each way of running the lane is run
 once untimed first (builds, runtime sites, import checks and lane environments exist after
@@ -11,7 +11,8 @@ that), then ``--rounds`` times in turn, and the medians are compared. "bare" is 
 command and environment the harness gives the reproducer (caught once by a stand-in
 interpreter that records them, then replayed without the harness); "harness" is
 ``python -m harness run PACK --lane LANE``, "bootstrap" the same through
-``python -m harness.bootstrap BUNDLE --``, "nox" ``nox -s <session> -- --lane LANE``. Every
+``python -m harness.bootstrap BUNDLE --`` (with a real pack and ``--bundle``, only that one: a
+GPU host has no network to build with), "nox" ``nox -s <session> -- --lane LANE``. Every
 timed run must end as the lane expects (exit 0), else the benchmark stops. Receipts go to a
 temporary directory and tracking.toml is not touched (``--no-tracking``).
 
@@ -44,6 +45,8 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from harness.store import default_root  # noqa: E402  (standard library only)
 
 REPRO = textwrap.dedent('''\
     import sys, time
@@ -220,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
                       "--lane", lane, "--python", python, *common] if bundle else None)
 
         # catch the reproducer's command and environment, as the harness starts it
-        capture_dir = Path(home or Path.home() / ".cache" / "patchlane") / "bench"
+        # a fixed path: the stand-in's remembered import checks stay valid from one benchmark to the next
+        capture_dir = (Path(home) if home else default_root()) / "bench"
         capture_dir.mkdir(parents=True, exist_ok=True)
         wrapper, seen = capture_dir / "capture-python", scratch / "seen.json"
         wrapper.write_text(CAPTURE.format(python=python, out=seen))
@@ -230,8 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         record = json.loads(seen.read_text())
         bare = [python, *record["argv"]]  # the script and its arguments
 
-        ways = {"bare reproducer": (bare, Path(record["cwd"]), record["env"]),
-                "harness run": (harness, root, env)}
+        ways = {"bare reproducer": (bare, Path(record["cwd"]), record["env"])}
+        if not (args.pack and args.bundle):  # a real pack with a bundle: the host may have no network
+            ways["harness run"] = (harness, root, env)
         if bootstrap:
             ways["bootstrap (bundle) run"] = (bootstrap, root, env)
         if not args.no_nox:
