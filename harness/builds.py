@@ -176,7 +176,8 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
     installation was imported (key ``stub:<module>``).
 
     A passed check is remembered in the build's entry (``import-checks/``) under a key of everything
-    that can change its answer (``harness/fingerprint.py``): the build, the modules, the check's code,
+    that can change its answer (``harness/fingerprint.py``): this module's and fingerprint's source,
+    the build, the modules, the check's code,
     the interpreter and every ``sys.path`` directory it sees with this environment, and the
     environment itself. A later check with the same key is answered from there without importing
     anything (an import of torch and a kernel library costs seconds); a failed check is never remembered.
@@ -199,7 +200,8 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
     cwd = build.site
     memo = fingerprint.Memo(build.path / "import-checks")
     try:
-        key = fingerprint.digest(IMPORT_CHECK_VERSION, build.key, str(build.site.resolve()), list(build.stubs),
+        key = fingerprint.digest(IMPORT_CHECK_VERSION, fingerprint.source(sys.modules[__name__], fingerprint),
+                                 build.key, str(build.site.resolve()), list(build.stubs),
                                  modules, code, python, fingerprint.interpreter(python, env, cwd),
                                  fingerprint.environment(env))
     except fingerprint.ProbeError as exc:

@@ -136,6 +136,14 @@ def digest(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def source(*modules) -> str:
+    """sha256 of the named modules' source files: a remembered answer dies with the code that gave it."""
+    h = hashlib.sha256()
+    for module in modules:
+        h.update(Path(module.__file__).read_bytes())
+    return h.hexdigest()
+
+
 def recheck_requested() -> bool:
     return os.environ.get(RECHECK_ENV, "") not in ("", "0")
 

@@ -80,11 +80,12 @@ def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
 
     Asking costs an import of torch and a CUDA initialisation (seconds). With ``memo_dir`` a
     definite answer is remembered under a key of what it depends on (``harness/fingerprint.py``):
-    the interpreter and everything on its ``sys.path``, the environment (``CUDA_VISIBLE_DEVICES``
-    included), and the NVIDIA driver as the kernel shows it (boot id, driver version, GPUs, MIG
-    capabilities, device nodes). A probe that failed is never remembered, nor "no device" on a
-    host whose kernel shows NVIDIA GPUs (a CUDA initialisation can fail once). Reproducers check CUDA
-    themselves and print ``SKIPPED`` without it, so even a wrong answer cannot pass a lane.
+    this module's and fingerprint's source, the interpreter and everything on its ``sys.path``,
+    the environment (``CUDA_VISIBLE_DEVICES`` included), and the NVIDIA driver as the kernel
+    shows it (boot id, driver version, GPUs, MIG capabilities, device nodes). A probe that
+    failed is never remembered, nor "no device" on a host whose kernel shows NVIDIA GPUs (a
+    CUDA initialisation can fail once). Reproducers check CUDA themselves and print
+    ``SKIPPED`` without it, so even a wrong answer cannot pass a lane.
     """
     memo = key = cwd = None
     driver = fingerprint.gpu_driver()
@@ -93,7 +94,8 @@ def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
         cwd = Path(memo_dir) / "cwd"
         cwd.mkdir(parents=True, exist_ok=True)
         try:
-            key = fingerprint.digest("cuda-devices 1", CUDA_PROBE, python, fingerprint.interpreter(python, cwd=cwd),
+            key = fingerprint.digest("cuda-devices 1", fingerprint.source(sys.modules[__name__], fingerprint),
+                                     CUDA_PROBE, python, fingerprint.interpreter(python, cwd=cwd),
                                      fingerprint.environment(), driver)
         except fingerprint.ProbeError as exc:
             return 0, f"cannot probe CUDA with {python}: {exc}"

@@ -252,3 +252,27 @@ def test_gpu_driver_view_reads_the_kernel_files(tmp_path):
                     "capabilities": ["capabilities/gpu0", "capabilities/gpu0/mig"], "nodes": ["nvidia0"]}
     (proc / "driver" / "nvidia" / "capabilities" / "gpu0" / "mig" / "gi1").mkdir()  # a MIG instance appears
     assert fingerprint.gpu_driver(proc, dev) != view
+
+
+def test_cuda_answer_of_another_interpreter_is_asked_again(tmp_path, fake_torch, venv_python):
+    _, imports, _ = fake_torch
+    python, site = venv_python
+    memo = tmp_path / "memo"
+    runs.cuda_devices(sys.executable, memo)
+    runs.cuda_devices(python, memo)
+    assert imports.read_text() == "xx"
+    runs.cuda_devices(python, memo)
+    assert imports.read_text() == "xx"
+    (site / "newpkg-1.0.dist-info").mkdir()  # a package installed into that interpreter (torch upgraded, say)
+    runs.cuda_devices(python, memo)
+    assert imports.read_text() == "xxx"
+
+
+def test_an_edit_of_the_checking_code_forgets_its_answers(tmp_path, checks, monkeypatch):
+    build = _build(tmp_path)
+    builds.import_check(build, ["fakemod"], sys.executable, "fake")
+    edited = tmp_path / "builds.py"  # the harness's builds.py as a later commit might have it
+    edited.write_text(Path(builds.__file__).read_text() + "\n# the acceptance rule changed\n")
+    monkeypatch.setattr(builds, "__file__", str(edited))
+    builds.import_check(build, ["fakemod"], sys.executable, "fake")
+    assert len(checks) == 2
