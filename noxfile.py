@@ -6,8 +6,19 @@ target's pack sessions, holding the harness and requirements/lane-<target>.txt.
 Sharing matters: the megatron lane needs a CUDA build of torch (about 5 GB), and
 five megatron packs each installing their own copy once filled a CI disk.
 The interpreter is the manifest's ``python`` (``python3.12`` on PATH, or pyenv's) or
-nox's own. A session's exit code is the harness's (see ``harness --help``):
-0 all lanes as expected, 3 a GPU lane was skipped on this host, others failures.
+nox's own. The environment is installed once and again only when what it is made of
+changes (``harness/sessions.py: lane_env_stamp``: the interpreter, pyproject.toml, the
+requirements file; kept in ``<env>/.patchlane-stamp.json``, delete it to force a reinstall).
+
+Exit codes. A pack session run alone (``nox -s mamba_pack05``, what CI's .ci/run does) exits
+with the harness's code (see ``harness --help``): 0 all lanes as expected, 3 a GPU lane was
+skipped on this host, others failures. When several sessions are selected (``nox -s a b``,
+``nox -t mamba``) every one runs and nox prints its summary: a session whose harness exited 3
+is reported "skipped", any other non-zero code "aborted" (nox then exits 1); the harness's code
+is in the "Session ... skipped/aborted: harness exit N (NAME)" line.
+
+Tags: each pack session carries its target's name and session prefix (``nox -t mamba``,
+``nox -t megatron-lm`` or ``-t megatron``).
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
 from harness.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
-from harness.sessions import pack_sessions  # noqa: E402  (stdlib-only module)
+from harness.sessions import STAMP_FILE, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only module)
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "typecheck", "tests"]
@@ -39,9 +50,16 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the harness, tests, reproducers and this file."""
+    """ruff over the harness, tests, reproducers, benchmarks and this file."""
     session.install("ruff==0.17.6")
-    session.run("ruff", "check", "harness", "tests", "repros", "noxfile.py")
+    session.run("ruff", "check", "harness", "tests", "repros", "bench", "noxfile.py")
+
+
+@nox.session(default=False)
+def bench_overhead(session: nox.Session) -> None:
+    """What the harness adds to a lane: bare reproducer vs warm harness run, bootstrap and nox session (one run)."""
+    session.install("-e", ".[test]")  # nox itself: the benchmark times a pack session of a fake repository
+    session.run("python", "bench/overhead.py", *session.posargs)
 
 
 @nox.session
@@ -52,21 +70,44 @@ def typecheck(session: nox.Session) -> None:
 
 
 def _lane_env(session: nox.Session, spec) -> Path:
-    """Create (once) and update the target's shared virtualenv; return its directory."""
+    """Create and install the target's shared virtualenv when its stamp changed; return its directory."""
     python = find_interpreter(spec.python) if spec.python else sys.executable
     if python is None:
         session.error(f"{spec.name} needs python{spec.python} (upstream/{spec.target}.toml sets "
                       f"python = \"{spec.python}\"): none on PATH runs, nor under pyenv's versions/")
     version = spec.python or "{}.{}".format(*sys.version_info[:2])
-    envdir = session.cache_dir.parent / spec.lane_env(version)
-    if not (envdir / "bin" / "python").exists():
+    envdir = session.cache_dir.resolve().parent / spec.lane_env(version)
+    stamp_path = envdir / STAMP_FILE
+    stamp = lane_env_stamp(ROOT, spec, python, envdir)
+    try:
+        old = json.loads(stamp_path.read_text())
+    except (OSError, ValueError):
+        old = None
+    if old == stamp and (envdir / "bin" / "harness").exists():
+        session.log(f"{envdir.name}: up to date ({STAMP_FILE} unchanged), nothing to install")
+        return envdir
+    stamp_path.unlink(missing_ok=True)  # an install that stops half-way leaves no stamp behind
+    # the interpreter the venv was made with, kept apart: a failed install must not cost the venv itself
+    made_with = envdir / ".patchlane-interpreter.json"
+    interpreter = json.dumps(stamp["interpreter"])
+    if not (envdir / "bin" / "python").exists() or not made_with.is_file() or made_with.read_text() != interpreter:
         session.log(f"creating the {spec.target} lane environment {envdir} (shared by its pack sessions)")
-        session.run(python, "-m", "venv", str(envdir), external=True)
+        session.run(python, "-m", "venv", "--clear", str(envdir), external=True)
+        made_with.write_text(interpreter)
     pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet")
     session.run_install(*pip, "-e", ".", external=True)
     if spec.requirements:
         session.run_install(*pip, "-r", spec.requirements, external=True)
+    stamp_path.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
     return envdir
+
+
+def _selected(session: nox.Session) -> int:
+    """How many sessions this nox invocation runs (1 when nox does not say)."""
+    try:
+        return len(session._runner.manifest)  # nox has no public accessor for the queue
+    except (AttributeError, TypeError):
+        return 1
 
 
 def _pack_session(spec):
@@ -78,13 +119,19 @@ def _pack_session(spec):
             session.run(str(envdir / "bin" / "harness"), "run", spec.pack, "--result-file", str(result),
                         *session.posargs, env=env, external=True, success_codes=[int(c) for c in Exit])
             code = Exit(json.loads(result.read_text())["exit"]) if result.exists() else Exit.USAGE
-        if code != Exit.OK:
-            session.warn(f"{spec.name}: harness exit {int(code)} ({code.name})")
-            raise SystemExit(int(code))  # keep the harness's exit code; nox would fold SKIPPED into 0
+        if code == Exit.OK:
+            return
+        why = f"harness exit {int(code)} ({code.name})"
+        if _selected(session) > 1:  # let nox run the others and print its summary
+            if code == Exit.SKIPPED:
+                session.skip(why)
+            session.error(why)
+        session.warn(f"{spec.name}: {why}")
+        raise SystemExit(int(code))  # alone: keep the harness's exit code (nox would fold SKIPPED into 0)
 
     run_pack.__doc__ = spec.description
     # venv_backend="none": the session's environment is the target's shared one (_lane_env), not its own.
-    return nox.session(name=spec.name, venv_backend="none", default=False)(run_pack)
+    return nox.session(name=spec.name, venv_backend="none", default=False, tags=spec.tags)(run_pack)
 
 
 for _spec in pack_sessions(ROOT):

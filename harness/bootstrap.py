@@ -4,11 +4,15 @@ Usage, on a GPU host without network, from the repository root::
 
     python3 -m harness.bootstrap dist/bundle.tar.xz -- run 09
 
-It unpacks the bundle (once per bundle content) under ``$PATCHLANE_HOME`` or
-``~/.cache/patchlane``, checks every file against ``bundle.json``, installs
-the harness's dependency wheels into a private directory with
-``pip --no-index``, and re-executes ``python -m harness <args> --bundle-dir``
-so the run takes its builds from the bundle only.
+It unpacks the bundle under the harness's cache (``$PATCHLANE_HOME``, else
+``$XDG_CACHE_HOME/patchlane``, else ``~/.cache/patchlane``) into a directory named
+by the archive's sha256, checks every file against ``bundle.json``, installs the
+harness's dependency wheels with ``pip --no-index`` into a directory of that one
+per interpreter (``site-<cache tag>``, e.g. ``site-cpython-312``), and re-executes
+``python -m harness <args> --bundle-dir`` so the run takes its builds from the
+bundle only. A later call with the same archive reuses all of it: it hashes the
+archive, finds the directory complete, and starts the harness. Exit code 4 (PIN)
+when the archive is missing, holds a foreign member, or a file fails its sha256.
 """
 
 from __future__ import annotations
@@ -20,48 +24,77 @@ import sys
 import tarfile
 from pathlib import Path
 
-from harness.hashing import sha256_file
+from harness.errors import Exit
+from harness.hashing import sha256_file, verify_files
+from harness.store import default_root
 
 TOP = "patchlane-bundle"
+VERIFIED = ".verified.json"  # in the bundle directory: which files matched, and their identity then
+
+
+def _fail(message: str) -> int:
+    print(f"harness.bootstrap: error: {message}", file=sys.stderr)
+    return int(Exit.PIN)
+
+
+def expected_files(index: dict) -> dict[str, str]:
+    """Every file ``bundle.json`` lists, with its sha256."""
+    return {e["file"]: e["sha256"] for e in index["wheels"] + list(index["builds"].values())}
+
+
+def unpack(archive: Path, dest: Path) -> int:
+    """Extract and verify ``archive`` into ``dest`` (marked ``.complete`` when done); 0 or an exit code."""
+    print(f"> unpacking {archive} into {dest}", file=sys.stderr)
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive) as tf:
+        for m in tf.getmembers():
+            if not (m.name == TOP or m.name.startswith(TOP + "/")):
+                return _fail(f"{archive}: unexpected member {m.name!r}")
+        tf.extractall(dest, filter="data")
+    bundle_dir = dest / TOP
+    index = json.loads((bundle_dir / "bundle.json").read_text())
+    bad = verify_files(bundle_dir, expected_files(index), bundle_dir / VERIFIED)
+    if bad:
+        return _fail(f"{bad[0]} fails its sha256")
+    (dest / ".complete").write_text("ok\n")
+    return 0
+
+
+def install_site(bundle_dir: Path, site: Path) -> None:
+    """The bundle's dependency wheels, installed for this interpreter into ``site`` (once)."""
+    marker = site.with_name(site.name + ".complete")
+    if marker.exists():
+        return
+    index = json.loads((bundle_dir / "bundle.json").read_text())
+    wheels = [str(bundle_dir / w["file"]) for w in index["wheels"]]
+    if wheels:
+        print(f"> installing {len(wheels)} wheel(s) offline for {sys.implementation.cache_tag}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                        "--no-compile", "--disable-pip-version-check", "--upgrade", "--target", str(site),
+                        *wheels], check=True)
+    marker.write_text("ok\n")
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or "--" not in argv:
         print(__doc__.strip())
-        return 2 if not argv or argv[0] not in ("-h", "--help") else 0
+        return int(Exit.USAGE) if not argv or argv[0] not in ("-h", "--help") else int(Exit.OK)
     split = argv.index("--")
     archive, harness_args = Path(argv[0]), argv[split + 1:]
     if not archive.is_file():
-        print(f"harness.bootstrap: error: bundle {archive} not found", file=sys.stderr)
-        return 4
-    home = Path(os.environ.get("PATCHLANE_HOME") or Path.home() / ".cache" / "patchlane")
-    dest = home / "bundles" / sha256_file(archive)[:16]
+        return _fail(f"bundle {archive} not found")
+    dest = default_root() / "bundles" / sha256_file(archive)[:16]
     bundle_dir = dest / TOP
     if not (dest / ".complete").exists():
-        print(f"> unpacking {archive} into {dest}", file=sys.stderr)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(archive) as tf:
-            for m in tf.getmembers():
-                if not (m.name == TOP or m.name.startswith(TOP + "/")):
-                    print(f"harness.bootstrap: error: {archive}: unexpected member {m.name!r}", file=sys.stderr)
-                    return 4
-            tf.extractall(dest, filter="data")
-        index = json.loads((bundle_dir / "bundle.json").read_text())
-        for entry in index["wheels"] + list(index["builds"].values()):
-            if sha256_file(bundle_dir / entry["file"]) != entry["sha256"]:
-                print(f"harness.bootstrap: error: {entry['file']} fails its sha256", file=sys.stderr)
-                return 4
-        wheels = [str(bundle_dir / w["file"]) for w in index["wheels"]]
-        if wheels:
-            print(f"> installing {len(wheels)} wheel(s) offline", file=sys.stderr)
-            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                            "--no-compile", "--disable-pip-version-check", "--target", str(dest / "site"),
-                            *wheels], check=True)
-        (dest / ".complete").write_text("ok\n")
+        code = unpack(archive, dest)
+        if code:
+            return code
+    site = dest / f"site-{sys.implementation.cache_tag}"
+    install_site(bundle_dir, site)
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent.parent)
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join([here, str(dest / "site"), *inherited])
+    env["PYTHONPATH"] = os.pathsep.join([here, str(site), *inherited])
     cmd = [sys.executable, "-m", "harness", *harness_args, "--bundle-dir", str(bundle_dir)]
     return subprocess.call(cmd, env=env)
 

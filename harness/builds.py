@@ -28,7 +28,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import git, guard, interpreters, ui
+from harness import fingerprint, git, guard, interpreters, ui
 from harness import stubs as stubs_mod
 from harness.errors import BuildError
 from harness.hashing import sha256_file, sha256_text
@@ -208,6 +208,9 @@ def _run(cmd: list[str], label: str, what: str, cwd: Path | None = None, scratch
         raise BuildError(f"build {label}: {what} failed (exit {proc.returncode}):\n{tail}")
 
 
+IMPORT_CHECK_VERSION = "1"  # bump when the check's code or what it accepts changes
+
+
 def import_check(build: Build, modules: list[str], python: str, label: str,
                  extra_path: list[str] | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
     """Import each module from the build with ``python``; check it comes from the build, not elsewhere.
@@ -216,6 +219,13 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
     ``env`` replaces the inherited environment (the lane's ``LD_LIBRARY_PATH`` for those dependencies).
     For a build with stubs, the answer also says, per stubbed module, whether the stub or a real
     installation was imported (key ``stub:<module>``).
+
+    A passed check is remembered in the build's entry (``import-checks/``) under a key of everything
+    that can change its answer (``harness/fingerprint.py``): this module's and fingerprint's source,
+    the build, the modules, the check's code,
+    the interpreter and every ``sys.path`` directory it sees with this environment, and the
+    environment itself. A later check with the same key is answered from there without importing
+    anything (an import of torch and a kernel library costs seconds); a failed check is never remembered.
     """
     code = (
         "import importlib, json, sys\n"
@@ -227,9 +237,25 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
         f"out.update({{'stub:' + k: v for k, v in _stub_report({list(build.stubs)!r}).items()}})\n"
         "print(json.dumps(out))\n"
     )
-    env = dict(env if env is not None else os.environ,
-               PYTHONPATH=os.pathsep.join([str(build.site), *(extra_path or []), *inherited_pythonpath()]))
-    proc = guard.run([python, "-c", code, *modules], env=env)
+    # Run in the build's own directory (the caller's working directory is not on a reproducer's
+    # path either), with relative PYTHONPATH entries made absolute against the caller's, where
+    # the reproducer resolves them.
+    path = [str(build.site), *(extra_path or []), *inherited_pythonpath()]
+    env = dict(env if env is not None else os.environ, PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in path))
+    cwd = build.site
+    memo = fingerprint.Memo(build.path / "import-checks")
+    try:
+        key = fingerprint.digest(IMPORT_CHECK_VERSION, fingerprint.source(sys.modules[__name__], fingerprint),
+                                 build.key, str(build.site.resolve()), list(build.stubs),
+                                 modules, code, python, fingerprint.interpreter(python, env, cwd),
+                                 fingerprint.environment(env))
+    except fingerprint.ProbeError as exc:
+        raise BuildError(f"import check of {label}: {exc}") from None
+    remembered = memo.get(key)
+    if isinstance(remembered, dict):
+        ui.note(f"import check of {label}: remembered ({key[:12]}), nothing changed since it passed")
+        return remembered
+    proc = guard.run([python, "-c", code, *modules], env=env, cwd=cwd)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
         raise BuildError(f"import check of {label} failed for {', '.join(modules)}:\n{tail}")
@@ -244,7 +270,9 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
         if outside or not files:
             raise BuildError(f"import check of {label}: {name} was imported from "
                              f"{', '.join(outside) or 'nowhere'}, not from the build at {site}")
-    return {name: value if name.startswith("stub:") else value[0] for name, value in found.items()}
+    answer = {name: value if name.startswith("stub:") else value[0] for name, value in found.items()}
+    memo.put(key, answer, python=python, modules=modules, label=label)
+    return answer
 
 
 def inherited_pythonpath() -> list[str]:

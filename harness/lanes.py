@@ -250,7 +250,8 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
     prepared = [prepare(ctx, pack, lane) for lane in lanes]
     needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in lanes)
-    gpus, gpu_desc = runs.cuda_devices(ctx.python) if needs_gpu else (0, "not needed")
+    gpus, gpu_desc = (runs.cuda_devices(ctx.python, ctx.store.area("memo") / "cuda-devices") if needs_gpu
+                      else (0, "not needed"))
     results = []
     run_dir = run_dir_for(pack)
     made_here = not os.environ.get("HARNESS_RUN_DIR")  # a directory the caller gave is the caller's to remove

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import guard
+from harness import fingerprint, guard
 from harness.errors import Exit
 
 VERDICT_EXIT = {
@@ -84,20 +84,52 @@ def launch_command(python: str, nproc: int, script: Path, args: list[str]) -> li
     return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script), *args]
 
 
-def cuda_devices(python: str) -> tuple[int, str]:
-    """How many CUDA devices ``python``'s torch sees, and what they are."""
-    code = ("import torch,json;n=torch.cuda.device_count() if torch.cuda.is_available() else 0;"
-            "print(json.dumps([n, ', '.join(torch.cuda.get_device_name(i) for i in range(n))"
-            " or 'no CUDA device visible to torch']))")
+CUDA_PROBE = ("import torch,json;n=torch.cuda.device_count() if torch.cuda.is_available() else 0;"
+              "print(json.dumps([n, ', '.join(torch.cuda.get_device_name(i) for i in range(n))"
+              " or 'no CUDA device visible to torch']))")
+
+
+def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
+    """How many CUDA devices ``python``'s torch sees, and what they are.
+
+    Asking costs an import of torch and a CUDA initialisation (seconds). With ``memo_dir`` a
+    definite answer is remembered under a key of what it depends on (``harness/fingerprint.py``):
+    this module's and fingerprint's source, the interpreter and everything on its ``sys.path``,
+    the environment (``CUDA_VISIBLE_DEVICES`` included), and the NVIDIA driver as the kernel
+    shows it (boot id, driver version, GPUs, MIG capabilities, device nodes). A probe that
+    failed is never remembered, nor "no device" on a host whose kernel shows NVIDIA GPUs (a
+    CUDA initialisation can fail once). Reproducers check CUDA themselves and print
+    ``SKIPPED`` without it, so even a wrong answer cannot pass a lane.
+    """
+    memo = key = cwd = None
+    driver = fingerprint.gpu_driver()
+    if memo_dir is not None:
+        # an empty working directory: the caller's ('' on sys.path for -c) would be part of the key
+        cwd = Path(memo_dir) / "cwd"
+        cwd.mkdir(parents=True, exist_ok=True)
+        try:
+            key = fingerprint.digest("cuda-devices 1", fingerprint.source(sys.modules[__name__], fingerprint),
+                                     CUDA_PROBE, python, fingerprint.interpreter(python, cwd=cwd),
+                                     fingerprint.environment(), driver)
+        except fingerprint.ProbeError as exc:
+            return 0, f"cannot probe CUDA with {python}: {exc}"
+        memo = fingerprint.Memo(memo_dir)
+        remembered = memo.get(key)
+        if isinstance(remembered, list) and len(remembered) == 2:
+            return int(remembered[0]), str(remembered[1])
     try:
-        proc = guard.run([python, "-c", code], timeout=120)
+        proc = guard.run([python, "-c", CUDA_PROBE], timeout=120, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 0, f"cannot probe CUDA with {python}: {exc}"
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return 0, f"torch not importable by {python}: {last}"
     n, desc = json.loads(proc.stdout.strip().splitlines()[-1])
-    return int(n), f"this host has {n}: {desc}" if n else desc
+    answer = (int(n), f"this host has {n}: {desc}" if n else desc)
+    # "none" where the kernel shows GPUs may be a passing failure of CUDA: ask again next time
+    if memo is not None and (answer[0] > 0 or not driver["gpus"]):
+        memo.put(key, list(answer), python=python)
+    return answer
 
 
 def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],

@@ -6,16 +6,22 @@ must not import tomlkit, rich or GitPython. Each pack becomes a session
 first word of the target name (``liger-kernel`` -> ``liger``). A manifest's
 optional ``python`` (e.g. ``"3.12"`` where the upstream package requires it)
 becomes the session's interpreter; otherwise nox's own interpreter is used.
-All pack sessions of one target share one virtualenv (``PackSession.lane_env``).
+All pack sessions of one target share one virtualenv (``PackSession.lane_env``), installed
+again only when ``lane_env_stamp`` changes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import Exit  # stdlib-only, like this module (the noxfile imports both)
+from harness.fingerprint import file_identity
+
+STAMP_FILE = ".patchlane-stamp.json"
+STAMP_VERSION = "1"  # bump when what the lane environment installs changes in a way the stamp cannot see
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,32 @@ class PackSession:
         """The directory name (under nox's envdir) of the virtualenv that all of this target's
         pack sessions share: ``lane-<target>-py<X.Y>``."""
         return f"lane-{self.target}-py{python_version}"
+
+    @property
+    def tags(self) -> list[str]:
+        """``nox -t <tag>`` selects every pack session of a target: its name and its session prefix."""
+        prefix = self.name.rsplit("_pack", 1)[0]
+        return [self.target] + ([prefix] if prefix != self.target else [])
+
+
+def lane_env_stamp(root: Path, spec: PackSession, python: str, envdir: Path) -> dict:
+    """What a lane environment's installs depend on; the noxfile installs again only when it changes.
+
+    The interpreter that made the environment (path, real file, size, mtime, inode: an upgrade in
+    place moves it), the environment's and the repository's locations (a venv and an editable
+    install hold absolute paths), and the content of pyproject.toml (the harness's pins, scripts,
+    packages) and of the target's requirements file. The harness itself is installed editable,
+    so a change to its sources needs no reinstall.
+    """
+    def content(rel: str | None) -> str | None:
+        if rel is None:
+            return None
+        path = root / rel
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+    return {"version": STAMP_VERSION, "python": python, "interpreter": file_identity(python),
+            "envdir": str(envdir), "root": str(root), "pyproject.toml": content("pyproject.toml"),
+            "requirements": [spec.requirements, content(spec.requirements)]}
 
 
 def _manifest(root: Path, target: str) -> dict:

@@ -6,6 +6,9 @@ entry. Entries are created in a temporary sibling directory and renamed into
 place as the last step: a directory that exists under its final name is
 complete, and an interrupted step leaves only a ``.tmp-*`` directory that the
 next run removes.
+
+Importable with the standard library only (``harness.bootstrap`` takes ``default_root`` from
+here before any dependency is installed): filelock is imported when a Store is made.
 """
 
 from __future__ import annotations
@@ -16,8 +19,6 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-
-from filelock import FileLock
 
 _TMP_PREFIX = ".tmp-"
 
@@ -34,6 +35,7 @@ def default_mode(directory: bool) -> int:
 
 
 def default_root() -> Path:
+    """``$PATCHLANE_HOME``, else ``$XDG_CACHE_HOME/patchlane``, else ``~/.cache/patchlane``."""
     env = os.environ.get("PATCHLANE_HOME")
     if env:
         return Path(env).expanduser().resolve()
@@ -47,6 +49,8 @@ class Store:
     def __init__(self, root: Path | None = None):
         self.root = Path(root) if root else default_root()
         self.root.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
         self._lock = FileLock(str(self.root / ".lock"))
 
     def area(self, name: str) -> Path:

@@ -71,7 +71,7 @@ def test_gpu_lane_without_gpu_is_skipped_after_build_and_import_check(lane_repo,
     lane_repo.write_tracking(requires="cuda")
     from harness import runs
 
-    monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
     assert _run(lane_repo, quiet=False) == Exit.SKIPPED
     out = capsys.readouterr()
     assert "import check ok" in out.err
@@ -104,7 +104,7 @@ def test_lane_requires_overrides_the_pack(lane_repo, monkeypatch, capsys):
     path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
     from harness import runs
 
-    monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
     assert _run(lane_repo) == 3
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["lane"] == "bug" and rec.data["verdict"] == "pass"
@@ -191,7 +191,7 @@ def test_lane_needing_more_gpus_than_the_host_has_is_skipped(lane_repo, monkeypa
     lane_repo.write_tracking(requires="cuda")
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('patched = true', 'patched = true\nnproc = 4'))
-    monkeypatch.setattr(runs, "cuda_devices", lambda python: (1, "this host has 1: NVIDIA H100"))
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (1, "this host has 1: NVIDIA H100"))
     monkeypatch.setenv("FAKE_MODE", "")
     assert _run(lane_repo) == 3  # the 1-GPU lane passes, the 4-GPU lane is skipped: SKIPPED wins over OK
     [rec] = find(lane_repo.root, "fake", "01")

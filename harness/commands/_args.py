@@ -13,7 +13,8 @@ def common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, default=None,
                    help="repository root (default: found from the current directory)")
     p.add_argument("--cache", type=Path, default=None,
-                   help="cache for artefacts, bases and builds (default: $PATCHLANE_HOME or ~/.cache/patchlane)")
+                   help="cache for artefacts, bases and builds (default: $PATCHLANE_HOME, else "
+                        "$XDG_CACHE_HOME/patchlane, else ~/.cache/patchlane)")
 
 
 def artifacts(p: argparse.ArgumentParser) -> None:
