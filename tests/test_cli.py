@@ -69,7 +69,7 @@ def test_a_run_where_no_lane_could_run_is_not_success(lane_repo, monkeypatch, ca
     from harness import runs
 
     lane_repo.write_tracking(requires="cuda")
-    monkeypatch.setattr(runs, "cuda_devices", lambda python: (0, "no CUDA device visible to torch"))
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
     assert cli("run", "01", *lane_repo.args()) == Exit.SKIPPED
     assert "no lane could run on this host: nothing was validated" in capsys.readouterr().err
 

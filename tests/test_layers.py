@@ -13,8 +13,8 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 LAYERS: dict[int, set[str]] = {
-    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "git", "store", "guard"},
-    1: {"tomlutil", "runs", "github", "sessions", "standalone"},
+    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "git", "store", "guard", "fingerprint"},
+    1: {"tomlutil", "runs", "github", "sessions", "standalone", "bootstrap"},  # bootstrap: stdlib + layer 0
     2: {"pins", "runtime", "receipts"},
     3: {"tracking", "builds"},
     4: {"series", "threads"},
@@ -22,7 +22,7 @@ LAYERS: dict[int, set[str]] = {
     6: {"lanes", "edit", "rebase", "export", "provenance", "filing"},  # workflows: peers, none imports another
     7: {"absorbed", "bundle", "readiness"},  # composites: rebase; lanes; filing + rebase
     8: {"landing"},  # filing waves need readiness
-    9: {"commands", "error_handler", "bootstrap"},  # the CLI: one module per verb, the error boundary
+    9: {"commands", "error_handler"},  # the CLI: one module per verb, the error boundary
     10: {"main"},  # parses and dispatches
     11: {"__main__"},
 }

@@ -32,14 +32,14 @@ def _build(tmp_path: Path, body: str = "VALUE = 1\n", key: str = "k" * 64) -> bu
 def checks(monkeypatch):
     """Record every import check that really ran (not the fingerprint probes)."""
     ran: list[list[str]] = []
-    real = builds.subprocess.run
+    real = builds.guard.run
 
     def spy(cmd, *args, **kwargs):
         if len(cmd) > 2 and cmd[1] == "-c" and "importlib.import_module" in cmd[2]:
             ran.append(list(cmd[3:]))
         return real(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(builds.subprocess, "run", spy)
+    monkeypatch.setattr(builds.guard, "run", spy)
     monkeypatch.delenv(fingerprint.RECHECK_ENV, raising=False)
     return ran
 
