@@ -13,7 +13,12 @@ non-fused ``use_mamba_mem_eff_path=False`` path: the fused one needs causal_conv
 attention: ``TransformerLayer`` with local ``SelfAttention``/``DotProductAttention``; ``-`` MLP:
 ``MLPLayer`` with the local MLP). Megatron's local attention and Mamba need CUDA, so the CPU lanes
 use ``--`` (two MLP layers) and the CUDA lanes ``M*-``. No position embedding, no final norm
-(the norm is Transformer Engine's), TP = 1 (megatron's groups over a world of one).
+(the norm is Transformer Engine's), TP = 1 (megatron's groups over a world of one). In bfloat16 the
+model is wrapped in megatron's ``Float16Module``, as megatron's training sets up every bf16 model
+(``get_model``): the local LayerNorm (``WrappedTorchNorm``, a ``torch.nn.LayerNorm`` built without a
+dtype) keeps float32 weights until that wrapper casts the module, and on CUDA a float32-weight
+LayerNorm rejects the bf16 hidden states a Mamba layer hands it, with the option on or off. Both
+models of a comparison are built and wrapped the same way.
 
 * unpatched lanes: the output layer is not a ``LinearCrossEntropyModule`` -> BUG_REPRODUCED
   (FIGURE ``forward_with_labels`` records what a forward with labels then does: at dev d48bd6b
@@ -155,8 +160,19 @@ def build_model(torch, pattern: str, dtype, fused: bool, device: str, shape: dic
         model_parallel_cuda_manual_seed(SEED)
     model = HybridModel(config=cfg, hybrid_stack_spec=hybrid_spec(pattern), vocab_size=shape["vocab"],
                         max_sequence_length=shape["seqlen"], hybrid_layer_pattern=pattern,
-                        position_embedding_type="none")
-    return model.to(device)
+                        position_embedding_type="none").to(device)
+    if cfg.bf16:  # megatron's own bf16 setup: cast the module, bf16 inputs in, fp32 outputs out
+        from megatron.core.transformer.module import Float16Module
+
+        model = Float16Module(cfg, model)
+    return model
+
+
+def core(model):
+    """The HybridModel itself (inside megatron's Float16Module when there is one)."""
+    from megatron.core.transformer.module import Float16Module
+
+    return model.module if isinstance(model, Float16Module) else model
 
 
 def batch(torch, shape: dict, device: str):
@@ -185,7 +201,7 @@ def run_loss(torch, model, ids, pos, labels, capture: dict | None = None):
             hidden = args[0] if args else kwargs["input_"]
             capture["hidden"] = hidden.detach().clone()
             hidden.register_hook(lambda grad: capture.__setitem__("grad_hidden", grad.detach().clone()))
-        handle = model.output_layer.register_forward_pre_hook(pre_hook, with_kwargs=True)
+        handle = core(model).output_layer.register_forward_pre_hook(pre_hook, with_kwargs=True)
     try:
         per_token = model(ids, pos, None, labels=labels)
     finally:
@@ -195,7 +211,7 @@ def run_loss(torch, model, ids, pos, labels, capture: dict | None = None):
     masked = per_token.float() * mask
     loss = masked.sum() / mask.sum()
     loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    grads = {n: p.grad.detach().clone() for n, p in core(model).named_parameters() if p.grad is not None}
     return masked.detach(), loss.detach(), grads
 
 
@@ -222,12 +238,15 @@ def check_dtype(torch, F, mod_lce, pattern, dtype, device, shape, failures):
     ids, pos, labels = batch(torch, shape, device)
     fused = build_model(torch, pattern, dtype, True, device, shape)
     plain = build_model(torch, pattern, dtype, False, device, shape)
-    missing = plain.load_state_dict(fused.state_dict(), strict=True)
-    figure("models", None, None, dtype=name, pattern=pattern,
-           fused_output_layer=type(fused.output_layer).__name__, plain_output_layer=type(plain.output_layer).__name__,
-           n_params=sum(p.numel() for p in fused.parameters()), state_dict_load=str(missing))
-    if not isinstance(fused.output_layer, mod_lce.LinearCrossEntropyModule):
-        failures.append(f"{name}: output layer is {type(fused.output_layer).__name__}")
+    missing = core(plain).load_state_dict(core(fused).state_dict(), strict=True)
+    param_dtypes = sorted({str(p.dtype).replace("torch.", "") for p in fused.parameters()})
+    figure("models", None, None, dtype=name, pattern=pattern, wrapper=type(fused).__name__,
+           fused_output_layer=type(core(fused).output_layer).__name__,
+           plain_output_layer=type(core(plain).output_layer).__name__,
+           n_params=sum(p.numel() for p in fused.parameters()), param_dtypes=param_dtypes,
+           state_dict_load=str(missing))
+    if not isinstance(core(fused).output_layer, mod_lce.LinearCrossEntropyModule):
+        failures.append(f"{name}: output layer is {type(core(fused).output_layer).__name__}")
 
     # which loss path the option-on model takes
     calls = {"linear_cross_entropy": 0, "compute_language_model_loss": 0}
@@ -237,14 +256,14 @@ def check_dtype(torch, F, mod_lce, pattern, dtype, device, shape, failures):
         calls["linear_cross_entropy"] += 1
         return original(*args, **kwargs)
 
-    plain_loss_fn = fused.compute_language_model_loss
+    plain_loss_fn = core(fused).compute_language_model_loss
 
     def counting_plain(*args, **kwargs):
         calls["compute_language_model_loss"] += 1
         return plain_loss_fn(*args, **kwargs)
 
     mod_lce.linear_cross_entropy = counting
-    fused.compute_language_model_loss = counting_plain
+    core(fused).compute_language_model_loss = counting_plain
     try:
         got_masked, got_loss, got_grads = run_loss(torch, fused, ids, pos, labels)
     except Exception as exc:  # a loss path that cannot run is a failed fix, with the reason on record
@@ -252,14 +271,14 @@ def check_dtype(torch, F, mod_lce, pattern, dtype, device, shape, failures):
         return
     finally:
         mod_lce.linear_cross_entropy = original
-        del fused.compute_language_model_loss
+        del core(fused).compute_language_model_loss
     figure("loss_path_calls", calls, None, dtype=name)
     if calls != {"linear_cross_entropy": 1, "compute_language_model_loss": 0}:
         failures.append(f"{name}: option on, loss path calls {calls}")
 
     capture: dict = {}
     ref_masked, ref_loss, ref_grads = run_loss(torch, plain, ids, pos, labels, capture)
-    b_loss, b_dhidden, b_dweight = boundary_reference(torch, F, capture, plain.output_layer.weight, labels)
+    b_loss, b_dhidden, b_dweight = boundary_reference(torch, F, capture, core(plain).output_layer.weight, labels)
     eps = torch.finfo(dtype).eps
     control = {"loss": rel(ref_loss, b_loss), "grad_hidden": rel(capture["grad_hidden"], b_dhidden),
                "grad_output_weight": rel(ref_grads["output_layer.weight"], b_dweight)}
@@ -313,7 +332,7 @@ def main() -> int:
 
     if not patched:
         model = build_model(torch, pattern, torch.float32, True, args.device, shape)
-        layer = type(model.output_layer)
+        layer = type(core(model).output_layer)
         ids, pos, labels = batch(torch, shape, args.device)
         try:
             out = model(ids, pos, None, labels=labels)
