@@ -52,7 +52,7 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff over the harness, tests, reproducers, benchmarks and this file."""
     session.install("ruff==0.17.6")
-    session.run("ruff", "check", "harness", "tests", "repros", "bench", "noxfile.py")
+    session.run("ruff", "check", "harness", "tests", "repros", "bench", "tools", "noxfile.py")
 
 
 @nox.session(default=False)

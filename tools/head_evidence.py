@@ -29,7 +29,8 @@ def host(data: dict) -> str:
 
 
 def row(pack: str, base: str, lane_dir: str, data: dict, shows: str) -> str:
-    return f"| {pack} | {base} | `{lane_dir}` ({host(data)}) | {data['sentinels'][-1] if data['sentinels'] else '-'} | {shows} |"
+    sentinel = data["sentinels"][-1] if data["sentinels"] else "-"
+    return f"| {pack} | {base} | `{lane_dir}` ({host(data)}) | {sentinel} | {shows} |"
 
 
 def main() -> None:
