@@ -60,10 +60,10 @@ REPRO = textwrap.dedent('''\
 ''')
 
 
-def make_sdist(dest: Path, version: str = "1.0", core: str = CORE_BUGGY) -> Path:
-    top = f"fakepkg-{version}"
-    files = {
-        f"{top}/pyproject.toml": textwrap.dedent(f'''\
+def fake_tree(version: str = "1.0", core: str = CORE_BUGGY) -> dict[str, str]:
+    """The fake upstream's source files (path -> text), as its git repository holds them."""
+    return {
+        "pyproject.toml": textwrap.dedent(f'''\
             [build-system]
             requires = ["setuptools>=61"]
             build-backend = "setuptools.build_meta"
@@ -73,9 +73,16 @@ def make_sdist(dest: Path, version: str = "1.0", core: str = CORE_BUGGY) -> Path
             [tool.setuptools.packages.find]
             where = ["src"]
         '''),
+        "src/fakepkg/__init__.py": f'__version__ = "{version}"\n',
+        "src/fakepkg/core.py": core,
+    }
+
+
+def make_sdist(dest: Path, version: str = "1.0", core: str = CORE_BUGGY) -> Path:
+    top = f"fakepkg-{version}"
+    files = {
+        **{f"{top}/{name}": text for name, text in fake_tree(version, core).items()},
         f"{top}/PKG-INFO": f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n",
-        f"{top}/src/fakepkg/__init__.py": f'__version__ = "{version}"\n',
-        f"{top}/src/fakepkg/core.py": core,
     }
     path = dest / f"fakepkg-{version}.tar.gz"
     with tarfile.open(path, "w:gz") as tf:

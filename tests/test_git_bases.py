@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import CORE_BUGGY, CORE_FIXED, cli, git, make_patch
+from conftest import CORE_BUGGY, CORE_FIXED, cli, fake_tree, git, make_patch
 
 from harness import pins, series
 from harness.errors import Exit
@@ -20,19 +20,9 @@ MIRROR_NAME = "example.invalid+fake.git"  # what pins.mirror_name makes of https
 def _upstream(tmp_path: Path, core: str, version: str = "1.0") -> tuple[Path, str]:
     """A bare mirror holding one commit of fakepkg (the same tree as the fake sdist, with ``core``)."""
     work = tmp_path / f"upstream-{version}-{abs(hash(core)) % 10**6}"
-    (work / "src" / "fakepkg").mkdir(parents=True)
-    (work / "pyproject.toml").write_text(textwrap.dedent(f'''\
-        [build-system]
-        requires = ["setuptools>=61"]
-        build-backend = "setuptools.build_meta"
-        [project]
-        name = "fakepkg"
-        version = "{version}"
-        [tool.setuptools.packages.find]
-        where = ["src"]
-    '''))
-    (work / "src" / "fakepkg" / "__init__.py").write_text(f'__version__ = "{version}"\n')
-    (work / "src" / "fakepkg" / "core.py").write_text(core)
+    for name, text in fake_tree(version, core).items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
     git(work, "init", "-q", "-b", "main")
     git(work, "add", "-A")
     git(work, "commit", "-q", "-m", f"fakepkg {version}")
