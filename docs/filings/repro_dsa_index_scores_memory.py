@@ -1,22 +1,8 @@
 """DSA index scores: avoid the [sq,b,h,sk] fp32 einsum intermediate: a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch, a CUDA GPU. Nothing else: every
-helper it uses is copied in below.
+Needs megatron-core (the package under test) importable, torch. Nothing else: every helper it uses
+is copied in below.
 
-Run it once per build, from one directory:
-
-  1. megatron-core 0.19.2 as published (CPU is enough):
-       HARNESS_LANE=bug-0.19.2-cpu HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_dsa_index_scores_memory.py
-  2. megatron-core 0.19.2 with the change (CPU is enough):
-       HARNESS_LANE=fix-0.19.2-cpu HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run HARNESS_BASELINE_SITE=$RELEASED_SITE python repro_dsa_index_scores_memory.py
-  3. megatron-core 0.19.2 with the change (CUDA GPU):
-       HARNESS_LANE=memory-0.19.2 HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run HARNESS_BASELINE_SITE=$RELEASED_SITE python repro_dsa_index_scores_memory.py
-
-RELEASED_SITE is a directory holding megatron-core 0.19.2 as published, e.g. made with 'pip install
---no-deps --target DIR megatron-core==0.19.2': the run compares the changed function with that one
-in one process.
-
-Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
 Method notes:
 

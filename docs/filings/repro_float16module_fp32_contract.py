@@ -1,18 +1,14 @@
 """Float16Module casts Mamba-3 fp32-contract parameters: a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch, a CUDA GPU, mamba-ssm 2.3.2.post1.
-Nothing else: every helper it uses is copied in below.
+Needs megatron-core (the package under test) importable, torch. Nothing else: every helper it uses
+is copied in below.
 
 Run it once per build, from one directory:
 
-  1. megatron-core 0.19.2 as published (CPU is enough):
-       HARNESS_LANE=bug-0.19.2 HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
-  2. megatron-core 0.19.2 with the change (CPU is enough):
-       HARNESS_LANE=fix-0.19.2 HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
-  3. megatron-core 0.19.2 as published (CUDA GPU):
-       HARNESS_LANE=mamba3-stage-bug HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py --stage mamba3
-  4. megatron-core 0.19.2 with the change (CUDA GPU):
-       HARNESS_LANE=mamba3-stage-fix HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py --stage mamba3
+  1. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CPU is enough):
+       HARNESS_LANE=bug-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
+  2. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with the change (CPU is enough):
+       HARNESS_LANE=fix-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -29,6 +25,12 @@ The wrapped module is a small stand-in with Mamba-3's parameter names: it declar
 ``keep_fp32_params = ("dt_bias", "D", "B_bias", "C_bias")`` (the class attribute the patch
 adds) and, where the build offers it, marks a MIMO-style bias with ``keep_fp32(param)``.
 On the baseline both declarations have no effect, which is the bug.
+
+Upstream main (after 0.19.x) has its own per-tensor marker, ``mark_keep_in_fp32`` (attribute
+``keep_in_fp32``), honoured by Float16Module, but no declaration by name; pack 16's main series
+adds that as ``keep_in_fp32_params``. On a build with ``mark_keep_in_fp32`` the reproducer uses
+that marker and that attribute name (see ``declaration_api``), so on main's baseline the marked
+bias stays fp32 and only the by-name declaration is ignored.
 
 Checks (patched lanes):
 
@@ -241,13 +243,22 @@ def init_single_process(parallel_state, dist) -> None:
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
 
 
-def standin_class(torch, keep_fp32):
+def declaration_api(mcore_module):
+    """(per-parameter marker or None, name of the by-name declaration attribute) of this build.
+
+    0.19.2 + pack 16: keep_fp32 / keep_fp32_params. Upstream main: mark_keep_in_fp32 (its own)
+    / keep_in_fp32_params (pack 16's main series). Unpatched 0.19.2: no marker; the attribute is inert.
+    """
+    if hasattr(mcore_module, "mark_keep_in_fp32"):
+        return mcore_module.mark_keep_in_fp32, "keep_in_fp32_params"
+    return getattr(mcore_module, "keep_fp32", None), "keep_fp32_params"
+
+
+def standin_class(torch, keep_fp32, declare_attr="keep_fp32_params"):
     """A Mamba-3-shaped toy: bf16-friendly projections around fp32-contract SSM parameters."""
     nn = torch.nn
 
     class Mamba3Standin(nn.Module):
-        keep_fp32_params = CONTRACT
-
         def __init__(self):
             super().__init__()
             g = torch.Generator().manual_seed(16)
@@ -276,6 +287,7 @@ def standin_class(torch, keep_fp32):
             y = gate.unsqueeze(-1) * xh + self.D.float()[:, None] * xh
             return self.out_proj(y.to(x.dtype).reshape(b, s, NHEADS * HEADDIM))
 
+    setattr(Mamba3Standin, declare_attr, CONTRACT)
     return Mamba3Standin
 
 
@@ -341,6 +353,8 @@ def stage_mamba3(args) -> int:
     patched = os.environ.get("HARNESS_PATCHED", "1" if "fix" in lane() else "0") == "1"
     figure("mamba_ssm", getattr(mamba_ssm, "__version__", None), None, file=mamba_ssm.__file__)
     figure("keep_fp32_marker_api", hasattr(mcore_module, "keep_fp32"), None)
+    marker, declare_attr = declaration_api(mcore_module)
+    figure("declaration_api", declare_attr, None, marker=getattr(marker, "__name__", None))
     init_single_process(parallel_state, dist)
     device = "cuda"
     torch.manual_seed(args.seed)
@@ -356,7 +370,7 @@ def stage_mamba3(args) -> int:
     if sorted(MAMBA3_CONTRACT) != fp32_built:
         failures.append(f"the author module's fp32 parameters are {fp32_built}, not {sorted(MAMBA3_CONTRACT)}")
     # The host's declaration, as a user of the patched Megatron writes it; no mamba-ssm change. Inert on baseline.
-    mixer.keep_fp32_params = MAMBA3_CONTRACT
+    setattr(mixer, declare_attr, MAMBA3_CONTRACT)
 
     g = torch.Generator(device="cpu").manual_seed(args.seed + 1)
     x32 = torch.randn(args.batch, args.seqlen, args.d_model, generator=g).to(torch.bfloat16).float().to(device)
@@ -481,11 +495,13 @@ def main() -> int:
     init_single_process(parallel_state, dist)
     config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=NHEADS, bf16=True,
                                params_dtype=torch.float32)
-    keep_fp32 = getattr(mcore_module, "keep_fp32", None)
-    figure("keep_fp32_marker_api", keep_fp32 is not None, None)
+    figure("keep_fp32_marker_api", hasattr(mcore_module, "keep_fp32"), None)
+    keep_fp32, declare_attr = declaration_api(mcore_module)
+    figure("declaration_api", declare_attr, None, marker=getattr(keep_fp32, "__name__", None))
     declared = CONTRACT + (MARKED,)
+    name = lane()
 
-    inner = standin_class(torch, keep_fp32)()
+    inner = standin_class(torch, keep_fp32, declare_attr)()
     before = {n: p for n, p in inner.named_parameters()}
     snap = {n: (p.data_ptr(), p.detach().clone()) for n, p in before.items()}
 
@@ -545,23 +561,21 @@ def main() -> int:
                         + ", ".join(n for n, m in moved.items() if not m))
 
     # a declaration that names no parameter must not pass silently (patched API only)
-    if keep_fp32 is not None:
+    if name.startswith("fix"):
         class Typo(torch.nn.Module):
-            keep_fp32_params = ("dt_bais",)
-
             def __init__(self):
                 super().__init__()
                 self.dt_bias = torch.nn.Parameter(torch.zeros(2))
 
+        setattr(Typo, declare_attr, ("dt_bais",))
         try:
             Float16Module(config, Typo())
-            failures.append("keep_fp32_params naming no parameter was accepted")
+            failures.append(f"{declare_attr} naming no parameter was accepted")
             figure("typo_rejected", False, None)
         except ValueError as exc:
             figure("typo_rejected", True, None, error=str(exc))
 
     dist.destroy_process_group()
-    name = lane()
     details = {
         "lane": name,
         "question": "does Float16Module keep declared fp32-contract parameters in fp32, without re-casting?",

@@ -6,14 +6,14 @@ cloudpickle==3.1.2, packaging==26.0. Nothing else: every helper it uses is copie
 
 Run it once per build, from one directory:
 
-  1. mamba-ssm 2.3.2.post1 as published (CUDA GPU):
-       HARNESS_LANE=baseline-2.3.2.post1 HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py
-  2. mamba-ssm 2.3.2.post1 with this PR (CUDA GPU):
-       HARNESS_LANE=equivalence-2.3.2.post1 HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py
-  3. mamba-ssm 2.3.2.post1 as published (CUDA GPU):
-       HARNESS_LANE=tma-probe-baseline HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe
-  4. mamba-ssm 2.3.2.post1 with this PR (CUDA GPU):
-       HARNESS_LANE=tma-probe-patched HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe
+  1. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
+       HARNESS_LANE=baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --groups 2
+  2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
+       HARNESS_LANE=equivalence-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --groups 2
+  3. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CPU is enough):
+       HARNESS_LANE=tma-probe-baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe --probe-dims static --groups 2
+  4. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CPU is enough):
+       HARNESS_LANE=tma-probe-patched-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe --probe-dims static --groups 2
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -24,9 +24,11 @@ Pack 07: Mamba-3 MIMO backward with 2-D shared staging (qk_dot, K) -- equivalenc
 Two modes, one per pair of lanes.
 
 Gradients (default). The patch is a refactor of the TileLang bwd_bwd kernel: no math change, so the
-real ``mamba3_mimo`` backward on the patched build (04+05+07 series) must give the baseline build's
-gradients within bf16 rounding, dense and varlen (G=1, upstream's tuned case; same shape as pack
-05's lanes, so TileLang's kernel cache is shared with them). One build per process: the baseline lane
+real ``mamba3_mimo`` backward on the patched build (04+05+07 series; at main, 04+07 ported, 05
+being absorbed there) must give the baseline build's gradients within bf16 rounding, dense and
+varlen (default G=1, upstream's tuned case; the main lanes pass ``--groups 2``, which also covers
+the flattened K staging of grouped heads and shares pack 05's main compiles, see "Compile cost"
+below). One build per process: the baseline lane
 saves its gradients under ``$HARNESS_RUN_DIR`` (see _mamba3.py) after checking the contract the
 comparison rests on -- its own backward, run twice, is finite and reproducible to bf16 rounding ->
 CONTRACT_HELD. The patched lane compares: per tensor ``rel_fro <= max(K_NOISE * control, bf16
@@ -44,18 +46,34 @@ or 0.1.8's "Cannot detect TMA layout" for rank-3 shared buffers), and the count 
 TMA-eligible: baseline build -> BUG_REPRODUCED when the TMA-on lowering has no tma_load (fails or
 falls back); patched build -> FIX_VALIDATED when the TMA-on lowering emits tma_load (and the
 TMA-off one, if probed, succeeds), FIX_FAILED otherwise (the exception is a figure, never a crash).
+
+Builds. The same reproducer runs at 2.3.2.post1 and at main (e9594ce). The entry point
+``mamba3_mimo`` keeps its arguments at main (the gated-norm fusion it added defaults to off);
+main's ``mamba_mimo_bwd_bwd`` factory gained a ``packed_dout`` parameter after ``reduceO``, so the
+probe passes everything after the shapes and flags by keyword. At 2.3.2.post1 the runtime
+compiles the kernels with symbolic B/S/H/G and the probe lowers that variant (``--probe-dims
+symbolic``, the default); main's runtime specialises the dense kernels on concrete (B, S, H, G),
+which ``--probe-dims static`` lowers (B, S, H, G from ``--batch/--seqlen/--heads/--groups``).
+
+Compile cost. Equivalence lanes: one dense and one varlen variant of fwd, bwd_fwd and bwd_bwd
+(~2-3 min each cold, TileLang's disk cache afterwards). At 2.3.2.post1 these variants are shared
+with pack 05's lanes (symbolic shapes). At main every (B, S, H, G) is its own variant: with
+``--groups 2`` (H=16, B=2, S=128, varlen 64/48/80) the baseline lane reuses exactly what pack
+05's main regression lane compiled; the patched series changes bwd_bwd, so the equivalence lane
+compiles the two bwd_bwd variants anew. ``prewarm`` (see _mamba3.py) compiles the dense and the
+varlen case in parallel. TMA probe: lowering only, ~2-3 min of CPU per variant.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 import traceback
 
 
 # ---- from _lane.py (verbatim) ----
-import json
 import platform
 import sys
 from importlib import metadata
@@ -181,6 +199,8 @@ def lane() -> str:
 
 # ---- from _mamba3.py (verbatim) ----
 import hashlib
+import subprocess
+import tempfile
 from pathlib import Path
 
 
@@ -239,6 +259,43 @@ def rel_fro(a, ref) -> float:
     return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
 
 
+def prewarm(cases: list[dict], jobs: int = 0, timeout_s: float = 540.0) -> None:
+    """Run ``<this script> <its argv> --warm-case <case>`` for every case, ``jobs`` at a time (0: all)."""
+    if len(cases) < 2 or jobs == 1:
+        return
+    jobs = jobs or len(cases)
+    logdir = Path(tempfile.mkdtemp(prefix="prewarm-"))
+    argv = [sys.executable, sys.argv[0], *sys.argv[1:]]
+    pending = list(enumerate(cases))
+    running: list[tuple[int, dict, subprocess.Popen, float]] = []
+    done: list[dict] = []
+    start = time.monotonic()
+    while pending or running:
+        while pending and len(running) < jobs:
+            i, case = pending.pop(0)
+            with open(logdir / f"{i}.log", "w") as log:
+                proc = subprocess.Popen([*argv, "--warm-case", json.dumps(case, sort_keys=True)],
+                                        stdout=log, stderr=subprocess.STDOUT)
+            running.append((i, case, proc, time.monotonic()))
+        time.sleep(1.0)
+        for entry in list(running):
+            i, case, proc, t0 = entry
+            over = time.monotonic() - start > timeout_s
+            if proc.poll() is None and not over:
+                continue
+            if proc.poll() is None:  # out of time: stop this child (started here, killed by its own pid)
+                proc.kill()
+                proc.wait()
+            running.remove(entry)
+            rec = {"case": case, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1)}
+            if proc.returncode != 0:
+                rec["log_tail"] = (logdir / f"{i}.log").read_text(errors="replace")[-600:]
+            done.append(rec)
+    figure("prewarm_s", round(time.monotonic() - start, 1), unit="s", jobs=jobs, children=done,
+           note="parallel first calls in child processes to fill TileLang's kernel cache; "
+                "a child failure is reported by the lane's own call of that case")
+
+
 # ---- from pack05_mimo_gqa_backward.py (verbatim) ----
 GRADS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out", "Angles", "D", "Z")
 
@@ -272,18 +329,36 @@ def make_inputs(torch, a, batch, seqlen, groups, seed, device):
     }
 
 
+def make_dout(torch, batch, seqlen, a, seed, device):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(batch, seqlen, a.heads, a.headdim_v, generator=g).to(torch.bfloat16).to(device)
+
+
+def cu_seqlens(torch, lengths, device):
+    return torch.tensor([0] + [sum(lengths[: i + 1]) for i in range(len(lengths))], dtype=torch.int32, device=device)
+
+
+def call(torch, mamba3_mimo, a, leaves, cu_seqlens=None):
+    """The public entry point, with the arguments both 2.3.2.post1 and main accept (main's gated-norm
+    fusion, ``fuse_pregate_headwise_rms_norm``, defaults to off: the same computation as 2.3.2.post1)."""
+    return mamba3_mimo(**leaves, chunk_size=a.chunk, rotary_dim_divisor=4, dtype=torch.bfloat16,
+                       cu_seqlens=cu_seqlens)
+
+
 def fwd_bwd(torch, mamba3_mimo, a, inputs, dout, cu_seqlens=None):
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
-    out = mamba3_mimo(**leaves, chunk_size=a.chunk, rotary_dim_divisor=4, dtype=torch.bfloat16,
-                      cu_seqlens=cu_seqlens)
+    out = call(torch, mamba3_mimo, a, leaves, cu_seqlens)
     out.backward(dout)
     torch.cuda.synchronize()
     return {k: leaves[k].grad for k in GRADS}
 
 
-def make_dout(torch, batch, seqlen, a, seed, device):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(batch, seqlen, a.heads, a.headdim_v, generator=g).to(torch.bfloat16).to(device)
+def run_warm_case(torch, mamba3_mimo, a, case) -> None:
+    """A prewarm child: one forward+backward of the case's shapes (compiles and caches its kernels)."""
+    cu = cu_seqlens(torch, case["lengths"], "cuda") if case["lengths"] else None
+    inputs = make_inputs(torch, a, case["batch"], case["seqlen"], case["groups"], seed=1, device="cuda")
+    dout = make_dout(torch, case["batch"], case["seqlen"], a, seed=2, device="cuda")
+    fwd_bwd(torch, mamba3_mimo, a, inputs, dout, cu)
 
 
 # ---- the reproducer ----
@@ -305,6 +380,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--seqlen", type=int, default=128)
     p.add_argument("--varlen", type=int, nargs="+", default=[64, 48, 80])
+    p.add_argument("--probe-dims", choices=("symbolic", "static"), default="symbolic",
+                   help="probe: lower with symbolic B/S/H/G (the variant 2.3.2.post1 runs) or with the concrete "
+                        "--batch/--seqlen/--heads/--groups (the variant main runs)")
+    p.add_argument("--prewarm-jobs", type=int, default=0,
+                   help="parallel compile children for the dense and varlen cases (0: both at once; 1: none)")
+    p.add_argument("--warm-case", help=argparse.SUPPRESS)  # internal: a prewarm child's case (JSON)
     return p.parse_args()
 
 
@@ -340,7 +421,11 @@ def equivalence(a) -> None:
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd import mamba_mimo_bwd_bwd
 
     patched = os.environ.get("HARNESS_PATCHED") == "1"
+    # one baseline file per base, so lanes of two bases can share one HARNESS_RUN_DIR
+    saved = "pack07-baseline" + (f"-{os.environ['HARNESS_BASE']}" if os.environ.get("HARNESS_BASE") else "")
     figure("problem", meta(a), lane=lane())
+    prewarm([{"groups": a.groups, "batch": a.batch, "seqlen": a.seqlen, "lengths": None},
+             {"groups": a.groups, "batch": 1, "seqlen": sum(a.varlen), "lengths": a.varlen}], jobs=a.prewarm_jobs)
     configs = getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}
     figure("bwd_bwd_pass_configs", {str(getattr(k, "value", k)): v for k, v in configs.items()},
            note="the kernel compiles with these (TMA lowering disabled: today's mitigation)")
@@ -348,8 +433,8 @@ def equivalence(a) -> None:
     finite = {k: bool(torch.isfinite(v).all()) for k, v in first.items()}
     control = {k: max(rel_fro(second[k], v), rel_fro(v.to(torch.bfloat16), v)) for k, v in first.items()}
     if not patched:
-        save_results("pack07-baseline", meta(a), first)
-        save_results("pack07-baseline-control", meta(a), {k: torch.tensor(c) for k, c in control.items()})
+        save_results(saved, meta(a), first)
+        save_results(f"{saved}-control", meta(a), {k: torch.tensor(c) for k, c in control.items()})
         bad = [k for k in first if not finite[k] or rel_fro(second[k], first[k]) > BF16_FLOOR]
         for k in first:
             figure("run_to_run_rel_fro", rel_fro(second[k], first[k]), tensor=k, finite=finite[k])
@@ -360,8 +445,8 @@ def equivalence(a) -> None:
             verdict("CONTRACT_HELD", contract="baseline MIMO backward finite and reproducible to bf16 rounding",
                     tensors=len(first))
         return
-    base = load_results("pack07-baseline", meta(a))
-    base_control = load_results("pack07-baseline-control", meta(a))
+    base = load_results(saved, meta(a))
+    base_control = load_results(f"{saved}-control", meta(a))
     failures = []
     for k, v in first.items():
         b = base.get(k)
@@ -395,10 +480,17 @@ def tma_probe(a) -> None:
 
     patched = os.environ.get("HARNESS_PATCHED") == "1"
     target = "cuda -arch=sm_90"
-    args = (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"), a.headdim_qk, a.headdim_v, a.rank,
-            True, True, True, a.chunk, 4, "bfloat16", 256, 0)
-    figure("problem", meta(a) | {"target": target, "kernel": "mamba_mimo_bwd_bwd"}, lane=lane())
-    prim = mamba_mimo_bwd_bwd.get_tir(*args)
+    if a.probe_dims == "symbolic":
+        dims = (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"))
+    else:
+        dims = (a.batch, a.seqlen, a.heads, a.groups)
+    # Positional: shapes and the hasZ/hasD/reduceO flags (same order at 2.3.2.post1 and main); the rest by
+    # keyword, since main inserted packed_dout after reduceO.
+    args = (*dims, a.headdim_qk, a.headdim_v, a.rank, True, True, True)
+    kwargs = {"chunk_size": a.chunk, "rotary_dim_divisor": 4, "dtype": "bfloat16", "threads": 256, "num_stages": 0}
+    figure("problem", meta(a) | {"target": target, "kernel": "mamba_mimo_bwd_bwd", "probe_dims": a.probe_dims},
+           lane=lane())
+    prim = mamba_mimo_bwd_bwd.get_tir(*args, **kwargs)
     own = {str(getattr(k, "value", k)): v for k, v in (getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}).items()}
     figure("kernel_pass_configs", own)
     results = {}
@@ -433,6 +525,12 @@ def tma_probe(a) -> None:
 
 def main() -> None:
     a = parse_args()
+    if a.warm_case:  # prewarm child: no protocol lines, one forward+backward, exit
+        import torch
+        from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
+
+        run_warm_case(torch, mamba3_mimo, a, json.loads(a.warm_case))
+        return
     if a.lane:
         os.environ["HARNESS_LANE"] = a.lane
     stamp("mamba-ssm", "mamba_ssm")

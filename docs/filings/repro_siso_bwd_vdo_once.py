@@ -6,10 +6,10 @@ cloudpickle==3.1.2, packaging==26.0. Nothing else: every helper it uses is copie
 
 Run it once per build, from one directory:
 
-  1. mamba-ssm 2.3.2.post1 as published (CUDA GPU):
-       HARNESS_LANE=baseline-2.3.2.post1 HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
-  2. mamba-ssm 2.3.2.post1 with this PR (CUDA GPU):
-       HARNESS_LANE=equivalence-2.3.2.post1 HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
+  1. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
+       HARNESS_LANE=baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
+  2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
+       HARNESS_LANE=equivalence-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -26,10 +26,15 @@ One build per process, so the check spans two lanes sharing ``$HARNESS_RUN_DIR``
 * baseline lane (pristine 2.3.2.post1): runs ``compute_dqkv`` twice on fixed inputs; the kernel
   must be deterministic run to run (a bitwise comparison means nothing otherwise) ->
   CONTRACT_HELD (else CONTRACT_BROKEN). Saves the outputs, prints their sha256 as FIGUREs, and
-  its backward time.
+  the timing of ``compute_dqkv`` (``_timing``: kernel time from the profiler, wall time, spreads).
 * equivalence lane (04 series): same inputs, same launch config; every output bitwise equal to
   the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output,
-  backward time and its ratio to the baseline lane's (median, min/max over the runs).
+  timing and the kernel-time ratio to the baseline lane's (median, min/max over the runs).
+
+Works unchanged at 2.3.2.post1 and at main (e9594ce): ``compute_dqkv`` and its Triton kernel differ
+there only in whitespace, and pack 04's series applies to both. Compile cost: one Triton variant
+of the kernel per lane (the pinned config), about a minute cold; the varlen case is another
+specialisation of the same kernel.
 
 Autotuning is bounded: the kernel's autotuner is given one launch config (``--config``) in both
 lanes, so both compile exactly one variant and compare the same schedule. (With autotuning the
@@ -172,7 +177,6 @@ def lane() -> str:
 
 # ---- from _mamba3.py (verbatim) ----
 import hashlib
-import statistics
 from pathlib import Path
 
 
@@ -220,21 +224,126 @@ def load_results(name: str, meta: dict) -> dict:
     return data["tensors"]
 
 
-def time_ms(torch, fn, warmup: int = 3, repeat: int = 15) -> dict:
-    """Median and spread of ``fn`` in milliseconds (CUDA events)."""
+# ---- from _timing.py (verbatim) ----
+import statistics
+import time
+from collections.abc import Callable, Iterable
+
+
+HOST_BOUND_RATIO = 1.5
+
+
+WALL_METHOD = "host perf_counter around each call, CUDA synchronized before and after"
+
+
+KERNEL_METHOD = ("torch.profiler, one session per call: sum of the durations of the call's CUDA kernels "
+                 "(memcpy/memset excluded)")
+
+
+def summarize(samples: Iterable[float]) -> dict:
+    """Median, [min, max] and standard deviation of samples (ms)."""
+    xs = [float(x) for x in samples]
+    if not xs:
+        raise ValueError("no samples")
+    return {"median": statistics.median(xs), "spread": [min(xs), max(xs)],
+            "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
+
+
+def is_copy(name: str) -> bool:
+    """CUDA activity that moves or fills memory rather than computing (profiler naming)."""
+    return name.startswith(("Memcpy", "Memset", "memcpy", "memset"))
+
+
+def device_totals(records: Iterable[tuple[str, float]]) -> dict:
+    """Per-call sums from (name, duration_us) of one call's device activities."""
+    kernel_us = copy_us = 0.0
+    kernels = 0
+    for name, dur_us in records:
+        if is_copy(name):
+            copy_us += dur_us
+        else:
+            kernel_us += dur_us
+            kernels += 1
+    return {"kernel_ms": kernel_us / 1e3, "memcpy_ms": copy_us / 1e3, "kernels": kernels}
+
+
+def host_bound(wall_ms: float | None, kernel_ms: float | None, ratio: float = HOST_BOUND_RATIO) -> bool | None:
+    """Wall time above ``ratio`` x kernel time; ``None`` when either is unknown or the kernel time is zero."""
+    if wall_ms is None or not kernel_ms:
+        return None
+    return wall_ms > ratio * kernel_ms
+
+
+def assemble(wall: list[float], per_call: list[dict] | None, *, warmup: int,
+             host_bound_ratio: float = HOST_BOUND_RATIO, note: str | None = None) -> dict:
+    """The result dict from wall samples and per-call device totals (``None``: not measured)."""
+    w = summarize(wall)
+    out = {
+        "wall_ms": w["median"], "wall_spread_ms": w["spread"], "wall_stdev_ms": w["stdev"], "repeat": w["n"],
+        "warmup": warmup, "wall_method": WALL_METHOD, "kernel_method": KERNEL_METHOD,
+        "host_bound_threshold": host_bound_ratio,
+        "kernel_ms": None, "kernel_spread_ms": None, "kernel_stdev_ms": None, "kernels_per_call": None,
+        "memcpy_ms": None, "profile_repeat": 0, "wall_over_kernel": None, "host_bound": None, "note": note,
+    }
+    if per_call and any(c["kernels"] for c in per_call):
+        k = summarize(c["kernel_ms"] for c in per_call)
+        out.update(kernel_ms=k["median"], kernel_spread_ms=k["spread"], kernel_stdev_ms=k["stdev"],
+                   profile_repeat=k["n"], kernels_per_call=statistics.median(c["kernels"] for c in per_call),
+                   memcpy_ms=statistics.median(c["memcpy_ms"] for c in per_call))
+        out["wall_over_kernel"] = out["wall_ms"] / k["median"] if k["median"] else None
+        out["host_bound"] = host_bound(out["wall_ms"], k["median"], host_bound_ratio)
+    elif per_call is not None and note is None:
+        out["note"] = "the profiler recorded no CUDA kernel for the call (CUPTI unavailable?): kernel time not measured"
+    return out
+
+
+def _profile_once(torch, fn: Callable[[], object]) -> dict:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    records = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return device_totals(records)
+
+
+def measure(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 20, profile_repeat: int = 5,
+            host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
+    """Warm up, then time ``fn`` by wall clock (``repeat`` calls) and by profiled kernel time."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    times = []
+    sync()
+    wall = []
     for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        sync()
+        start = time.perf_counter()
         fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
-            "stdev_ms": statistics.stdev(times) if len(times) > 1 else 0.0, "repeat": repeat}
+        sync()
+        wall.append((time.perf_counter() - start) * 1e3)
+    if not cuda:
+        return assemble(wall, None, warmup=warmup, host_bound_ratio=host_bound_ratio,
+                        note="CUDA absent: wall time only (host clock, no GPU); kernel time not measured")
+    per_call = [_profile_once(torch, fn) for _ in range(profile_repeat)]
+    return assemble(wall, per_call, warmup=warmup, host_bound_ratio=host_bound_ratio)
+
+
+def headline(t: dict) -> tuple[float, str]:
+    """The number a FIGURE leads with: kernel time when measured, else wall time; and which it is."""
+    return (t["kernel_ms"], "kernel_ms") if t["kernel_ms"] is not None else (t["wall_ms"], "wall_ms")
+
+
+def report(name: str, t: dict, **context) -> None:
+    """One FIGURE line for a ``measure`` result: value = ``headline``; every field of ``t`` alongside."""
+    from _lane import figure
+
+    value, which = headline(t)
+    figure(name, value, unit="ms", value_is=which, **t, **context)
 
 
 # ---- the reproducer ----
@@ -309,6 +418,15 @@ def make_inputs(torch, a, batch, seqlen, cu_seqlens, seed, device):
     }
 
 
+def timing_tensor(torch, t):
+    """[median, min, max, kernel?] of the headline time (kernel time when measured, else wall), for the file."""
+    if t is None:
+        return torch.tensor([])
+    if t["kernel_ms"] is not None:
+        return torch.tensor([t["kernel_ms"], *t["kernel_spread_ms"], 1.0], dtype=torch.float64)
+    return torch.tensor([t["wall_ms"], *t["wall_spread_ms"], 0.0], dtype=torch.float64)
+
+
 def run(compute_dqkv, inputs, a, cu_seqlens):
     out = compute_dqkv(**inputs, chunk_size=a.chunk, has_input_state=True, Cu_Seqlens=cu_seqlens)
     return dict(zip(OUTPUTS, out, strict=True))
@@ -355,14 +473,12 @@ def main() -> None:
     timing = None
     if not a.no_perf:
         perf_inputs = make_inputs(torch, a, a.perf_batch, a.perf_seqlen, None, seed=24, device=device)
-        timing = time_ms(torch, lambda: run(mamba3_siso_bwd.compute_dqkv, perf_inputs, a, None), repeat=30)
-        figure("compute_dqkv_ms", timing["median_ms"], unit="ms", spread_ms=[timing["min_ms"], timing["max_ms"]],
-               stdev_ms=timing["stdev_ms"], repeat=timing["repeat"], batch=a.perf_batch, seqlen=a.perf_seqlen,
-               heads=a.heads)
+        timing = measure(lambda: run(mamba3_siso_bwd.compute_dqkv, perf_inputs, a, None), warmup=3, repeat=30,
+                         profile_repeat=10)
+        report("compute_dqkv_timing", timing, batch=a.perf_batch, seqlen=a.perf_seqlen, heads=a.heads)
 
     if not patched:
-        save_results("pack04-baseline", meta, results | {"timing_ms": torch.tensor(
-            [timing["median_ms"], timing["min_ms"], timing["max_ms"]] if timing else [])})
+        save_results("pack04-baseline", meta, results | {"timing_ms": timing_tensor(torch, timing)})
         if deterministic:
             verdict("CONTRACT_HELD", contract="baseline compute_dqkv is bitwise deterministic run to run",
                     outputs=len(results))
@@ -379,10 +495,11 @@ def main() -> None:
         figure("bitwise_equal", same, output=key)
         if not same:
             differ.append(key)
-    bt = base.get("timing_ms")
-    if timing and bt is not None and bt.numel() == 3:
-        figure("bwd_time_ratio_patched_over_baseline", timing["median_ms"] / float(bt[0]),
-               patched_ms=[timing["min_ms"], timing["median_ms"], timing["max_ms"]],
+    bt, mine = base.get("timing_ms"), timing_tensor(torch, timing)
+    if bt is not None and bt.numel() == 4 and mine.numel() == 4 and int(bt[3]) == int(mine[3]):
+        basis = "kernel_ms" if int(mine[3]) else "wall_ms"
+        figure("bwd_time_ratio_patched_over_baseline", float(mine[0]) / float(bt[0]), basis=basis,
+               patched_ms=[float(mine[1]), float(mine[0]), float(mine[2])],
                baseline_ms=[float(bt[1]), float(bt[0]), float(bt[2])], note="[min, median, max] per lane")
     if differ or not deterministic:
         verdict("EQUIVALENCE_BROKEN", differ=differ, patched_deterministic=deterministic)

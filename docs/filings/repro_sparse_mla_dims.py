@@ -1,24 +1,8 @@
 """SparseMLA: admit absorbed-MLA shapes other than 576/512: a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch, a CUDA GPU, tilelang 0.1.8. Nothing
-else: every helper it uses is copied in below.
+Needs megatron-core (the package under test) importable, torch. Nothing else: every helper it uses
+is copied in below.
 
-Run it once per build, from one directory:
-
-  1. megatron-core 0.19.2 as published (CPU is enough):
-       HARNESS_LANE=lower-bug-0.19.2-cpu HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_sparse_mla_dims.py --check lower
-  2. megatron-core 0.19.2 with this PR (CPU is enough):
-       HARNESS_LANE=lower-fix-0.19.2-cpu HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_sparse_mla_dims.py --check lower
-  3. megatron-core 0.19.2 as published (CUDA GPU):
-       HARNESS_LANE=bug-0.19.2 HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_sparse_mla_dims.py
-  4. megatron-core 0.19.2 with this PR (CUDA GPU):
-       HARNESS_LANE=fix-0.19.2 HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run HARNESS_BASELINE_SITE=$RELEASED_SITE python repro_sparse_mla_dims.py
-
-RELEASED_SITE is a directory holding megatron-core 0.19.2 as published, e.g. made with 'pip install
---no-deps --target DIR megatron-core==0.19.2': the run compares the changed function with that one
-in one process.
-
-Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
 Method notes:
 
