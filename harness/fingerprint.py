@@ -31,6 +31,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 RECHECK_ENV = "PATCHLANE_RECHECK"
@@ -90,10 +91,10 @@ def interpreter(python: str, env: dict[str, str] | None = None, cwd: Path | str 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def environment(env: dict[str, str] | None = None) -> dict[str, str]:
+def environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's) without the terminal and login-session variables."""
-    env = os.environ if env is None else env
-    return {k: v for k, v in sorted(env.items())
+    source: Mapping[str, str] = os.environ if env is None else env
+    return {k: v for k, v in sorted(source.items())
             if k not in _VOLATILE and not k.startswith(_VOLATILE_PREFIXES)}
 
 

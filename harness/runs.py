@@ -127,7 +127,7 @@ def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
     n, desc = json.loads(proc.stdout.strip().splitlines()[-1])
     answer = (int(n), f"this host has {n}: {desc}" if n else desc)
     # "none" where the kernel shows GPUs may be a passing failure of CUDA: ask again next time
-    if memo is not None and (answer[0] > 0 or not driver["gpus"]):
+    if memo is not None and key is not None and (answer[0] > 0 or not driver["gpus"]):
         memo.put(key, list(answer), python=python)
     return answer
 
