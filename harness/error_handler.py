@@ -11,12 +11,6 @@ import traceback
 from harness.errors import Exit, HarnessError, Terminated
 from harness.store import default_root
 
-
-class _Done(Exception):
-    def __init__(self, code: int):
-        self.code = code
-
-
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
