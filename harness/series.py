@@ -27,6 +27,8 @@ byte-identical file:
 from __future__ import annotations
 
 import difflib
+import email.parser
+import email.policy
 import email.utils
 import hashlib
 import os
@@ -126,23 +128,16 @@ def parse_patch(pack: str, path: Path) -> Patch:
     lines = text.splitlines()
     if not lines or not lines[0].startswith("From "):
         raise ConfigError(f"{path}:1: not a git format-patch file (expected a 'From <sha> ...' first line)")
-    subject = ""
+    subject = _subject(text)
     status = detail = None
     files: list[str] = []
     hunks: list[Hunk] = []
     in_diff = False
     current = None
     per_file = 0
-    in_subject = False
     for no, line in enumerate(lines, 1):
         if not in_diff:
-            if in_subject and line[:1] in (" ", "\t"):  # RFC 2822 folded header line
-                subject = f"{subject} {line.strip()}"
-                continue
-            in_subject = line.startswith("Subject:")
-            if in_subject:
-                subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", line[len("Subject:"):].strip())
-            elif line.startswith("Upstream-Status:"):
+            if line.startswith("Upstream-Status:"):
                 m = STATUS_RE.match(line)
                 if not m:
                     raise ConfigError(
@@ -192,6 +187,15 @@ def dependency_chain(tracking: Tracking, pack: Pack, base: str | None) -> list[P
     """The same-target packs whose series go under ``pack``'s on ``base`` (dependencies first, then the pack)."""
     return [p for p in tracking.closure(pack.id)
             if p.target == pack.target and (p.id == pack.id or not absorbed_at(p, base))]
+
+
+def _subject(text: str) -> str:
+    """The patch's subject as a person wrote it: the mail header parsed by the stdlib (folded lines joined,
+    RFC 2047 ``=?UTF-8?q?...?=`` words decoded), without git's ``[PATCH ...]`` prefix."""
+    header = text.split("\n", 1)[1] if text.startswith("From ") else text  # the mbox "From <sha>" line
+    header = header.split("\n\n", 1)[0]
+    message = email.parser.HeaderParser(policy=email.policy.default).parsestr(header)
+    return re.sub(r"^\[PATCH[^\]]*\]\s*", "", str(message.get("Subject", "")).strip())
 
 
 def series_key(target: str, artifact_sha256: str, patches: list[Patch]) -> str:

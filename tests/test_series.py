@@ -97,3 +97,14 @@ def test_folded_subject_is_unfolded(lane_repo, tmp_path):
     assert "\n " in text.split("\n\n", 1)[0]  # git folded the Subject header
     [patch] = series.load_series(lane_repo.root, "fake", "01")
     assert patch.subject == long
+
+
+def test_a_non_ascii_subject_is_decoded_from_its_mail_header(lane_repo, tmp_path):
+    """git format-patch MIME-encodes a non-ASCII subject (=?UTF-8?q?...?=); the series reads it as written."""
+    from conftest import CORE_BUGGY, CORE_FIXED, make_patch
+
+    text = make_patch(tmp_path, CORE_BUGGY, CORE_FIXED, subject="core: use each element’s own weight (ß)")
+    assert "=?UTF-8?" in text  # what git wrote
+    path = lane_repo.write_patch(text)
+    [patch] = series.load_series(lane_repo.root, "fake", "01")
+    assert patch.path == path and patch.subject == "core: use each element’s own weight (ß)"
