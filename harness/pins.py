@@ -44,6 +44,15 @@ BUILD_KINDS = ("wheel", "overlay")
 ARTIFACT_KINDS = ("sdist", "wheel")
 MIRRORS_ENV = "PATCHLANE_GIT_MIRRORS"
 PYPI_URL = "https://pypi.org/pypi"
+# The manifest's closed schema: unknown keys are warned about once per process (a typo must not pass silently).
+MANIFEST_KEYS = frozenset({"target", "repo", "distribution", "import_names", "build", "build_note", "default_base",
+                           "filing_base", "python", "stubs", "bases"})
+BASE_KEYS = frozenset({"version", "commit", "commit_note", "commit_source", "role", "runtime_requires", "artifact",
+                       "git"})
+ARTIFACT_KEYS = frozenset({"kind", "filename", "url", "sha256", "size"})
+GIT_KEYS = frozenset({"commit", "ref", "date", "url"})
+_warned: set[str] = set()
+_PYTHON = re.compile(r"^3\.[0-9]+$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
@@ -152,6 +161,14 @@ def load_manifest(root: Path, target: str) -> Manifest:
         raise ConfigError(f"no manifest for target '{target}' ({path} missing; targets: {known})")
     doc = load_document(path)
     where = str(path)
+    for line in manifest_unknown_keys(path, doc):
+        if line not in _warned:
+            _warned.add(line)
+            ui.warn(line)
+    python = get(doc, "python", str, where, default=None)
+    if python is not None and not _PYTHON.match(python):
+        raise ConfigError(f"{where}: key 'python' must read like \"3.12\" (the interpreter the lanes need), "
+                          f"got {python!r}")
     if get(doc, "target", str, where) != target:
         raise ConfigError(f"{where}: key 'target' must equal the file name '{target}'")
     bases: dict[str, Base] = {}
@@ -181,6 +198,20 @@ def load_manifest(root: Path, target: str) -> Manifest:
     if manifest.filing_base and manifest.filing_base not in bases:
         raise ConfigError(f"{where}: filing_base '{manifest.filing_base}' is not one of the [bases]")
     return manifest
+
+
+def manifest_unknown_keys(path: Path, doc) -> list[str]:
+    """One line per manifest key its schema does not declare."""
+    out = [f"{path}: unknown key '{k}'" for k in doc if k not in MANIFEST_KEYS]
+    for name, table in (doc.get("bases") or {}).items():
+        if not isinstance(table, dict):
+            continue
+        where = f'{path} [bases."{name}"]'
+        out += [f"{where}: unknown key '{k}'" for k in table if k not in BASE_KEYS]
+        for sub, known in (("artifact", ARTIFACT_KEYS), ("git", GIT_KEYS)):
+            if isinstance(table.get(sub), dict):
+                out += [f"{where[:-1]}.{sub}]: unknown key '{k}'" for k in table[sub] if k not in known]
+    return out
 
 
 def _load_stubs(doc, where: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from typing import Any
 import tomlkit
 from filelock import FileLock
 
-from harness import pins
+from harness import pins, ui
 from harness.errors import ConfigError
 from harness.tomlutil import choice, field, load_document, str_list
 
@@ -44,6 +44,23 @@ FIX_SENTINELS = ("FIX_VALIDATED", "FIX_FAILED")
 PACK_ID = re.compile(r"^[0-9]{2}$")
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 DEFAULT_TIMEOUT = 900
+SCHEMA = 1  # tracking.toml's top-level `schema`: the layout this module reads
+
+# The closed schema: every key a table may hold. An unknown key is warned about (naming file, pack and key),
+# the way pre-commit treats its config: a typo such as `depends-on` must not pass silently.
+TOP_KEYS = frozenset({"schema", "packs"})
+PACK_KEYS = frozenset({
+    "title", "target", "kind", "class", "state", "files", "depends_on", "summary", "fix", "requires", "base",
+    "filing_base", "reproducer", "lanes", "threads", "validation", "absorbed", "mitigation", "blocked", "held",
+    "filing", "performance", "evidence", "evidence_note",
+    # free-text notes people keep next to the data
+    "note", "notes", "base_note", "patch_note", "contract_note",
+    # data a contract pack's reproducer documents (pack 23)
+    "explicit_pre_norm", "uses_identity_norm",
+})
+LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
+                       "with_builds", "note"})
+THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note"})
 
 
 @cache
@@ -129,6 +146,7 @@ class Pack:
     filing_base: str = ""
     evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
     evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
+    fix: str = ""  # what the change does, in a line (key 'fix')
 
     @property
     def state_reason(self) -> str | None:
@@ -167,6 +185,13 @@ class Tracking:
     def load(cls, root: Path, path: Path | None = None) -> Tracking:
         path = path or root / "tracking.toml"
         doc = load_document(path)
+        schema = doc.get("schema")
+        if schema is not None and schema != SCHEMA:
+            raise ConfigError(f"{path}: key 'schema' is {schema!r}; this harness reads schema {SCHEMA}",
+                              hint="upgrade the harness, or check the file was not written by another tool")
+        warnings = unknown_keys(path, doc)
+        for line in warnings:
+            ui.warn(line)
         packs_table = doc.get("packs")
         if not isinstance(packs_table, dict) or not packs_table:
             raise ConfigError(f"{path}: no [packs.NN] tables")
@@ -288,6 +313,23 @@ class Tracking:
         self._edits.clear()
 
 
+def unknown_keys(path: Path, doc) -> list[str]:
+    """One line per key tracking.toml holds that its schema does not declare (file, table and key named)."""
+    out = []
+    if doc.get("schema") is None:
+        out.append(f"{path}: no top-level 'schema = {SCHEMA}'")
+    out += [f"{path}: unknown top-level key '{k}'" for k in doc if k not in TOP_KEYS]
+    for pid, table in (doc.get("packs") or {}).items():
+        if not isinstance(table, dict):
+            continue
+        out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
+        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS)):
+            for i, entry in enumerate(table.get(kind) or []):
+                if isinstance(entry, dict):
+                    out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
+    return out
+
+
 def _date_text(value) -> str | None:
     """A thread's ``verified`` date, written either as a TOML date or as a string."""
     return None if value is None else str(value)
@@ -364,6 +406,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         files=tuple(str_list(t, "files", where)),
         depends_on=depends,
         summary=field(t, "summary", str, where, default=""),
+        fix=field(t, "fix", str, where, default=""),
         requires=choice(t, "requires", REQUIRES, where, default="cuda"),
         base=base,
         reproducer=reproducer,

@@ -189,3 +189,31 @@ def test_disk_full_while_downloading_is_not_called_offline(lane_repo, capsys):
     err = capsys.readouterr().err
     assert "cannot write" in err and "No space left on device" in err and "offline?" not in err
     assert not partial.exists() and not partial.is_symlink()
+
+
+def test_an_unknown_manifest_key_is_warned_about_and_a_bad_python_is_refused(lane_repo, capsys):
+    from conftest import cli
+
+    from harness.errors import Exit
+
+    path = lane_repo.root / "upstream" / "fake.toml"
+    text = path.read_text()
+    path.write_text(text.replace('default_base = "1.0"', 'default_base = "1.0"\ndefault-base = "1.1"')
+                    .replace('role = "current pin"', 'role = "current pin"\nsha265 = "typo"'))
+    assert cli("list", *lane_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert "fake.toml: unknown key 'default-base'" in err and "[bases.\"1.0\"]: unknown key 'sha265'" in err
+    path.write_text(text.replace('default_base = "1.0"', 'default_base = "1.0"\npython = "twelve"'))
+    assert cli("list", *lane_repo.args()) == Exit.USAGE
+    assert "key 'python' must read like" in capsys.readouterr().err
+
+
+def test_the_real_manifests_have_no_unknown_key():
+    from conftest import REPO
+
+    from harness import pins
+    from harness.tomlutil import load_document
+
+    for target in pins.list_targets(REPO):
+        path = pins.manifest_path(REPO, target)
+        assert pins.manifest_unknown_keys(path, load_document(path)) == []

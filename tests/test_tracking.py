@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from conftest import cli
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, Exit
 from harness.tracking import Tracking, normalize_id
 
 PACK_02 = '''
@@ -156,3 +156,32 @@ def test_unreadable_tracking_toml_is_bad_input(lane_repo, capsys):
     assert cli("list", *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
     assert "tracking.toml: cannot read: Input/output error" in err and "internal error" not in err
+
+
+def test_an_unknown_key_is_warned_about_naming_file_pack_and_key(lane_repo, capsys):
+    text = (lane_repo.root / "tracking.toml").read_text()
+    text = text.replace('depends_on = []', 'depends_on = []\ndepends-on = ["02"]', 1)
+    text = text.replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_REPRODUCED"\nexpects = "typo"', 1)
+    (lane_repo.root / "tracking.toml").write_text(text)
+    tracking = Tracking.load(lane_repo.root)
+    err = capsys.readouterr().err
+    assert "[packs.01]: unknown key 'depends-on'" in err
+    assert "[packs.01] lanes[0]: unknown key 'expects'" in err
+    assert tracking.pack("01").depends_on == ()  # the typo is not read as the key it resembles
+
+
+def test_a_schema_this_harness_does_not_read_is_bad_input(lane_repo, capsys):
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace("schema = 1", "schema = 2"))
+    assert cli("list", *lane_repo.args()) == Exit.USAGE
+    assert "key 'schema' is 2; this harness reads schema 1" in capsys.readouterr().err
+
+
+def test_the_real_tracking_toml_has_no_unknown_key():
+    from conftest import REPO
+
+    from harness.tomlutil import load_document
+    from harness.tracking import unknown_keys
+
+    path = REPO / "tracking.toml"
+    assert unknown_keys(path, load_document(path)) == []
