@@ -24,7 +24,7 @@ def bundled(lane_repo, tmp_path):
     wheels.mkdir()
     _wheel(wheels, "tinydep", "1.0")  # stands for the harness's dependency wheels
     out = tmp_path / "dist" / "bundle-01.tar.xz"
-    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == 0
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
     return out
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 
 from harness.bundle import OpenBundle, unpack
-from harness.errors import BundleError
+from harness.errors import BundleError, Exit
 from harness.receipts import find
 
 
@@ -18,7 +18,7 @@ def bundled(lane_repo, tmp_path):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     out = tmp_path / "dist" / "bundle-01.tar.xz"
-    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == 0
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
     return out
 
 
@@ -65,10 +65,10 @@ def test_bundle_base_filter_keeps_only_those_lanes(lane_repo, tmp_path, capsys):
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     out = tmp_path / "dist" / "bundle-01-base.tar.xz"
-    assert cli("bundle", "01", "--base", "1.0", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == 0
+    assert cli("bundle", "01", "--base", "1.0", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
     with tarfile.open(out) as tf:
         index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
     assert sorted(lane for b in index["builds"].values() for lane in b["lanes"]) == ["01/bug", "01/fix"]
     capsys.readouterr()
-    assert cli("bundle", "01", "--base", "2.0", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == 4
+    assert cli("bundle", "01", "--base", "2.0", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.PIN
     assert "pack 01 has no lane on base(s) 2.0" in capsys.readouterr().err

@@ -117,9 +117,9 @@ def test_readme_documents_every_exit_code():
 
 
 def test_verbosity_goes_before_or_after_the_command(two_packs, capsys):
-    assert cli("-q", "status", "--no-apply", *two_packs.args()) == 0
+    assert cli("-q", "status", "--no-apply", *two_packs.args()) == Exit.OK
     assert capsys.readouterr().err == ""
-    assert cli("status", "-q", "--no-apply", *two_packs.args()) == 0
+    assert cli("status", "-q", "--no-apply", *two_packs.args()) == Exit.OK
     assert capsys.readouterr().err == ""
 
 
@@ -130,7 +130,7 @@ def test_status_is_one_line_per_pack_at_120_columns(two_packs, capsys, monkeypat
     path = two_packs.root / "tracking.toml"
     path.write_text(path.read_text().replace('state = "planned"', 'state = "blocked"\nblocked = "'
                                              + "a very long reason " * 30 + '"'))
-    assert cli("status", "--no-apply", *two_packs.args()) == 0
+    assert cli("status", "--no-apply", *two_packs.args()) == Exit.OK
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 + 2 + 1  # header, one line per pack, the pointer to the whole story
     assert all(len(line) <= 120 for line in lines)
@@ -140,7 +140,7 @@ def test_status_is_one_line_per_pack_at_120_columns(two_packs, capsys, monkeypat
 
 
 def test_status_of_one_pack_tells_the_whole_story(two_packs, capsys):
-    assert cli("status", "02", "--no-apply", *two_packs.args()) == 0
+    assert cli("status", "02", "--no-apply", *two_packs.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "acme/fake#4039  filing target  open" in out and "other/lib@e9594ce  context  unknown" in out
     assert "[no-lanes] no lanes, so no receipts" in out and "lanes: none" in out
@@ -152,9 +152,9 @@ STATUS_KEYS = {"id", "title", "target", "kind", "class", "state", "base", "filin
 
 
 def test_status_json_schema(two_packs, capsys):
-    assert cli("run", "01", "--quiet", *two_packs.args()) == 0
+    assert cli("run", "01", "--quiet", *two_packs.args()) == Exit.OK
     capsys.readouterr()
-    assert cli("status", "--json", *two_packs.args()) == 0
+    assert cli("status", "--json", *two_packs.args()) == Exit.OK
     data = json.loads(capsys.readouterr().out)  # stdout is exactly one JSON document
     assert data["schema"] == 1 and re.match(r"\d{4}-\d\d-\d\dT.*Z$", data["generated"])
     one, two = data["packs"]
@@ -167,24 +167,24 @@ def test_status_json_schema(two_packs, capsys):
 
 
 def test_list_waves_order_and_absorbed_json(two_packs, capsys):
-    assert cli("list", "--json", *two_packs.args()) == 0
+    assert cli("list", "--json", *two_packs.args()) == Exit.OK
     data = json.loads(capsys.readouterr().out)
     assert data["schema"] == 1 and [p["id"] for p in data["packs"]] == ["01", "02"]
     assert set(data["packs"][0]) == {"id", "title", "target", "kind", "class", "state", "depends_on", "lanes"}
     assert data["packs"][0]["lanes"][0] == {"name": "bug", "base": "1.0", "patched": False,
                                             "expect": "BUG_REPRODUCED", "verdict": "not run"}
-    assert cli("waves", "--json", "--no-apply", *two_packs.args()) == 0
+    assert cli("waves", "--json", "--no-apply", *two_packs.args()) == Exit.OK
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"schema", "waves", "left_out"}
     packs = [p for w in data["waves"] for p in w["packs"]]
     assert {p["id"] for p in packs} == {"01", "02"} and all(p["ready"] is False for p in packs)
     assert set(packs[0]) == {"id", "kind", "class", "category", "depends_on", "title", "ready", "reasons"}
-    assert cli("order", "--json", "--no-apply", *two_packs.args()) == 0
+    assert cli("order", "--json", "--no-apply", *two_packs.args()) == Exit.OK
     data = json.loads(capsys.readouterr().out)
     assert data["apply_checks"] is None and data["overlaps"] == []
     assert data["order"][0] == {"position": 1, "id": "01", "target": "fake", "kind": "pr", "class": None,
                                 "state": "ready", "depends_on": [], "title": "scale uses w[0] for every element"}
-    assert cli("absorbed", "fake", "--json", *two_packs.args()) == 0
+    assert cli("absorbed", "fake", "--json", *two_packs.args()) == Exit.OK
     data = json.loads(capsys.readouterr().out)
     [r] = data["results"]
     assert r["pack"] == "01" and r["state"] == "differs" and r["series"] == "clean" and data["drift"] == []
@@ -206,11 +206,11 @@ def test_free_text_is_never_eaten_as_markup(two_packs, capsys, monkeypatch):
 
 def test_edit_prints_only_the_checkout_on_stdout(lane_repo, capsys, tmp_path):
     dest = tmp_path / "checkout"
-    assert cli("edit", "01", "--dir", str(dest), *lane_repo.args()) == 0
+    assert cli("edit", "01", "--dir", str(dest), *lane_repo.args()) == Exit.OK
     out = capsys.readouterr()
     assert out.out == f"{dest}\n" and "harness regen 01" in out.err  # cd "$(harness edit 01)" works
     capsys.readouterr()
-    assert cli("materialize", "fake", *lane_repo.args()) == 0
+    assert cli("materialize", "fake", *lane_repo.args()) == Exit.OK
     assert Path(capsys.readouterr().out.strip()).is_dir()
 
 
@@ -267,7 +267,7 @@ receipt = "receipts/x.json"
 ''')
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('state = "ready"', 'state = "absorbed"'))
-    assert cli("rebase", "fake", "--to", "1.1", *lane_repo.args()) == 0
+    assert cli("rebase", "fake", "--to", "1.1", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr()
     row = next(line for line in out.out.splitlines() if line.startswith("│ 01"))
     assert "superseded" in row and "conflict" in row

@@ -17,7 +17,7 @@ def _series(lane_repo, pack="01"):
 
 def _edit(lane_repo, tmp_path, pack="01"):
     d = tmp_path / f"edit-{pack}"
-    assert cli("edit", pack, "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("edit", pack, "--dir", str(d), *lane_repo.args()) == Exit.OK
     return d
 
 
@@ -25,7 +25,7 @@ def test_regen_of_an_unchanged_series_is_byte_identical(lane_repo, tmp_path, cap
     before = _series(lane_repo)
     d = _edit(lane_repo, tmp_path)
     assert git(d, "log", "--format=%s", "pristine..HEAD").split("\n")[0] == "core: use each element's own weight"
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK
     assert "unchanged" in capsys.readouterr().out
     assert _series(lane_repo) == before
 
@@ -36,7 +36,7 @@ def test_regen_after_an_edit_prints_the_interdiff_and_replaces_the_file(lane_rep
     core.write_text(core.read_text().replace("zip(xs, w)", "zip(xs, w, strict=True)"))
     git(d, "commit", "-q", "-a", "--amend", "--no-edit")
     capsys.readouterr()
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "+++ b/0001-use-own-weight.patch" in out and "modified: 0001-use-own-weight.patch" in out
     assert "-+    return [x * wi for x, wi in zip(xs, w)]" in out
@@ -45,7 +45,7 @@ def test_regen_after_an_edit_prints_the_interdiff_and_replaces_the_file(lane_rep
     assert b"strict=True" in text and b"Upstream-Status: Submitted" in text and b"Pack: 01" in text
     assert b"Date: Thu, 1 Jan 2026 00:00:00 +0000" in text and text.startswith(b"From " + b"0" * 40)
     assert not [p for p in (lane_repo.root / "patches" / "fake").iterdir() if p.name.startswith(".")]  # no backup left
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0  # and now it is stable again
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK  # and now it is stable again
     assert "unchanged" in capsys.readouterr().out
 
 
@@ -55,7 +55,7 @@ def test_dirty_checkout_is_refused_and_names_the_files(lane_repo, tmp_path, caps
     (d / CORE).write_text("oops\n")
     (d / "new.txt").write_text("x\n")
     capsys.readouterr()
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
     assert "uncommitted changes" in err and CORE in err and "new.txt" in err
     assert _series(lane_repo) == before
@@ -66,12 +66,12 @@ def test_a_new_commit_adds_a_patch_and_dropping_it_removes_it(lane_repo, tmp_pat
     core = d / CORE
     core.write_text(core.read_text().replace("return sum(xs)", "return float(sum(xs))"))
     git(d, "commit", "-q", "-am", "core: total is a float\n\nUpstream-Status: Pending\nPack: 01\n")
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK
     assert "added: 0002-core-total-is-a-float.patch" in capsys.readouterr().out
     names = list(_series(lane_repo))
     assert names == ["0001-use-own-weight.patch", "0002-core-total-is-a-float.patch"]
     git(d, "reset", "-q", "--hard", "HEAD~1")
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK
     assert "removed: 0002-core-total-is-a-float.patch" in capsys.readouterr().out
     assert len(_series(lane_repo)) == 1
 
@@ -82,7 +82,7 @@ def test_a_commit_without_upstream_status_is_refused(lane_repo, tmp_path, capsys
     (d / CORE).write_text((d / CORE).read_text() + "\n# note\n")
     git(d, "commit", "-q", "-am", "core: a note")
     capsys.readouterr()
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
     assert "has no 'Upstream-Status:' line" in err and "core: a note" in err
     assert _series(lane_repo) == before
@@ -92,7 +92,7 @@ def test_series_changed_behind_the_checkout_is_not_overwritten(lane_repo, tmp_pa
     d = _edit(lane_repo, tmp_path)
     lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("weight", "own weight")))
     capsys.readouterr()
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
     assert "changed since 'harness edit'" in capsys.readouterr().err
 
 
@@ -108,21 +108,21 @@ def test_dependencies_come_first_and_stay_out_of_the_pack(lane_repo, tmp_path):
     assert subjects == ["core: use each element's own weight", "core: total plus zero"]
     state = EditState.read(d)
     assert [r.pack for r in state.ranges] == ["01", "02"] and state.own().start == state.ranges[0].end
-    assert cli("regen", "02", "--dir", str(d), *lane_repo.args()) == 0
+    assert cli("regen", "02", "--dir", str(d), *lane_repo.args()) == Exit.OK
     assert _series(lane_repo, "02") == before
 
 
 def test_force_never_replaces_unregenerated_commits(lane_repo, tmp_path, capsys):
     d = _edit(lane_repo, tmp_path)
-    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
     assert "already exists" in capsys.readouterr().err
     (d / CORE).write_text((d / CORE).read_text() + "\n# more\n")
     git(d, "commit", "-q", "-am", "core: more\n\nUpstream-Status: Pending\n")
-    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == 2
+    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == Exit.USAGE
     assert "not regenerated" in capsys.readouterr().err
     assert "core: more" in git(d, "log", "-1", "--format=%s")
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 0
-    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == 0
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK
+    assert cli("edit", "01", "--dir", str(d), "--force", *lane_repo.args()) == Exit.OK
     assert len(git(d, "log", "--format=%s", "pristine..HEAD").splitlines()) == 2
 
 
@@ -130,7 +130,7 @@ def test_a_series_that_does_not_apply_leaves_no_checkout(lane_repo, tmp_path, ca
     lane_repo.write_patch(make_patch(tmp_path, "a\n", "b\n", path="src/fakepkg/nope.py", status="Pending"),
                           name="0002-nope.patch")
     d = tmp_path / "edit"
-    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == 5
+    assert cli("edit", "01", "--dir", str(d), *lane_repo.args()) == Exit.APPLY
     assert not d.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".edit-")]
 
 
@@ -138,7 +138,7 @@ def test_an_empty_commit_is_refused_not_silently_dropped(lane_repo, tmp_path, ca
     d = _edit(lane_repo, tmp_path)
     git(d, "commit", "-q", "--allow-empty", "-m", "nothing\n\nUpstream-Status: Pending\n")
     capsys.readouterr()
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
     assert "('nothing') is empty" in capsys.readouterr().err
 
 
@@ -147,7 +147,7 @@ def test_a_commit_claiming_another_pack_is_refused(lane_repo, tmp_path, capsys):
     (d / CORE).write_text((d / CORE).read_text() + "\n# other\n")
     git(d, "commit", "-q", "-am", "core: other\n\nUpstream-Status: Pending\nPack: 02\n")
     capsys.readouterr()
-    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == 2
+    assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
     assert "says 'Pack: 02'" in capsys.readouterr().err
 
 
@@ -164,7 +164,7 @@ def test_a_plain_format_patch_file_regenerates_to_a_zero_diff(lane_repo, tmp_pat
     before = _series(lane_repo)
     e = _edit(lane_repo, tmp_path)
     capsys.readouterr()
-    assert cli("regen", "01", "--dir", str(e), *lane_repo.args()) == 0
+    assert cli("regen", "01", "--dir", str(e), *lane_repo.args()) == Exit.OK
     assert "unchanged" in capsys.readouterr().out
     assert _series(lane_repo) == before
 

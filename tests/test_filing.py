@@ -48,7 +48,7 @@ def _github_repo(lane_repo):
 def ran(lane_repo, capsys):
     """The fake pack with passing receipts for both lanes (a real CPU run), on a github.com repository."""
     _github_repo(lane_repo)
-    assert cli("run", "01", "--quiet", *lane_repo.args()) == 0
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
     capsys.readouterr()
     return lane_repo
 
@@ -118,7 +118,7 @@ def test_a_script_may_use_scratch_paths_and_loopback_but_no_private_paths():
 # ---------------------------------------------------------------------------------------------- the body
 
 def test_body_is_built_from_the_patch_and_the_receipts_and_stdout_holds_only_it(ran, capsys):
-    assert cli("body", "01", *ran.args()) == 0
+    assert cli("body", "01", *ran.args()) == Exit.OK
     out = capsys.readouterr()
     body_file = ran.root / "dist" / "filing" / "01-pr.md"
     assert out.out == body_file.read_text()  # `harness body 01 > x.md` holds exactly the body
@@ -141,7 +141,7 @@ def test_every_figure_traces_to_the_receipt(ran, capsys):
     data = json.loads((fix / "receipt.json").read_text())
     data["figures"][0]["value"] = 0.25
     (fix / "receipt.json").write_text(json.dumps(data))
-    assert cli("body", "01", *ran.args()) == 0
+    assert cli("body", "01", *ran.args()) == Exit.OK
     assert "| the same | 1.0 + this PR | largest error 0.25 | CPU |" in capsys.readouterr().out
 
 
@@ -149,7 +149,7 @@ def test_an_evidence_row_that_does_not_resolve_is_named_and_blocks_readiness(ran
     path = ran.root / "tracking.toml"
     path.write_text(path.read_text().replace('figure = "max_err"\nlabel = "the same"',
                                              'figure = "max_error"\nlabel = "the same"'))
-    assert cli("body", "01", *ran.args()) == 0
+    assert cli("body", "01", *ran.args()) == Exit.OK
     err = capsys.readouterr().err
     assert "evidence row 2 (fix, max_error): no figure 'max_error'" in err
     r = _ready(ran)
@@ -186,7 +186,7 @@ def test_a_comment_reads_as_a_comment_on_its_thread(ran, capsys):
     path.write_text(path.read_text().replace('kind = "pr"  # a pull request', 'kind = "comment"')
                     + '\n[[packs.01.threads]]\nurl = "https://github.com/acme/fake/pull/4"\n'
                       'role = "filing target"\nstate = "open"\n')
-    assert cli("body", "01", *ran.args()) == 0
+    assert cli("body", "01", *ran.args()) == Exit.OK
     out = capsys.readouterr()
     assert "###" not in out.out and "```diff" in out.out  # no PR headings; the change itself, folded
     assert "gh pr comment https://github.com/acme/fake/pull/4 --body-file" in out.err
@@ -197,7 +197,7 @@ def test_a_comment_reads_as_a_comment_on_its_thread(ran, capsys):
 # ---------------------------------------------------------------------------------------------- the reproducer
 
 def test_small_reproducer_is_pasted_and_runs_without_this_repository(ran, capsys, tmp_path):
-    assert cli("body", "01", *ran.args()) == 0
+    assert cli("body", "01", *ran.args()) == Exit.OK
     body = capsys.readouterr().out
     script = ran.root / "dist" / "filing" / "repro_fake.py"
     text = script.read_text()
@@ -219,7 +219,7 @@ def test_small_reproducer_is_pasted_and_runs_without_this_repository(ran, capsys
 
 def test_large_reproducer_goes_to_a_gist_the_command_creates(ran, capsys, monkeypatch):
     monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
-    assert cli("body", "01", *ran.args()) == 0
+    assert cli("body", "01", *ran.args()) == Exit.OK
     out = capsys.readouterr()
     assert f"[`repro_fake.py`]({filing.PLACEHOLDER})" in out.out and "```python" not in out.out
     assert "url=$(gh gist create --public" in out.err and "repro_fake.py" in out.err
@@ -258,7 +258,7 @@ def test_post_uploads_the_reproducer_then_files_the_body_with_its_link(ran, fake
     monkeypatch.setattr(sys, "stdin", Stdin(tty=True))
     monkeypatch.setattr("builtins.input", lambda prompt: "01")
     monkeypatch.setenv("USER", "tester")
-    assert cli("body", "01", "--post", "--head", "me:fix", *ran.args()) == 0
+    assert cli("body", "01", "--post", "--head", "me:fix", *ran.args()) == Exit.OK
     gist, create = [c.strip("\n").split("\n") for c in fake_gh.read_text().split("--\n") if c.strip()]
     assert gist[:3] == ["gist", "create", "--public"] and gist[-1].endswith("repro_fake.py")
     assert create[:4] == ["pr", "create", "--repo", "acme/fake"] and create[-2:] == ["--head", "me:fix"]
@@ -380,7 +380,7 @@ def test_evidence_from_a_lane_on_another_base_is_a_problem(ran):
 
 def test_all_docs_renders_every_fileable_pack_with_its_reproducer_and_receipts(ran, capsys, monkeypatch):
     monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
-    assert cli("body", "--all-docs", *ran.args()) == 0
+    assert cli("body", "--all-docs", *ran.args()) == Exit.OK
     docs = ran.root / "docs" / "filings"
     assert capsys.readouterr().out == "docs/filings/01-pr.md\n"
     body = (docs / "01-pr.md").read_text()

@@ -13,6 +13,7 @@ import pytest
 
 from harness import git, lanes, pins, series
 from harness.context import Context
+from harness.errors import Exit
 from harness.store import Store
 from harness.tracking import Tracking
 
@@ -74,15 +75,15 @@ def test_workflows_on_the_real_pins(store, tmp_path, capsys):
 
     args = ["--root", str(ROOT), "--cache", str(store.root)]
     before = {p.name: p.read_bytes() for p in (ROOT / "patches" / "liger-kernel" / "09").iterdir()}
-    assert cli("edit", "09", "--dir", str(tmp_path / "edit"), *args) == 0
-    assert cli("regen", "09", "--dir", str(tmp_path / "edit"), "--dry-run", *args) == 0
+    assert cli("edit", "09", "--dir", str(tmp_path / "edit"), *args) == Exit.OK
+    assert cli("regen", "09", "--dir", str(tmp_path / "edit"), "--dry-run", *args) == Exit.OK
     assert "unchanged" in capsys.readouterr().out
-    assert cli("rebase", "liger-kernel", "--to", "0.8.5", *args) == 0
+    assert cli("rebase", "liger-kernel", "--to", "0.8.5", *args) == Exit.OK
     captured = capsys.readouterr()
     row = next(ln for ln in captured.out.splitlines() if ln.startswith("│ 09"))
     assert "superseded" in row and "conflict" in row and FLCE in captured.out
     assert "pack 09: superseded on 0.8.5" in captured.err
-    assert cli("absorbed", "liger-kernel", "--to", "0.8.5", *args) == 0
+    assert cli("absorbed", "liger-kernel", "--to", "0.8.5", *args) == Exit.OK
     out = capsys.readouterr().out
     row = next(ln for ln in out.splitlines() if ln.startswith("│ 09"))
     assert "superseded" in row and "regression-0.8.5" in out

@@ -8,7 +8,7 @@ import pytest
 from conftest import CORE_FIXED, cli, make_patch
 
 from harness import landing
-from harness.errors import ConfigError
+from harness.errors import ConfigError, Exit
 from harness.tracking import Tracking
 
 
@@ -34,7 +34,7 @@ def _second_patch(lane_repo, tmp_path):
 def test_undeclared_dependency_fails_to_apply_and_overlap_is_flagged(lane_repo, tmp_path, capsys):
     lane_repo.write_tracking(_pack("02"))
     _second_patch(lane_repo, tmp_path)
-    assert cli("order", *lane_repo.args()) == 2  # the overlap (missing depends_on) outranks the apply failure (5)
+    assert cli("order", *lane_repo.args()) == Exit.USAGE  # overlap outranks the apply failure
     out = capsys.readouterr().out
     assert "FAIL pack 02: series does not apply on fake 1.0 with only its declared dependencies" in out
     assert "ok   pack 01" in out
@@ -45,7 +45,7 @@ def test_undeclared_dependency_fails_to_apply_and_overlap_is_flagged(lane_repo, 
 def test_declared_dependency_applies_and_orders_the_overlap(lane_repo, tmp_path, capsys):
     lane_repo.write_tracking(_pack("02", depends=["01"]))
     _second_patch(lane_repo, tmp_path)
-    assert cli("order", *lane_repo.args()) == 0
+    assert cli("order", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "ok   pack 02: 2 patch(es) apply" in out and "no two unordered packs touch the same lines" in out
 
@@ -53,7 +53,7 @@ def test_declared_dependency_applies_and_orders_the_overlap(lane_repo, tmp_path,
 def test_overlap_without_apply_is_usage_error(lane_repo, tmp_path, capsys):
     lane_repo.write_tracking(_pack("02"))
     _second_patch(lane_repo, tmp_path)
-    assert cli("order", "--no-apply", *lane_repo.args()) == 2
+    assert cli("order", "--no-apply", *lane_repo.args()) == Exit.USAGE
     out = capsys.readouterr().out
     assert "OVERLAP packs 01 and 02" in out and "FAIL" not in out  # nothing was applied
 
@@ -94,7 +94,7 @@ def test_waves_follow_the_article_order_and_dependencies(lane_repo, capsys):
         "09": "depends on 08 (blocked), which is not being filed",
         "10": "kind regression-guard: nothing to file",
     }
-    assert cli("waves", *lane_repo.args()) == 0
+    assert cli("waves", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "08 (fake): blocked: no base" in out
 
@@ -106,9 +106,9 @@ def test_chunks_are_two_to_four():
 
 
 def test_check_apply_shares_the_series_check(lane_repo, tmp_path, capsys):
-    assert cli("check", "--apply", *lane_repo.args()) == 0
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.OK
     assert "pack 01: 1 patch(es) apply on fake 1.0" in capsys.readouterr().out
     lane_repo.write_tracking(_pack("02"))
     _second_patch(lane_repo, tmp_path)
-    assert cli("check", "--apply", *lane_repo.args()) == 5
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.APPLY
     assert "pack 02: 02/0001-strict-zip.patch does not apply" in capsys.readouterr().err

@@ -38,7 +38,7 @@ def test_tampered_archive_is_a_hard_error_and_nothing_is_extracted(lane_repo, ca
     bases = lane_repo.cache / "bases"
     assert not bases.exists() or not any(bases.rglob("core.py"))
     assert not list((lane_repo.cache / "downloads").rglob("*.tar.gz*"))
-    assert cli("materialize", "fake", *lane_repo.args()) == 4
+    assert cli("materialize", "fake", *lane_repo.args()) == Exit.PIN
     err = capsys.readouterr().err
     errors = [ln for ln in err.splitlines() if ln.startswith("harness:")]
     assert len(errors) == 1 and errors[0].startswith("harness: error: sha256 mismatch") and "Traceback" not in err

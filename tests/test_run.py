@@ -39,10 +39,10 @@ def test_paired_run_writes_receipts_and_updates_tracking(lane_repo, capsys):
 
 
 def test_second_run_rebuilds_nothing(lane_repo, capsys):
-    assert _run(lane_repo) == 0
+    assert _run(lane_repo) == Exit.OK
     builds = sorted(p.name for p in (lane_repo.cache / "builds").iterdir())
     capsys.readouterr()
-    assert _run(lane_repo, quiet=False) == 0
+    assert _run(lane_repo, quiet=False) == Exit.OK
     assert sorted(p.name for p in (lane_repo.cache / "builds").iterdir()) == builds
     assert "cached" in capsys.readouterr().err
 
@@ -62,7 +62,7 @@ def test_crash_and_hang_are_never_a_pass(lane_repo, monkeypatch, mode, code, ver
 def test_wrong_sentinel_is_a_mismatch(lane_repo):
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_ABSENT"'))
-    assert _run(lane_repo, "--lane", "bug") == 1
+    assert _run(lane_repo, "--lane", "bug") == Exit.MISMATCH
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["verdict"] == "mismatch" and "expected BUG_ABSENT" in rec.data["reason"]
 
@@ -80,14 +80,14 @@ def test_gpu_lane_without_gpu_is_skipped_after_build_and_import_check(lane_repo,
 
 
 def test_unknown_pack_and_lane_are_one_line_usage_errors(lane_repo, capsys):
-    assert cli("run", "42", *lane_repo.args()) == 2
+    assert cli("run", "42", *lane_repo.args()) == Exit.USAGE
     assert capsys.readouterr().err.strip().startswith("harness: error: no pack '42'")
-    assert _run(lane_repo, "--lane", "nope") == 2
+    assert _run(lane_repo, "--lane", "nope") == Exit.USAGE
     assert "no lane 'nope' (lanes: bug, fix)" in capsys.readouterr().err
 
 
 def test_receipt_tampering_is_detected(lane_repo, capsys):
-    assert _run(lane_repo, "--lane", "bug") == 0
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
     (rec.dir / "output.log").write_text("edited\n")
     assert cli("receipts", "verify", *lane_repo.args()) == Exit.TAMPERED
@@ -105,7 +105,7 @@ def test_lane_requires_overrides_the_pack(lane_repo, monkeypatch, capsys):
     from harness import runs
 
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
-    assert _run(lane_repo) == 3
+    assert _run(lane_repo) == Exit.SKIPPED
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["lane"] == "bug" and rec.data["verdict"] == "pass"
 
@@ -115,10 +115,10 @@ def test_bad_lane_requires_and_baseline_on_unpatched_lane_are_config_errors(lane
     good = path.read_text()
     i = good.index('name = "bug"')
     path.write_text(good[:i] + 'requires = "tpu"\n' + good[i:])
-    assert _run(lane_repo) == 2
+    assert _run(lane_repo) == Exit.USAGE
     assert "key 'requires' is 'tpu'" in capsys.readouterr().err
     path.write_text(good[:i] + "with_baseline = true\n" + good[i:])
-    assert _run(lane_repo) == 2
+    assert _run(lane_repo) == Exit.USAGE
     assert "key 'with_baseline' needs a patched lane" in capsys.readouterr().err
 
 
@@ -127,7 +127,7 @@ def test_with_baseline_lane_gets_the_unpatched_build(lane_repo):
     text = path.read_text()
     i = text.index('name = "fix"')
     path.write_text(text[:i] + "with_baseline = true\n" + text[i:])
-    assert _run(lane_repo, "--lane", "fix") == 0
+    assert _run(lane_repo, "--lane", "fix") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["baseline_build"]["key"] != rec.data["build"]["key"]
     from harness.tracking import Tracking
@@ -145,11 +145,11 @@ def test_interrupted_build_leaves_no_entry_that_looks_complete(lane_repo, monkey
         raise KeyboardInterrupt  # ... when the user hits Ctrl-C
 
     monkeypatch.setattr(builds, "_overlay", interrupted)
-    assert _run(lane_repo, "--lane", "bug") == 130
+    assert _run(lane_repo, "--lane", "bug") == Exit.INTERRUPT
     entries = list((lane_repo.cache / "builds").iterdir())
     assert all(e.name.startswith(".tmp-") for e in entries) or not entries
     monkeypatch.setattr(builds, "_overlay", real)
-    assert _run(lane_repo, "--lane", "bug") == 0
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
     assert [e for e in (lane_repo.cache / "builds").iterdir() if not e.name.startswith(".tmp-")]
     assert not [e for e in (lane_repo.cache / "builds").iterdir() if e.name.startswith(".tmp-")]
 
@@ -178,7 +178,7 @@ def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
     monkeypatch.setattr(runs, "launch_command", fake_launch)
     monkeypatch.setattr(runs, "run", spy_run)
     monkeypatch.delenv("FAKE_MODE", raising=False)
-    assert _run(lane_repo, "--lane", "bug") == 0
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["world_size"] == 2
     assert sorted(s["rank"] for s in rec.data["ranks"]) == [0, 1]
@@ -193,7 +193,7 @@ def test_lane_needing_more_gpus_than_the_host_has_is_skipped(lane_repo, monkeypa
     path.write_text(path.read_text().replace('patched = true', 'patched = true\nnproc = 4'))
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (1, "this host has 1: NVIDIA H100"))
     monkeypatch.setenv("FAKE_MODE", "")
-    assert _run(lane_repo) == 3  # the 1-GPU lane passes, the 4-GPU lane is skipped: SKIPPED wins over OK
+    assert _run(lane_repo) == Exit.SKIPPED  # the 1-GPU lane passes, the 4-GPU lane is skipped: SKIPPED wins over OK
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["lane"] == "bug"
 
@@ -209,11 +209,11 @@ def test_with_builds_puts_another_target_on_the_path(lane_repo, tmp_path):
     _helper_manifest(lane_repo, sdist, "fakepkg")
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('patched = false', 'patched = false\nwith_builds = ["helper@2.0"]', 1))
-    assert _run(lane_repo, "--lane", "bug") == 0
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
     assert len(rec.data["extra_builds"]) == 1 and rec.data["extra_builds"][0]["kind"] == "overlay"
     path.write_text(path.read_text().replace("helper@2.0", "helper@9.9"))
-    assert _run(lane_repo, "--lane", "bug") == 2
+    assert _run(lane_repo, "--lane", "bug") == Exit.USAGE
 
 
 def test_with_builds_brings_the_extra_bases_runtime(lane_repo, tmp_path, monkeypatch):
@@ -252,7 +252,7 @@ def test_with_builds_brings_the_extra_bases_runtime(lane_repo, tmp_path, monkeyp
     repro = lane_repo.root / "repros" / "fake" / "pack01.py"
     repro.write_text("import os, helperpkg, tinydep\nassert any(p.endswith('tinydep/lib') for p in "
                      "os.environ['LD_LIBRARY_PATH'].split(os.pathsep))\n" + repro.read_text())
-    assert _run(lane_repo, "--lane", "bug") == 0
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.data["runtime_requires"] == ["tinydep==1.0"]
     assert rec.data["imported"]["helperpkg"].startswith(str(lane_repo.cache))

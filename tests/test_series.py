@@ -4,7 +4,7 @@ import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 
 from harness import git, pins, series
-from harness.errors import ConfigError, SeriesError
+from harness.errors import ConfigError, Exit, SeriesError
 from harness.store import Store
 
 
@@ -55,7 +55,7 @@ def test_conflict_names_pack_file_path_and_hunk_and_leaves_nothing(lane_repo, tm
     assert "pack 01" in msg and "0002-total.patch" in msg and "src/fakepkg/core.py" in msg and "hunk #1" in msg
     trees = lane_repo.cache / "trees" / "fake"
     assert not trees.exists() or not any(trees.iterdir())
-    assert cli("apply", "01", *lane_repo.args()) == 5
+    assert cli("apply", "01", *lane_repo.args()) == Exit.APPLY
     assert "Traceback" not in capsys.readouterr().err
 
 

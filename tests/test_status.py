@@ -13,6 +13,7 @@ import pytest
 from conftest import cli
 
 from harness import ui
+from harness.errors import Exit
 from harness.tracking import Tracking
 
 FIXTURES = Path(__file__).parent / "fixtures" / "github"
@@ -98,7 +99,7 @@ def test_refresh_updates_states_and_flags_transitions(lane_repo, github, capsys,
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     lane_repo.write_tracking(THREADS)
     gh = github()
-    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == 0
+    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == Exit.OK
     out = capsys.readouterr()
     text = (lane_repo.root / "tracking.toml").read_text()
     threads = Tracking.load(lane_repo.root).pack("01").threads
@@ -117,7 +118,7 @@ def test_refresh_updates_states_and_flags_transitions(lane_repo, github, capsys,
 def test_missing_thread_is_named_and_others_still_written(lane_repo, github, capsys):
     lane_repo.write_tracking(THREADS.replace("pull/12", "pull/99"))
     gh = github()
-    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == 2
+    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == Exit.USAGE
     assert "pulls/99: not found (404)" in capsys.readouterr().err
     assert Tracking.load(lane_repo.root).pack("01").threads[0].state == "open"
 
@@ -126,7 +127,7 @@ def test_rate_limit_writes_nothing_and_exits_9(lane_repo, github, capsys):
     lane_repo.write_tracking(THREADS)
     before = (lane_repo.root / "tracking.toml").read_text()
     gh = github(dict(ROUTES, **{"/repos/acme/fake/issues/13": RATE_LIMITED}))
-    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == 9
+    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == Exit.UPSTREAM
     err = capsys.readouterr().err
     assert "rate-limited until" in err and "nothing was written" in err and "Traceback" not in err
     assert len([ln for ln in err.splitlines() if ln.startswith("harness: error")]) == 1
@@ -148,10 +149,10 @@ def test_offline_is_one_line_and_exit_9(lane_repo, capsys):
 def test_overview_without_refresh_labels_threads_with_their_repository(lane_repo, capsys, monkeypatch):
     monkeypatch.setattr(ui.out, "width", 250)
     lane_repo.write_tracking(THREADS)
-    assert cli("status", *lane_repo.args()) == 0
+    assert cli("status", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "acme/fake#11 draft +3" in out and "lane bug: no receipt" in out
-    assert cli("status", "01", *lane_repo.args()) == 0
+    assert cli("status", "01", *lane_repo.args()) == Exit.OK
     story = capsys.readouterr().out
     assert "acme/fake#13  context  open" in story and "acme/fake@0123456  context  unknown" in story
 
@@ -178,5 +179,5 @@ def test_anonymous_requests_send_no_authorization(lane_repo, github, capsys, mon
     monkeypatch.delenv("GH_TOKEN", raising=False)
     lane_repo.write_tracking(THREADS)
     gh = github()
-    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == 0
+    assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == Exit.OK
     assert {auth for _, auth in gh.requests} == {None}

@@ -13,7 +13,7 @@ from conftest import cli
 
 from harness import builds, pins
 from harness.bundle import store_uncompressed
-from harness.errors import ConfigError
+from harness.errors import ConfigError, Exit
 from harness.store import Store
 from harness.stubs import write
 
@@ -61,7 +61,7 @@ def test_stubs_in_the_manifest_reach_the_build_key_describe_and_the_import_check
     loaded = pins.load_manifest(lane_repo.root, "fake")
     assert loaded.stubs == {"fake_ext": "compiled, not built"}
     assert builds.build_key("t", loaded) != key_before
-    assert cli("prepare", "01", *lane_repo.args()) == 0, capsys.readouterr()
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr()
     [entry] = [p for p in (lane_repo.cache / "builds").iterdir()
                if json.loads((p / "build.json").read_text()).get("stubs")][:1]
     build = builds.lookup(Store(lane_repo.cache), json.loads((entry / "build.json").read_text())["key"])

@@ -54,7 +54,7 @@ def test_validation_errors_name_pack_and_key(lane_repo, extra, replace, message)
 def test_invalid_toml_names_the_line(lane_repo, capsys):
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text() + "\n[packs.01\n")
-    assert cli("list", *lane_repo.args()) == 2
+    assert cli("list", *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
     assert "tracking.toml:" in err and "not valid TOML" in err and "Traceback" not in err
 
@@ -103,7 +103,7 @@ def test_bug_report_with_only_unpatched_lanes_runs(lane_repo):
         patch.unlink()
     pack = _load(lane_repo).pack("01")
     assert [(lane.name, lane.patched) for lane in pack.lanes] == [("bug", False)]
-    assert cli("run", "01", *lane_repo.args()) == 0
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK
     validation = _load(lane_repo).doc["packs"]["01"]["validation"]
     assert list(validation) == ["bug"] and validation["bug"]["patched"] is False
 
