@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import CORE_FIXED, cli
 
@@ -12,26 +14,37 @@ from harness.tracking import Tracking
 @pytest.mark.parametrize(
     "make",
     [
-        lambda root: (root / "patches" / "fake" / "07").mkdir(),  # pack not in tracking.toml
-        lambda root: (root / "patches" / "fake" / "01" / "notes.txt").write_text("x"),
-        lambda root: (root / "patches" / "fake" / "01" / "fix.diff").write_text("x"),
-        lambda root: (root / "overlays" / "fake" / "src").mkdir(parents=True)
-        or (root / "overlays" / "fake" / "src" / "core.py").write_text("x"),
+        (lambda root: (root / "patches" / "fake" / "07").mkdir(), "patches/fake/07"),  # pack not in tracking.toml
+        (lambda root: (root / "patches" / "fake" / "01" / "notes.txt").write_text("x"), "patches/fake/01/notes.txt"),
+        (lambda root: (root / "patches" / "fake" / "01" / "fix.diff").write_text("x"), "patches/fake/01/fix.diff"),
+        (lambda root: (root / "overlays" / "fake" / "src").mkdir(parents=True)
+         or (root / "overlays" / "fake" / "src" / "core.py").write_text("x"), "overlays/fake/src/core.py"),
     ],
     ids=["unknown-pack", "stray-file", "badly-named-patch", "overlay"],
 )
 def test_untracked_drift_is_an_error_with_the_path(lane_repo, capsys, make):
+    make, path = make
     make(lane_repo.root)
     assert cli("absorbed", "fake", *lane_repo.args()) == Exit.DRIFT
     captured = capsys.readouterr()
     assert "untracked drift" in captured.err and "untracked drift" in captured.out
-    assert "patches/fake/" in captured.out or "overlays/fake/src/core.py" in captured.out
+    assert path in captured.out
+    assert cli("absorbed", "fake", "--json", *lane_repo.args()) == Exit.DRIFT
+    assert [d["path"] for d in _json(capsys)["drift"]] == [path]
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def _result(capsys, pack: str = "01") -> dict:
+    return next(r for r in _json(capsys)["results"] if r["pack"] == pack)
 
 
 def test_a_tracked_pack_that_still_differs_is_listed(lane_repo, capsys):
-    assert cli("absorbed", "fake", *lane_repo.args()) == Exit.OK
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ 01"))
-    assert "differs" in row and "clean" in row
+    assert cli("absorbed", "fake", "--json", *lane_repo.args()) == Exit.OK
+    result = _result(capsys)
+    assert result["state"] == "differs" and result["series"] == "clean"
 
 
 def test_retire_flow_proposes_then_writes_keeping_comments_and_lanes(lane_repo, capsys):
@@ -71,10 +84,13 @@ version = "1.1"
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('state = "ready"', 'state = "absorbed"'))
     assert cli("absorbed", "fake", "--to", "1.1", *lane_repo.args()) == Exit.OK
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ 01"))
-    assert "differs" in row and "no passing BUG_ABSENT lane" in row
+    assert "no passing BUG_ABSENT lane" in capsys.readouterr().out
+    assert cli("absorbed", "fake", "--to", "1.1", "--json", *lane_repo.args()) == Exit.OK
+    result = _result(capsys)
+    assert result["state"] == "differs" and result["evidence"] is None
     path.write_text(path.read_text() + '\n[packs.01.validation.regression]\nverdict = "pass"\nhost = "h"\n'
                     'receipt = "receipts/x.json"\n')
-    assert cli("absorbed", "fake", "--to", "1.1", *lane_repo.args()) == Exit.OK
-    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ 01"))
-    assert "superseded" in row and "conflict" in row and "lane regression saw BUG_ABSENT on h" in row
+    assert cli("absorbed", "fake", "--to", "1.1", "--json", *lane_repo.args()) == Exit.OK
+    result = _result(capsys)
+    assert result["state"] == "superseded" and result["series"] == "conflict"
+    assert "lane regression saw BUG_ABSENT on h" in result["evidence"]
