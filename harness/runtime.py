@@ -23,9 +23,11 @@ installs the merged set as one site.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from harness import guard, ui
 from harness.errors import BuildError, ConfigError
@@ -54,20 +56,23 @@ def with_library_path(env: dict[str, str], site: Path | None) -> dict[str, str]:
     return env
 
 
-def _project(requirement: str) -> str:
-    """The project name as written at the start of a requirement like ``apache-tvm-ffi==0.1.9``."""
-    return re.split(r"[\s<>=!~;\[(@]", requirement.strip(), maxsplit=1)[0]
+def _requirement(requirement: str) -> Requirement:
+    """A PEP 508 requirement; a malformed one is bad input naming it."""
+    try:
+        return Requirement(requirement)
+    except InvalidRequirement as exc:
+        raise ConfigError(f"runtime_requires: {requirement!r} is not a valid requirement: {exc}") from None
 
 
 def _dist_name(requirement: str) -> str:
     """The normalized distribution name of a pin like ``apache-tvm-ffi==0.1.9`` (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", _project(requirement)).lower()
+    return canonicalize_name(_requirement(requirement).name)
 
 
-def _spec(requirement: str) -> tuple[str, str]:
-    """``(normalized name, version specifier without spaces)``: 'Einops == 0.8.2' and 'einops==0.8.2' are one pin."""
-    name = _project(requirement)
-    return _dist_name(name), requirement.strip()[len(name):].replace(" ", "")
+def _spec(requirement: str) -> tuple[str, str, str]:
+    """``(normalized name, specifier, marker)``: 'Einops == 0.8.2' and 'einops==0.8.2' are one pin."""
+    req = _requirement(requirement)
+    return canonicalize_name(req.name), str(req.specifier), str(req.marker or "")
 
 
 def combine(sources: list[tuple[str, tuple[str, ...]]]) -> tuple[str, ...]:

@@ -81,3 +81,17 @@ def test_combine_merges_bases_and_rejects_conflicting_pins():
                                           r"'apache_tvm_ffi==0.1.12'"):
         runtime.combine([("mamba 2.3.2.post1", ("apache-tvm-ffi==0.1.9",)),
                          ("tilelang 0.1.15", ("apache_tvm_ffi==0.1.12",))])
+
+
+def test_requirements_are_parsed_as_pep_508_not_by_pattern():
+    from harness import runtime
+    from harness.errors import ConfigError
+
+    # one pin however it is spelled: name normalization and specifier spacing
+    assert runtime.combine([("a", ("Apache_TVM.ffi == 0.1.9",)), ("b", ("apache-tvm-ffi==0.1.9",))]) == \
+        ("Apache_TVM.ffi == 0.1.9",)
+    # a different version of one distribution conflicts; a malformed requirement is named
+    with pytest.raises(ConfigError, match="conflict"):
+        runtime.combine([("a", ("einops==0.8.2",)), ("b", ("einops==0.8.1",))])
+    with pytest.raises(ConfigError, match="not a valid requirement"):
+        runtime.combine([("a", ("einops=0.8.2",))])
