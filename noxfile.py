@@ -37,6 +37,12 @@ from harness.errors import Exit  # noqa: E402  (stdlib-only module)
 from harness.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
 from harness.sessions import STAMP_FILE, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only module)
 
+# Git bases (upstream main/dev) come from GitHub by default. On this project's hosts the offline mirrors
+# sit beside the clone (../shared/mirrors): use them unless the caller chose a source already.
+_MIRRORS = ROOT.parent / "shared" / "mirrors"
+if "PATCHLANE_GIT_MIRRORS" not in os.environ and _MIRRORS.is_dir():
+    os.environ["PATCHLANE_GIT_MIRRORS"] = str(_MIRRORS)
+
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
