@@ -412,12 +412,14 @@ def mirror_name(url: str) -> str:
     return f"{parts[-2]}+{parts[-1]}.git"
 
 
-def git_sources(pin: GitPin, mirrors: tuple[Path, ...] = ()) -> list[str]:
-    """Where ``pin`` is fetched from, in order: each configured mirror that has the repository, then its URL."""
-    mirrors = tuple(mirrors) + mirrors_from_env()
+def git_sources(pin: GitPin, mirrors: tuple[Path, ...] = ()) -> tuple[list[str], list[str]]:
+    """Where ``pin`` is fetched from, in order (each mirror directory, given or from the environment, that
+    has the repository, then its URL), and the mirror paths looked at that do not have it. A directory
+    named twice is looked at once."""
     name = mirror_name(pin.url)
-    found = [str(d / name) for d in mirrors if (Path(d) / name).is_dir()]
-    return found + [pin.url]
+    candidates = dict.fromkeys(str(Path(d) / name) for d in (*mirrors, *mirrors_from_env()))
+    found = [c for c in candidates if Path(c).is_dir()]
+    return found + [pin.url], [c for c in candidates if c not in found]
 
 
 def fetch_commit(pin: GitPin, dest: Path, mirrors: tuple[Path, ...] = ()) -> None:
@@ -430,9 +432,8 @@ def fetch_commit(pin: GitPin, dest: Path, mirrors: tuple[Path, ...] = ()) -> Non
            # give up on a stalled network fetch instead of hanging a CI job
            "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": "60"}
     failures = []
-    mirrors = tuple(mirrors) + mirrors_from_env()
-    missing = [str(Path(d) / mirror_name(pin.url)) for d in mirrors if not (Path(d) / mirror_name(pin.url)).is_dir()]
-    for source in git_sources(pin, mirrors):
+    sources, missing = git_sources(pin, mirrors)
+    for source in sources:
         shutil.rmtree(dest / ".git", ignore_errors=True)
         steps = [["git", "init", "-q", "--initial-branch=base", str(dest)],
                  ["git", "-C", str(dest), "fetch", "-q", "--no-tags", "--depth", "1", source, pin.commit],

@@ -235,3 +235,13 @@ def test_provenance_says_plainly_when_no_commit_is_recorded(lane_repo, capsys):
     assert cli("provenance", "fake", "--json", *lane_repo.args()) == Exit.OK
     [result] = json.loads(capsys.readouterr().out)
     assert result["compared"] is False and result["note"] == "tag not mirrored"
+
+
+def test_a_mirror_named_twice_is_tried_once(git_repo, monkeypatch, capsys):
+    wrong = "c" * 40
+    path = git_repo.root / "upstream" / "fake.toml"
+    path.write_text(path.read_text().replace(git_repo.main_sha, wrong))
+    monkeypatch.setenv(pins.MIRRORS_ENV, str(git_repo.mirrors))  # the same directory as --git-mirrors
+    code = cli("materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors), *git_repo.args())
+    assert code == Exit.PIN
+    assert capsys.readouterr().err.count(str(git_repo.mirrors / MIRROR_NAME)) == 1
