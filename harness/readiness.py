@@ -130,10 +130,6 @@ def series_at(root: Path, tracking: Tracking, pack: Pack, base: str) -> list[ser
     return series.series_for(tracking, root, pack, base)
 
 
-def _pin(base: pins.Base) -> str:
-    return base.pin
-
-
 def _same_pin(recorded: dict, base: pins.Base) -> bool:
     """Whether a receipt's base record names today's pin (newer receipts say ``pin``; older ones ``sha256``)."""
     return (recorded.get("pin") or recorded.get("sha256")) == base.pin
@@ -142,7 +138,7 @@ def _same_pin(recorded: dict, base: pins.Base) -> bool:
 # ---------------------------------------------------------------------------------------------- apply check
 
 def apply_key(target: str, base_name: str, base, patches: list[series.Patch]) -> str:
-    text = json.dumps([target, base_name, _pin(base), [[p.pack, p.name, p.sha256] for p in patches]])
+    text = json.dumps([target, base_name, base.pin, [[p.pack, p.name, p.sha256] for p in patches]])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -170,7 +166,7 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
     result = ApplyCheck(base_name, status, detail, receipts.utc_now().isoformat().replace("+00:00", "Z"))
     tmp = cache.with_suffix(".partial")
     tmp.write_text(json.dumps({"status": status, "detail": detail, "checked_at": result.checked_at,
-                               "patches": [p.sha256 for p in patches], "pin": _pin(base)}))
+                               "patches": [p.sha256 for p in patches], "pin": base.pin}))
     tmp.replace(cache)
     return result
 
