@@ -12,10 +12,20 @@ Every reproducer imports this module (the harness puts ``repros/`` on
 
 The harness, not the reproducer, decides whether a sentinel is the expected
 one for the lane; a reproducer only reports what it observed.
+
+The start every reproducer shares: ``parser(__doc__)`` gives an argument parser
+with ``--lane`` and ``--patched``/``--unpatched``; ``start(args, distribution,
+module)`` applies those overrides to the environment and prints the stamp.
+Which build a process holds is ``patched()``, read from ``HARNESS_PATCHED``
+(the harness sets it from the lane's series), never guessed from a lane name:
+lane names are free labels. ``observed(bad, **details)`` turns "the bug shows"
+into the sentinel that fits the build (BUG_* on the unpatched build, FIX_* on
+the patched one).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -140,3 +150,56 @@ def skip(reason: str) -> None:
 def lane() -> str:
     """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
     return os.environ.get("HARNESS_LANE", "manual")
+
+
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
+def observed(bad: bool, **details) -> str:
+    """Report whether the bug showed, as the sentinel that fits this build; returns the sentinel."""
+    if patched():
+        sentinel = "FIX_FAILED" if bad else "FIX_VALIDATED"
+    else:
+        sentinel = "BUG_REPRODUCED" if bad else "BUG_ABSENT"
+    verdict(sentinel, **details)
+    return sentinel

@@ -23,6 +23,11 @@ Without CUDA (or when the profiler records no CUDA kernel, e.g. CUPTI unavailabl
 fields are ``None``, ``host_bound`` is ``None`` and ``note`` says why: a figure never shows a
 zero or a guess in place of a measurement it could not take.
 
+``compare({"a": fa, "b": fb}, reference="a")`` measures several callables in one run, their
+calls interleaved round by round (so clock drift and thermal state hit them alike), and adds
+``ratio_to_<reference>`` (kernel and wall) to each result: a ratio is only ever taken between
+numbers measured in the same process, on the same GPU, in the same minute.
+
 The profiler adds some host overhead to the profiled calls; that is why wall time is taken from
 separate, unprofiled calls. Warm-up calls (``warmup``) run first and are not measured: the first
 call of a JIT kernel compiles it.
@@ -109,28 +114,65 @@ def _profile_once(torch, fn: Callable[[], object]) -> dict:
     return device_totals(records)
 
 
+def _torch():
+    try:
+        import torch
+    except ImportError:  # a CPU-only check of a pure-Python callable
+        return None
+    return torch
+
+
+def compare(fns: dict[str, Callable[[], object]], *, reference: str | None = None, warmup: int = 3,
+            repeat: int = 20, profile_repeat: int = 5, host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
+    """``measure`` for several callables, interleaved round by round; ratios to ``reference``.
+
+    Returns ``{name: result}``; with a reference, every result also has ``ratio_to_<reference>``
+    (kernel time when both kernel times were measured, else ``None``) and
+    ``wall_ratio_to_<reference>``."""
+    if not fns:
+        raise ValueError("nothing to time")
+    if reference is not None and reference not in fns:
+        raise ValueError(f"reference {reference!r} is not one of {sorted(fns)}")
+    torch = _torch()
+    cuda = torch is not None and torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    sync()
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            wall[name].append((time.perf_counter() - start) * 1e3)
+    if cuda:
+        per_call: dict[str, list[dict]] = {name: [] for name in fns}
+        for _ in range(profile_repeat):
+            for name, fn in fns.items():
+                per_call[name].append(_profile_once(torch, fn))
+        out = {name: assemble(wall[name], per_call[name], warmup=warmup, host_bound_ratio=host_bound_ratio)
+               for name in fns}
+    else:
+        note = "CUDA absent: wall time only (host clock, no GPU); kernel time not measured"
+        out = {name: assemble(wall[name], None, warmup=warmup, host_bound_ratio=host_bound_ratio, note=note)
+               for name in fns}
+    if reference is not None:
+        ref = out[reference]
+        for r in out.values():
+            r[f"ratio_to_{reference}"] = (r["kernel_ms"] / ref["kernel_ms"]
+                                          if r["kernel_ms"] is not None and ref["kernel_ms"] else None)
+            r[f"wall_ratio_to_{reference}"] = r["wall_ms"] / ref["wall_ms"] if ref["wall_ms"] else None
+    return out
+
+
 def measure(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 20, profile_repeat: int = 5,
             host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
     """Warm up, then time ``fn`` by wall clock (``repeat`` calls) and by profiled kernel time."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    for _ in range(warmup):
-        fn()
-    sync()
-    wall = []
-    for _ in range(repeat):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        wall.append((time.perf_counter() - start) * 1e3)
-    if not cuda:
-        return assemble(wall, None, warmup=warmup, host_bound_ratio=host_bound_ratio,
-                        note="CUDA absent: wall time only (host clock, no GPU); kernel time not measured")
-    per_call = [_profile_once(torch, fn) for _ in range(profile_repeat)]
-    return assemble(wall, per_call, warmup=warmup, host_bound_ratio=host_bound_ratio)
+    return compare({"fn": fn}, warmup=warmup, repeat=repeat, profile_repeat=profile_repeat,
+                   host_bound_ratio=host_bound_ratio)["fn"]
 
 
 def headline(t: dict) -> tuple[float, str]:
