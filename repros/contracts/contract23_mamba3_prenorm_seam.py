@@ -40,14 +40,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mamba"))  # _mamba3 helpers
-
-from _lane import figure, lane, skip, stamp, verdict  # noqa: E402
-from _mamba3 import BF16_FLOOR, K_NOISE, max_abs, rel_fro  # noqa: E402
+from _lane import figure, lane, parser, require_cuda, start, verdict
+from _numerics import BF16_FLOOR, K_NOISE, max_abs, rel_fro
 
 SCALES = (0.1, 1.0, 10.0, 100.0)
 DRIFT_MARGIN = 10.0  # identity drift must exceed the RMSNorm host's own spread by this factor
@@ -57,8 +52,7 @@ FORWARD_KERNELS = (("mamba_ssm.ops.triton.mamba3.mamba3_siso_fwd", "mamba3_siso_
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+    p = parser(__doc__)
     p.add_argument("--check", choices=("drift", "parity"), required=True)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--d-state", type=int, default=128, help="Mamba3 default")
@@ -319,13 +313,8 @@ def check_parity(torch, a, mixer, device) -> None:
 
 def main(argv=None) -> None:
     a = parse_args(argv)
-    if a.lane:
-        os.environ["HARNESS_LANE"] = a.lane
-    stamp("mamba-ssm", "mamba_ssm")
-    import torch
-
-    if not torch.cuda.is_available():
-        skip("needs a CUDA GPU: the real Mamba3 forward runs Triton (SISO) / TileLang (MIMO) kernels; "
+    start(a, "mamba-ssm", "mamba_ssm")
+    torch = require_cuda("needs a CUDA GPU: the real Mamba3 forward runs Triton (SISO) / TileLang (MIMO) kernels; "
              "a stand-in mixer would not be evidence about the author block")
     device = "cuda"
     if not a.mimo and not a.autotune:

@@ -16,23 +16,25 @@ How "right" is judged without guessing a tolerance:
   reported next to the control's but do not decide: one extreme element is a noisy statistic.
 
 Also measured (figures, not the verdict): the "mean x n_valid" mitigation, the time of
-reduction='none' forward+backward against reduction='mean' (GPU), and, on the fix and
-regression lanes, the peak memory of the fused path against materialized logits (GPU).
+reduction='none' forward+backward against reduction='mean' (GPU; both timed in this process,
+calls interleaved, kernel time next to wall time: ``_timing.compare``), and, with ``--memory``,
+the peak memory of the fused path against materialized logits (GPU).
 
-    HARNESS_LANE=bug-0.8.1 python pack09_flce_none_backward.py [--lane NAME] [--quick]
+    python pack09_flce_none_backward.py --unpatched [--lane NAME] [--quick] [--memory]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
-from _lane import figure, lane, skip, stamp, verdict
+from _lane import figure, lane, observed, parser, skip, start
+from _numerics import K_NOISE, max_abs, rel_fro
+from _timing import compare as time_compare
+from _timing import report
 
 IGNORE = -100
-K_NOISE = 4.0  # a result may sit this many times above the control's own error
 CONTROL_SANE = 0.05  # a uniform-grad_output run further off than this is broken in its own right
 LOGIT_STD = 4.0  # logits std of several units: bf16 rounding of grads is far from negligible
 ACCURACY_SHAPE = (4096, 1024, 32000)  # (BT, H, V): 32 token chunks inside Liger
@@ -42,9 +44,10 @@ MEMORY_SHAPE = (16384, 4096, 128256)  # bf16; eager logits alone are 4.2 GB
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+    p = parser(__doc__)
     p.add_argument("--quick", action="store_true", help="tiny shapes, no timing or memory (CPU / interpreter)")
+    p.add_argument("--memory", action="store_true",
+                   help="GPU: also measure peak memory of the fused path against materialized logits")
     return p.parse_args()
 
 
@@ -91,14 +94,6 @@ def reference_run(torch, F, p, token_grad):
     obj = (per_token * token_grad.double()).sum()
     obj.backward()
     return obj.detach(), x.grad, w.grad
-
-
-def rel_fro(a, ref):
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
-def max_abs(a, ref):
-    return (a - ref).abs().max().item()
 
 
 def compare(got, ref):
@@ -244,28 +239,22 @@ def perf(torch, flce, device):
     def step_mean():
         flce.apply(x, w, t, None, None, IGNORE, 0.0, 0.0, "mean")[0].backward()
 
-    def median_ms(step, warmup=2, repeat=7):
-        for _ in range(warmup):
+    def fresh(step):
+        def run():
+            x.grad = w.grad = None  # every call starts from no gradient, as a training step does
             step()
-            x.grad = w.grad = None
-        times = []
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            step()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-            x.grad = w.grad = None
-        return statistics.median(times)
+        return run
 
     shape = {"bt": bt, "h": h, "v": v, "dtype": "bfloat16"}
-    t_mean = median_ms(step_mean)
-    t_none = median_ms(step_none)
-    figure("mean_fwd_bwd_ms", t_mean, "ms", **shape)
-    figure("none_fwd_bwd_ms", t_none, "ms", grad_output="per-token weights", **shape)
-    figure("none_over_mean_fwd_bwd_time_ratio", t_none / t_mean, None, **shape)
+    t = time_compare({"mean": fresh(step_mean), "none": fresh(step_none)}, reference="mean", warmup=2, repeat=7,
+                     profile_repeat=5)
+    report("mean_fwd_bwd_ms", t["mean"], **shape)
+    report("none_fwd_bwd_ms", t["none"], grad_output="per-token weights", **shape)
+    none = t["none"]
+    kernel = none["ratio_to_mean"] is not None
+    figure("none_over_mean_fwd_bwd_time_ratio", none["ratio_to_mean"] if kernel else none["wall_ratio_to_mean"], None,
+           basis="kernel_ms" if kernel else "wall_ms", wall_ratio=none["wall_ratio_to_mean"],
+           note="both timed in this process, calls interleaved (_timing.compare)", **shape)
 
 
 def peak_bytes(torch, fn):
@@ -326,9 +315,7 @@ def memory(torch, F, flce, device):
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
-    stamp("liger-kernel", "liger_kernel.ops.fused_linear_cross_entropy")
+    start(args, "liger-kernel", "liger_kernel.ops.fused_linear_cross_entropy")
 
     import torch
     import torch.nn.functional as F
@@ -363,7 +350,7 @@ def main() -> int:
     if on_gpu and not quick:
         perf(torch, flce, device)
         torch.cuda.empty_cache()
-        if name.startswith(("regression", "fix")):
+        if args.memory:
             memory(torch, F, flce, device)
 
     wrong = [r for r in results if r["wrong"]]
@@ -374,10 +361,7 @@ def main() -> int:
         "k_noise": K_NOISE,
         "results": results,
     }
-    if name.startswith("fix"):
-        verdict("FIX_FAILED" if wrong else "FIX_VALIDATED", **details)
-    else:
-        verdict("BUG_REPRODUCED" if wrong else "BUG_ABSENT", **details)
+    observed(bool(wrong), **details)
     return 0
 
 

@@ -34,9 +34,6 @@ from pathlib import Path
 
 from _lane import figure
 
-K_NOISE = 4.0  # a result may sit this many times above its control's error
-BF16_FLOOR = 2.0**-8  # bf16 unit roundoff: the smallest tolerance ever used
-
 
 def run_dir() -> Path:
     path = os.environ.get("HARNESS_RUN_DIR")
@@ -82,13 +79,26 @@ def load_results(name: str, meta: dict) -> dict:
     return data["tensors"]
 
 
-def rel_fro(a, ref) -> float:
-    a, ref = a.double(), ref.double()
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+def load_baseline_module(module: str, alias: str):
+    """``module`` as the unpatched build has it (``HARNESS_BASELINE_SITE``), imported as ``alias``; or None.
 
+    The patched lane of a pair that times both kernels in one process loads the baseline's copy of the
+    kernel's file beside the patched package: its own imports resolve to the patched package, so only
+    the code in that one file differs -- which is where the series changes it."""
+    import importlib.util
 
-def max_abs(a, ref) -> float:
-    return (a.double() - ref.double()).abs().max().item()
+    site = os.environ.get("HARNESS_BASELINE_SITE")
+    if not site:
+        return None
+    path = Path(site) / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        raise SystemExit(f"HARNESS_BASELINE_SITE={site}: no {path.name} for {module} there")
+    spec = importlib.util.spec_from_file_location(alias, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = mod  # dataclasses and decorators look their module up by name
+    spec.loader.exec_module(mod)
+    figure("baseline_module_file", str(path), module=module)
+    return mod
 
 
 def prewarm(cases: list[dict], jobs: int = 0, timeout_s: float = 540.0) -> None:

@@ -11,8 +11,12 @@ One build per process, so the check spans two lanes sharing ``$HARNESS_RUN_DIR``
   CONTRACT_HELD (else CONTRACT_BROKEN). Saves the outputs, prints their sha256 as FIGUREs, and
   the timing of ``compute_dqkv`` (``_timing``: kernel time from the profiler, wall time, spreads).
 * equivalence lane (04 series): same inputs, same launch config; every output bitwise equal to
-  the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output,
-  timing and the kernel-time ratio to the baseline lane's (median, min/max over the runs).
+  the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output.
+  Timing: when the harness also hands the lane the unpatched build (``HARNESS_BASELINE_SITE``,
+  the lane's ``with_baseline``), the baseline's ``mamba3_siso_bwd.py`` is loaded beside the
+  patched one and both ``compute_dqkv`` are timed in this one process, calls interleaved
+  (``_timing.compare``): kernel time and wall time of each and their ratios, so the ratio never
+  spans two processes.
 
 Works unchanged at 2.3.2.post1 and at main (e9594ce): ``compute_dqkv`` and its Triton kernel differ
 there only in whitespace, and pack 04's series applies to both. Compile cost: one Triton variant
@@ -24,24 +28,20 @@ lanes, so both compile exactly one variant and compare the same schedule. (With 
 two lanes could pick different configs, and a different warp count may change the reduction
 order; that would not be the patch's doing.)
 
-    HARNESS_RUN_DIR=/tmp/r04 HARNESS_PATCHED=0 python pack04_siso_bwd_vdo_once.py   # then =1
+    HARNESS_RUN_DIR=/tmp/r04 python pack04_siso_bwd_vdo_once.py --unpatched   # then --patched
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from _lane import figure, lane, skip, stamp, verdict
-from _mamba3 import load_results, save_results
-from _timing import measure, report
+from _lane import figure, lane, parser, patched, require_cuda, start, verdict
+from _mamba3 import load_baseline_module, load_results, save_results
+from _timing import compare, report
 
 OUTPUTS = ("dQ", "dK", "dV", "dADT", "dQK_dot", "dD", "d_issm_state")
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args(argv=None):
+    p = parser(__doc__)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--headdim-qk", type=int, default=128)
     p.add_argument("--headdim-v", type=int, default=64)
@@ -53,7 +53,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--perf-batch", type=int, default=4)
     p.add_argument("--perf-seqlen", type=int, default=4096)
     p.add_argument("--no-perf", action="store_true")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def pin_config(triton, module, spec: str) -> dict:
@@ -106,15 +106,6 @@ def make_inputs(torch, a, batch, seqlen, cu_seqlens, seed, device):
     }
 
 
-def timing_tensor(torch, t):
-    """[median, min, max, kernel?] of the headline time (kernel time when measured, else wall), for the file."""
-    if t is None:
-        return torch.tensor([])
-    if t["kernel_ms"] is not None:
-        return torch.tensor([t["kernel_ms"], *t["kernel_spread_ms"], 1.0], dtype=torch.float64)
-    return torch.tensor([t["wall_ms"], *t["wall_spread_ms"], 0.0], dtype=torch.float64)
-
-
 def run(compute_dqkv, inputs, a, cu_seqlens):
     out = compute_dqkv(**inputs, chunk_size=a.chunk, has_input_state=True, Cu_Seqlens=cu_seqlens)
     return dict(zip(OUTPUTS, out, strict=True))
@@ -122,20 +113,15 @@ def run(compute_dqkv, inputs, a, cu_seqlens):
 
 def main() -> None:
     a = parse_args()
-    if a.lane:
-        os.environ["HARNESS_LANE"] = a.lane
-    stamp("mamba-ssm", "mamba_ssm")
-    import torch
-
-    if not torch.cuda.is_available():
-        skip("needs a CUDA GPU (Triton kernels with TMA descriptors)")
+    start(a, "mamba-ssm", "mamba_ssm")
+    torch = require_cuda("needs a CUDA GPU (Triton kernels with TMA descriptors)")
     import triton
     from mamba_ssm.ops.triton.mamba3 import mamba3_siso_bwd
     from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import _triton_alloc_fn
 
     triton.set_allocator(_triton_alloc_fn)  # what the autograd backward does before launching
     device = "cuda"
-    patched = os.environ.get("HARNESS_PATCHED") == "1"
+    is_patched = patched()
     config = pin_config(triton, mamba3_siso_bwd, a.config)
     meta = {"heads": a.heads, "N": a.headdim_qk, "P": a.headdim_v, "chunk": a.chunk, "batch": a.batch,
             "seqlen": a.seqlen, "varlen": a.varlen, "config": config}
@@ -158,15 +144,32 @@ def main() -> None:
                 figure("run_to_run_differs", True, case=case, tensor=name)
             results[f"{case}:{name}"] = first[name]
 
-    timing = None
     if not a.no_perf:
         perf_inputs = make_inputs(torch, a, a.perf_batch, a.perf_seqlen, None, seed=24, device=device)
-        timing = measure(lambda: run(mamba3_siso_bwd.compute_dqkv, perf_inputs, a, None), warmup=3, repeat=30,
-                         profile_repeat=10)
-        report("compute_dqkv_timing", timing, batch=a.perf_batch, seqlen=a.perf_seqlen, heads=a.heads)
+        timed = {"this_build": mamba3_siso_bwd}
+        baseline = load_baseline_module("mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd", "p04_baseline_siso_bwd") \
+            if is_patched else None
+        if baseline is not None:
+            pin_config(triton, baseline, a.config)
+            timed = {"baseline": baseline, "patched": mamba3_siso_bwd}
+        timings = compare({name: (lambda m=m: run(m.compute_dqkv, perf_inputs, a, None)) for name, m in timed.items()},
+                          reference="baseline" if baseline is not None else None, warmup=3, repeat=30,
+                          profile_repeat=10)
+        for name, t in timings.items():
+            report("compute_dqkv_timing", t, build=name, batch=a.perf_batch, seqlen=a.perf_seqlen, heads=a.heads)
+        if baseline is not None:
+            p, b = timings["patched"], timings["baseline"]
+            kernel = p["ratio_to_baseline"] is not None
+            figure("bwd_time_ratio_patched_over_baseline",
+                   p["ratio_to_baseline"] if kernel else p["wall_ratio_to_baseline"],
+                   basis="kernel_ms" if kernel else "wall_ms", wall_ratio=p["wall_ratio_to_baseline"],
+                   patched_kernel_ms=p["kernel_ms"], baseline_kernel_ms=b["kernel_ms"],
+                   patched_wall_ms=p["wall_ms"], baseline_wall_ms=b["wall_ms"],
+                   host_bound=[b["host_bound"], p["host_bound"]],
+                   note="both kernels timed in this process, calls interleaved (_timing.compare)")
 
-    if not patched:
-        save_results("pack04-baseline", meta, results | {"timing_ms": timing_tensor(torch, timing)})
+    if not is_patched:
+        save_results("pack04-baseline", meta, results)
         if deterministic:
             verdict("CONTRACT_HELD", contract="baseline compute_dqkv is bitwise deterministic run to run",
                     outputs=len(results))
@@ -183,17 +186,10 @@ def main() -> None:
         figure("bitwise_equal", same, output=key)
         if not same:
             differ.append(key)
-    bt, mine = base.get("timing_ms"), timing_tensor(torch, timing)
-    if bt is not None and bt.numel() == 4 and mine.numel() == 4 and int(bt[3]) == int(mine[3]):
-        basis = "kernel_ms" if int(mine[3]) else "wall_ms"
-        figure("bwd_time_ratio_patched_over_baseline", float(mine[0]) / float(bt[0]), basis=basis,
-               patched_ms=[float(mine[1]), float(mine[0]), float(mine[2])],
-               baseline_ms=[float(bt[1]), float(bt[0]), float(bt[2])], note="[min, median, max] per lane")
     if differ or not deterministic:
         verdict("EQUIVALENCE_BROKEN", differ=differ, patched_deterministic=deterministic)
     else:
         verdict("EQUIVALENCE_VERIFIED", outputs=sorted(results), cases=list(cases))
-
 
 if __name__ == "__main__":
     main()

@@ -62,9 +62,10 @@ import math
 import os
 import time
 
-from _lane import figure, lane, skip, stamp, verdict
-from _mamba3 import BF16_FLOOR, K_NOISE, load_results, max_abs, prewarm, rel_fro, save_results
-from _timing import measure, report
+from _lane import figure, lane, parser, patched, require_cuda, skip, start, verdict
+from _mamba3 import load_results, prewarm, save_results
+from _numerics import BF16_FLOOR, K_NOISE, max_abs, rel_fro
+from _timing import compare, report
 
 UNSUPPORTED = "is not currently supported"
 GRADS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out", "Angles", "D", "Z")
@@ -83,8 +84,7 @@ ARTICLE_TFLOPS = 279.0
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+    p = parser(__doc__)
     p.add_argument("--production-timing", action="store_true",
                    help="the article's production shape: timing of GQA vs G=H fwd+bwd (see the module doc)")
     p.add_argument("--heads", type=int)
@@ -404,22 +404,23 @@ def perf(torch, mamba3_mimo, a, device):
     B, S, H = a.perf_batch, a.perf_seqlen, a.heads
     flops = mimo_gemm_flops(B, S, H, a.headdim_qk, a.headdim_v, a.rank, a.chunk)
     dout = make_dout(torch, B, S, a, seed=7, device=device)
-    kernel = {}
-    for label, groups in (("gqa", a.groups), ("g_eq_h", H)):
+    groups_of = {"gqa": a.groups, "g_eq_h": H}
+    steps = {}
+    for label, groups in groups_of.items():
         inputs = make_inputs(torch, a, B, S, groups, seed=5, device=device)
         leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
         out = call(torch, mamba3_mimo, a, leaves)
         params = list(leaves.values())
-        t = measure(lambda o=out, p=params: torch.autograd.grad(o, p, dout, retain_graph=True), **timing_kwargs(a))
-        report("bwd_timing", t, case=label, groups=groups, heads=H, batch=B, seqlen=S)
-        kernel[label] = t["kernel_ms"]
+        steps[label] = lambda o=out, p=params: torch.autograd.grad(o, p, dout, retain_graph=True)
+    timings = compare(steps, reference="g_eq_h", **timing_kwargs(a))  # one run, calls interleaved
+    for label, t in timings.items():
+        report("bwd_timing", t, case=label, groups=groups_of[label], heads=H, batch=B, seqlen=S)
         if t["kernel_ms"]:
             figure("bwd_tflops", flops["bwd"] / (t["kernel_ms"] * 1e-3) / 1e12, unit="TFLOP/s", case=label,
                    flops=flops["bwd"], flops_model=flops["model"], basis="kernel_ms")
-        del out, leaves
-    if kernel["gqa"] and kernel["g_eq_h"]:
-        figure("bwd_kernel_time_ratio_gqa_over_g_eq_h", kernel["gqa"] / kernel["g_eq_h"], groups=a.groups, heads=H,
-               batch=B, seqlen=S)
+    if timings["gqa"]["ratio_to_g_eq_h"] is not None:
+        figure("bwd_kernel_time_ratio_gqa_over_g_eq_h", timings["gqa"]["ratio_to_g_eq_h"], groups=a.groups, heads=H,
+               batch=B, seqlen=S, wall_ratio=timings["gqa"]["wall_ratio_to_g_eq_h"])
 
 
 def correctness(torch, mamba3_mimo, a, patched, device) -> None:
@@ -500,9 +501,9 @@ def production(torch, mamba3_mimo, a, patched, device) -> None:
         failures, _ = compare_to_reference(torch, got, refs, f"production H={H} G={G}")
     del got, refs
 
-    timings = {}
     variants = (("g_eq_h", H, repeat_per_head(inputs, H, G)),) if raised else \
         (("gqa", G, inputs), ("g_eq_h", H, repeat_per_head(inputs, H, G)))
+    steps, groups_of = {}, {}
     for label, groups, case_inputs in variants:
         leaves = {k: v.detach().clone().requires_grad_(True) for k, v in case_inputs.items()}
         params = list(leaves.values())
@@ -510,19 +511,20 @@ def production(torch, mamba3_mimo, a, patched, device) -> None:
         def step(leaves=leaves, params=params):
             return torch.autograd.grad(call(torch, mamba3_mimo, a, leaves), params, dout, allow_unused=True)
 
-        t = timings[label] = measure(step, **timing_kwargs(a))
-        report("fwd_bwd_timing", t, case=label, groups=groups, heads=H, batch=B, seqlen=S)
+        steps[label], groups_of[label] = step, groups
+    timings = compare(steps, reference="g_eq_h", **timing_kwargs(a))  # one run, calls interleaved
+    for label, t in timings.items():
+        report("fwd_bwd_timing", t, case=label, groups=groups_of[label], heads=H, batch=B, seqlen=S)
         for basis in ("kernel_ms", "wall_ms"):
             if t[basis]:
                 figure("fwd_bwd_tflops", flops["total"] / (t[basis] * 1e-3) / 1e12, unit="TFLOP/s", case=label,
                        basis=basis, flops=flops["total"], flops_model=flops["model"])
-        del leaves, params
+    del steps
 
-    ratio = None
-    if "gqa" in timings and timings["gqa"]["kernel_ms"] and timings["g_eq_h"]["kernel_ms"]:
-        ratio = timings["gqa"]["kernel_ms"] / timings["g_eq_h"]["kernel_ms"]
+    ratio = timings["gqa"]["ratio_to_g_eq_h"] if "gqa" in timings else None
+    if ratio is not None:
         figure("kernel_time_ratio_gqa_over_g_eq_h", ratio, max_allowed=a.max_gqa_slowdown,
-               wall_ratio=timings["gqa"]["wall_ms"] / timings["g_eq_h"]["wall_ms"])
+               wall_ratio=timings["gqa"]["wall_ratio_to_g_eq_h"])
     main_t = timings.get("gqa") or timings["g_eq_h"]
     if main_t["kernel_ms"]:
         measured = flops["total"] / (main_t["kernel_ms"] * 1e-3) / 1e12
@@ -551,20 +553,14 @@ def main() -> None:
 
         run_warm_case(torch, mamba3_mimo, a, json.loads(a.warm_case))
         return
-    if a.lane:
-        os.environ["HARNESS_LANE"] = a.lane
-    stamp("mamba-ssm", "mamba_ssm")
-    import torch
-
-    if not torch.cuda.is_available():
-        skip("needs a CUDA GPU (TileLang kernels)")
+    start(a, "mamba-ssm", "mamba_ssm")
+    torch = require_cuda("needs a CUDA GPU (TileLang kernels)")
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
 
-    patched = os.environ.get("HARNESS_PATCHED") == "1"
     if a.production_timing:
-        production(torch, mamba3_mimo, a, patched, "cuda")
+        production(torch, mamba3_mimo, a, patched(), "cuda")
     else:
-        correctness(torch, mamba3_mimo, a, patched, "cuda")
+        correctness(torch, mamba3_mimo, a, patched(), "cuda")
 
 
 if __name__ == "__main__":
