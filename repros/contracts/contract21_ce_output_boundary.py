@@ -6,7 +6,7 @@ Two lanes, chosen with ``--check``:
   plain output layer (``hidden @ W.T`` materialized, then ``F.cross_entropy``), with
   ignore_index tokens and the mean taken over the non-padding tokens, in float32 and
   bfloat16. Both are compared with a float64 reference; the fused path may sit at most
-  ``K`` times further from it than the plain path does (the plain path's own error is
+  ``K_NOISE`` times further from it than the plain path does (the plain path's own error is
   the dtype's noise on this very problem). Loss, grad of the input and grad of the
   weight are all checked. -> CONTRACT_HELD / CONTRACT_BROKEN.
 * ``memory`` -- peak device memory of fused vs plain forward+backward at
@@ -17,13 +17,12 @@ Two lanes, chosen with ``--check``:
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from _lane import figure, skip, stamp, verdict
+from _lane import figure, lane, parser, require_cuda, start, verdict
+from _numerics import K_NOISE, rel_fro, tolerance
 
 IGNORE = -100
-K_NOISE = 4.0
 PARITY_SHAPE = (4, 1024, 1024, 32000)  # B, S, H, V
 MEMORY_SHAPE = (4, 4096, 4096, 151936)
 
@@ -52,11 +51,6 @@ def run_path(torch, F, path, x, w, t):
     return loss.detach(), x.grad, w.grad
 
 
-def rel(a, ref):
-    a, ref = a.double(), ref.double()
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
 def parity(torch, F, device) -> None:
     b, s, h, v = PARITY_SHAPE
     broken = []
@@ -68,15 +62,16 @@ def parity(torch, F, device) -> None:
         fused = run_path(torch, F, "fused", x, w, t)
         eps = torch.finfo(dtype).eps
         for i, what in enumerate(("loss", "grad_input", "grad_weight")):
-            noise = rel(plain[i], ref[i])
-            err = rel(fused[i], ref[i])
-            tol = K_NOISE * max(noise, eps)  # a single scalar (the loss) can sit near zero error by chance
+            noise = rel_fro(plain[i], ref[i])
+            err = rel_fro(fused[i], ref[i])
+            # K_NOISE * max(noise, eps): a single scalar (the loss) can sit near zero error by chance
+            tol = tolerance(noise, K_NOISE * eps)
             figure("fused_rel_err", err, None, dtype=name, tensor=what, plain_rel_err=noise, tolerance=tol,
                    over_tolerance=err > tol)
             if err > tol:
                 broken.append(f"{name} {what}: {err:.3g} > {tol:.3g}")
     shape = dict(zip("bshv", PARITY_SHAPE, strict=True))
-    details = {"shape": shape, "ignore_fraction": 0.2, "normalization": "mean over non-padding tokens",
+    details = {"lane": lane(), "shape": shape, "ignore_fraction": 0.2, "normalization": "mean over non-padding tokens",
                "k_noise": K_NOISE, "broken": broken}
     verdict("CONTRACT_BROKEN" if broken else "CONTRACT_HELD", **details)
 
@@ -107,21 +102,19 @@ def memory(torch, F, device) -> None:
     saved = fused is not None and fused < slab and (plain is None or plain >= slab)
     if fused is not None and plain is not None:
         figure("fused_over_plain_peak_ratio", fused / plain, None)
-    verdict("MEMORY_SAVE_VERIFIED" if saved else "MEMORY_SAVE_MISSING",
+    verdict("MEMORY_SAVE_VERIFIED" if saved else "MEMORY_SAVE_MISSING", lane=lane(),
             fused_gb=None if fused is None else fused / 1e9, plain_gb=None if plain is None else plain / 1e9,
             slab_gb=slab / 1e9, plain_oom=plain is None)
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--check", choices=("parity", "memory"), required=True)
     args = p.parse_args()
-    stamp("liger-kernel", "liger_kernel.ops.fused_linear_cross_entropy")
-    import torch
+    start(args, "liger-kernel", "liger_kernel.ops.fused_linear_cross_entropy")
+    torch = require_cuda("no CUDA device")
     import torch.nn.functional as F
 
-    if not torch.cuda.is_available():
-        skip("no CUDA device")
     (parity if args.check == "parity" else memory)(torch, F, "cuda")
     return 0
 

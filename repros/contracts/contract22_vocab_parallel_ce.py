@@ -48,21 +48,20 @@ is blind); anything else -> CONTRACT_BROKEN.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from _lane import figure, skip, stamp, verdict
+from _lane import figure, lane, parser, require_cuda, skip, start, verdict
+from _numerics import K_NOISE, rel_fro, tolerance
 
 IGNORE = -100
-K_NOISE = 4.0
 IGNORE_FRACTION = 0.2
 SEED = 22
 SHAPES = {"cpu": (256, 2, 512, 16000), "cuda": (1024, 2, 1024, 50304)}  # S, B, H, V (V: GPT-2's padded vocab)
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--device", choices=("cpu", "cuda"), required=True, help="cpu: gloo; cuda: NCCL, one GPU per rank")
     p.add_argument("--layout", choices=("tp", "sp"), default="tp", help="sp: sequence-parallel input [S/TP, B, H]")
     p.add_argument("--norm", choices=("global", "local"), default="global",
@@ -153,11 +152,6 @@ def gather(torch, dist, tensor):
     return parts
 
 
-def rel(a, ref):
-    a, ref = a.double(), ref.double()
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
 def scale(a, ref):
     a, ref = a.double().reshape(-1), ref.double().reshape(-1)
     return (a @ ref / (ref @ ref).clamp_min(1e-300)).item()
@@ -189,11 +183,12 @@ def check_dtype(torch, F, dist, dtype, x, w, t, device, rank, tp, sp, norm, fact
     eps = torch.finfo(dtype).eps
     findings = []
     for what, r, tp_val, plain_val, ref_val in items:
-        noise = rel(plain_val, ref_val)
-        err = rel(tp_val, ref_val)
-        tol = K_NOISE * max(noise, eps)  # a single scalar (the loss) can sit near zero error by chance
+        noise = rel_fro(plain_val, ref_val)
+        err = rel_fro(tp_val, ref_val)
+        # K_NOISE * max(noise, eps): a single scalar (the loss) can sit near zero error by chance
+        tol = tolerance(noise, K_NOISE * eps)
         g = scale(tp_val, ref_val)
-        rescaled = rel(tp_val / factor, ref_val)
+        rescaled = rel_fro(tp_val / factor, ref_val)
         figure("tp_rel_err", err, None, dtype=name, tensor=what, rank=r, world_size=tp, layout="sp" if sp else "tp",
                norm=norm, plain_rel_err=noise, tolerance=tol, over_tolerance=err > tol, grad_scale=g,
                rel_err_after_rank_factor=rescaled if norm == "local" else None)
@@ -224,13 +219,13 @@ def main() -> int:
     args = parse_args()
     if args.device == "cuda":
         os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")  # what Megatron's TP overlap assumes
-    stamp("megatron-core", "megatron.core.tensor_parallel.cross_entropy")  # every rank stamps
+    start(args, "megatron-core", "megatron.core.tensor_parallel.cross_entropy")  # every rank stamps
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        skip("no CUDA device")
+    if args.device == "cuda":
+        require_cuda("no CUDA device")
     if args.layout == "sp" and args.device != "cuda":
         skip("the sequence-parallel layout needs CUDA: megatron allocates its all-gather buffer and the "
              "reduce-scattered input grad with torch.cuda.current_device()")
@@ -261,7 +256,8 @@ def main() -> int:
         over = [f"{f['dtype']} {f['tensor']}" + (f" rank {f['rank']}" if f["rank"] is not None else "")
                 + f": {f['err']:.3g} > {f['tol']:.3g}" for f in findings if f["err"] > f["tol"]]
         exercised = all(p["out_of_partition_targets"] > 0 and p["edge_targets"] >= 2 for p in per_rank)
-        details = {"shape": shape, "world_size": tp, "layout": args.layout, "norm": args.norm, "k_noise": K_NOISE,
+        details = {"lane": lane(), "shape": shape, "world_size": tp, "layout": args.layout, "norm": args.norm,
+                   "k_noise": K_NOISE,
                    "normalization": "sum over non-padding tokens / global non-padding count"
                    if args.norm == "global" else "sum over non-padding tokens / this rank's shard count (WRONG)",
                    "same_data_on_every_rank": same_data, "partitions_exercised": exercised, "over_tolerance": over}

@@ -40,12 +40,10 @@ capture, no verdict: it ends SKIPPED) to check the calls against the build's sig
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import os
 import sys
 
-from _lane import figure, lane, skip, stamp, verdict
+from _lane import figure, lane, parser, require_cuda, skip, start, verdict
 
 PKG = "megatron.core.transformer.experimental_attention_variant"
 B, SQ, TOPK = 2, 320, 16
@@ -54,9 +52,8 @@ CHUNK = 256  # dsa.py passes seq_chunk_size=256
 SYNC_MARKERS = ("capturing", "capture", "cudaErrorStreamCapture", "not permitted")
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--dry-run-cpu", action="store_true",
                    help="call everything eagerly on the CPU (signature check); never prints a verdict")
     return p.parse_args()
@@ -330,9 +327,7 @@ def probes(torch, lay, msk, dsa, enums, packed_cls, cap, device):
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
-    stamp("megatron-core", f"{PKG}.dsa_masking")
+    start(args, "megatron-core", f"{PKG}.dsa_masking")
 
     import torch
 
@@ -349,8 +344,7 @@ def main() -> int:
         probes(torch, lay, msk, dsa, enums, packed_cls, cap, "cpu")
         figure("dry_run_cpu_failures", failures, None)
         skip("--dry-run-cpu: eager calls on the CPU only; nothing was captured")
-    if not torch.cuda.is_available():
-        skip("no CUDA device: CUDA-graph capture needs one")
+    require_cuda("no CUDA device: CUDA-graph capture needs one")
 
     cap = Capturer(torch, "cuda")
     failures = guard(torch, lay, msk, enums, cap, "cuda")

@@ -10,9 +10,9 @@ and computes the loss through the unfused vocab-parallel path (materialized logi
 
 Stage ``numerics`` (default):
 
-* unpatched lanes: the first call raises ``ValueError`` naming the architecture ->
+* unpatched build (``HARNESS_PATCHED=0``): the first call raises ``ValueError`` naming the architecture ->
   BUG_REPRODUCED; a result instead -> BUG_ABSENT; any other exception crashes the lane.
-* patched lanes: exactly one RuntimeWarning over the whole run, naming the compute capability
+* patched build (``HARNESS_PATCHED=1``): exactly one RuntimeWarning over the whole run, naming the compute capability
   and the device and saying that the fallback materializes the logits; then, in float32 and
   bfloat16, for reductions mean / sum / none (none: weighted by a random upstream gradient),
   with ~20 % ``ignore_index`` tokens and targets at the vocab partition edges, through
@@ -22,7 +22,8 @@ Stage ``numerics`` (default):
   gradients (hidden states and this rank's weight shard) are compared with
   ``F.cross_entropy`` on float64 logits materialized from the full weight. The control is the
   plain path in the lane's dtype (``hidden @ weight.T`` then ``F.cross_entropy``): each tensor
-  may sit at most ``K_NOISE * max(plain_err, eps(dtype))`` from float64 (relative Frobenius).
+  may sit at most ``K_NOISE * max(plain_err, eps(dtype))`` from float64 (relative Frobenius;
+  ``_numerics``).
   Exact checks: float32 loss of shape () / (tokens,), 0 loss and all-zero hidden-gradient rows
   for ignored tokens, gradient dtypes equal to the input dtypes, identical loss and hidden
   gradient on every TP rank. -> FIX_VALIDATED / FIX_FAILED.
@@ -53,19 +54,18 @@ MEMORY_SAVE_VERIFIED would mean the working set stayed under that.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import socket
 import sys
 import warnings
 
-from _lane import figure, lane, skip, stamp, verdict
+from _lane import figure, lane, parser, patched, require_cuda, skip, start, verdict
+from _numerics import K_NOISE, rel_fro, tolerance
 
 MODULE = "megatron.core.fusions.fused_linear_cross_entropy"
 IGNORE = -100
 IGNORE_FRACTION = 0.2
-K_NOISE = 4.0
 SEED = 10
 SHAPES = {"cpu": (64, 2, 64, 1000), "cuda": (256, 2, 512, 16384)}  # seqlen, batch, hidden, vocab
 MEMORY_SHAPE = (4096, 2, 2048, 65536)
@@ -73,18 +73,13 @@ MEMORY_FRACTION = 0.25  # a working set above this share of the bf16 logits is "
 EXTRA_SIMULATED = ((8, 0), (12, 1))  # further architectures without a kernel (cpu lanes)
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda",
                    help="cuda: the real GPU; cpu: CPU tensors, dispatcher capability simulated")
     p.add_argument("--stage", choices=("numerics", "memory"), default="numerics")
     p.add_argument("--simulate-cc", default="9.0", help="device cpu: the compute capability the dispatcher sees")
     return p.parse_args()
-
-
-def patched_build() -> bool:
-    return os.environ.get("HARNESS_PATCHED", "1" if "fix" in lane() or "memory" in lane() else "0") == "1"
 
 
 def init_process_group(torch, dist, device: str) -> tuple[int, int]:
@@ -181,11 +176,6 @@ def reference(torch, F, x, w, t, reduction, upstream, dtype, device):
     return {"loss": loss.detach(), "grad_hidden": xx.grad, "grad_weight": ww.grad}
 
 
-def rel(a, ref) -> float:
-    a, ref = a.double().reshape(-1), ref.double().reshape(-1)
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
 def under_test(torch, mod, path, x, w, t, reduction, upstream, dtype, device, rank, tp):
     """One call of the real megatron function (or module) on this rank's shard (no TP group: the full weight)."""
     s, b, h = x.shape
@@ -251,9 +241,9 @@ def compare(torch, F, dist, mod, path, dtype, reduction, x, w, t, upstream, devi
             failures.append(f"{case}: {tensor} is {None if value is None else tuple(value.shape)}, "
                             f"expected {tuple(ref_value.shape)}")
             continue
-        noise = rel(plain_value, ref_value)
-        err = rel(value, ref_value)
-        tol = K_NOISE * max(noise, eps)
+        noise = rel_fro(plain_value, ref_value)
+        err = rel_fro(value, ref_value)
+        tol = tolerance(noise, K_NOISE * eps)  # K_NOISE * max(noise, eps)
         finite = bool(torch.isfinite(value.float()).all())
         figure("rel_err_vs_float64", err, None, case=case, tensor=tensor, rank=rank, world_size=tp,
                plain_rel_err=noise, tolerance=tol, ok=finite and err <= tol)
@@ -295,7 +285,7 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
 
     mod = importlib.import_module(MODULE)
     rank, tp = init_process_group(torch, dist, device)
-    patched = patched_build()
+    is_patched = patched()
     if device == "cuda":
         cc = torch.cuda.get_device_capability()
         name = torch.cuda.get_device_name()
@@ -305,11 +295,11 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
         cc, name = simulate, f"simulated sm_{simulate[0]}{simulate[1]} (CPU host)"
     if rank == 0:
         figure("dispatch", None, None, device=device, compute_capability=f"{cc[0]}.{cc[1]}", device_name=name,
-               simulated=simulate is not None, world_size=tp, patched=patched)
+               simulated=simulate is not None, world_size=tp, patched=is_patched)
     s, b, h, v = SHAPES[device]
     x, w, t, upstream = problem(torch, s, b, h, v, tp)
 
-    if not patched:
+    if not is_patched:
         error = None
         with simulated_gpu(torch, cc, simulate is not None):
             try:
@@ -376,11 +366,9 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
 def stage_memory(args) -> int:
     import importlib
 
-    import torch
     import torch.distributed as dist
 
-    if not torch.cuda.is_available():
-        skip("the memory stage measures GPU memory")
+    torch = require_cuda("the memory stage measures GPU memory")
     mod = importlib.import_module(MODULE)
     rank, tp = init_process_group(torch, dist, "cuda")
     cc = torch.cuda.get_device_capability()
@@ -431,16 +419,11 @@ def stage_memory(args) -> int:
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
-    stamp("megatron-core", MODULE)
-    import torch
-
+    start(args, "megatron-core", MODULE)
     if args.stage == "memory":
         return stage_memory(args)
     if args.device == "cuda":
-        if not torch.cuda.is_available():
-            skip("no CUDA device; the cpu lanes simulate the dispatcher's capability query")
+        require_cuda("no CUDA device; the cpu lanes simulate the dispatcher's capability query")
         return stage_numerics(args, "cuda", None)
     major, minor = (int(p) for p in args.simulate_cc.split("."))
     return stage_numerics(args, "cpu", (major, minor))

@@ -6,31 +6,32 @@ allocate a tensor with one score per (query, batch, head, key) -- h times the si
 [b, sq, sk] result -- and, on patched lanes, does the head-by-head version give the same
 result with only one head's scores in flight?
 
-* CPU lanes (small shape): every tensor an aten op returns inside the call is seen through a
-  TorchDispatchMode; the largest storage is compared with the result's size.
-  ``bug``: BUG_REPRODUCED when the largest storage holds >= h x the result.
-  ``fix`` (``with_baseline``): the real baseline function, loaded from the unpatched build
+* ``--check cpu`` (the default; small shape): every tensor an aten op returns inside the call is
+  seen through a TorchDispatchMode; the largest storage is compared with the result's size.
+  Unpatched build: BUG_REPRODUCED when the largest storage holds >= h x the result.
+  Patched build (lane ``with_baseline``): the real baseline function, loaded from the unpatched build
   the harness names in HARNESS_BASELINE_SITE, is run on the same inputs: max relative drift
   of outputs and of q/k/weights gradients (bf16 inputs, FP32 compute), largest intermediate
   <= the result's size, and torch.autograd.gradcheck of the patched function in float64.
-* CUDA lane (``memory``, ``with_baseline``): sq = sk = 4096, b = 8, h = 32, d = 128 bf16 (the
-  article's shape), no grad: peak allocation above the output for baseline and patched, median
-  time of each, output drift. MEMORY_SAVE_VERIFIED when the patched working set is <= 1/8 of the
-  baseline's and the time ratio is <= 1.1.
+* ``--check memory`` (CUDA, lane ``with_baseline``): sq = sk = 4096, b = 8, h = 32, d = 128 bf16
+  (the article's shape), no grad: peak allocation above the output for baseline and patched;
+  their times measured interleaved in one run by ``_timing.compare`` (kernel time from the
+  profiler next to wall time); output drift. MEMORY_SAVE_VERIFIED when the patched working set
+  is <= 1/8 of the baseline's and the time ratio is <= 1.1 -- the kernel-time ratio when the
+  profiler measured one, else the wall-time ratio (the details say which).
 
-    HARNESS_LANE=bug-0.19.2-cpu python pack12_dsa_index_scores_memory.py [--lane NAME]
+    HARNESS_PATCHED=0 python pack12_dsa_index_scores_memory.py [--lane NAME] [--check cpu|memory]
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
-import statistics
 import sys
 from pathlib import Path
 
-from _lane import figure, lane, skip, stamp, verdict
+import _timing
+from _lane import figure, lane, parser, patched, require_cuda, start, verdict
 
 MODULE = "megatron.core.transformer.experimental_attention_variant.dsa"
 CPU_SHAPE = (64, 48, 2, 8, 16)  # sq, sk, b, h, d
@@ -41,9 +42,10 @@ MEMORY_RATIO_MAX = 1 / 8
 TIME_RATIO_MAX = 1.1
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args():
+    p = parser(__doc__)
+    p.add_argument("--check", choices=("cpu", "memory"), default="cpu",
+                   help="cpu: intermediates and drift at a small shape; memory: the article's shape on a GPU")
     return p.parse_args()
 
 
@@ -99,7 +101,7 @@ def rel_drift(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-300)).item()
 
 
-def cpu_lane(torch, dsa, baseline, name):
+def cpu_lane(torch, dsa, baseline):
     sq, sk, b, h, d = CPU_SHAPE
     q, w, k = inputs(torch, CPU_SHAPE, torch.bfloat16, "cpu", seed=12)
     out, (big, big_shape) = largest_storage(torch, dsa._compute_index_scores, q, w, k, use_relu=True)
@@ -108,7 +110,7 @@ def cpu_lane(torch, dsa, baseline, name):
            heads=h, sq=sq, sk=sk, b=b, d=d)
     materializes = big >= h * result_bytes
     failures = []
-    if not name.startswith("fix"):
+    if not patched():
         return ("BUG_REPRODUCED" if materializes else "BUG_ABSENT"), {
             "largest_intermediate_bytes": big, "result_bytes": result_bytes, "heads": h}
     if big > result_bytes:
@@ -153,8 +155,7 @@ def cpu_lane(torch, dsa, baseline, name):
 
 
 def gpu_lane(torch, dsa, baseline):
-    if not torch.cuda.is_available():
-        skip("no CUDA device")
+    require_cuda("no CUDA device")
     if baseline is None:
         return "MEMORY_SAVE_MISSING", {"failures": ["lane needs with_baseline = true"]}
     sq, sk, b, h, d = GPU_SHAPE
@@ -185,56 +186,50 @@ def gpu_lane(torch, dsa, baseline):
     del outs
     torch.cuda.empty_cache()
 
-    def median_ms(fn, repeat=5):
-        times = []
-        with torch.no_grad():
-            fn(q, w, k, use_relu=True)
-            for _ in range(repeat):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                s.record()
+    def call(fn):
+        def run():
+            with torch.no_grad():
                 fn(q, w, k, use_relu=True)
-                e.record()
-                torch.cuda.synchronize()
-                times.append(s.elapsed_time(e))
-        return statistics.median(times)
+        return run
 
-    t_base = median_ms(baseline._compute_index_scores)
-    t_new = median_ms(dsa._compute_index_scores)
-    figure("baseline_ms", t_base, "ms", **shape)
-    figure("patched_ms", t_new, "ms", **shape)
-    figure("time_ratio_patched_over_baseline", t_new / t_base, None, **shape)
+    # one warm-up call each, then their calls interleaved: the ratio compares the same minute of the same GPU
+    t = _timing.compare({"baseline": call(baseline._compute_index_scores), "patched": call(dsa._compute_index_scores)},
+                        reference="baseline", warmup=1, repeat=5, profile_repeat=5)
+    _timing.report("baseline_ms", t["baseline"], **shape)
+    _timing.report("patched_ms", t["patched"], **shape)
+    kernel_ratio, wall_ratio = t["patched"]["ratio_to_baseline"], t["patched"]["wall_ratio_to_baseline"]
+    time_ratio, clock = (kernel_ratio, "kernel") if kernel_ratio is not None else (wall_ratio, "wall")
+    figure("time_ratio_patched_over_baseline", time_ratio, None, clock=clock, kernel_ratio=kernel_ratio,
+           wall_ratio=wall_ratio, note=t["patched"]["note"], **shape)
     mem_ratio = work["patched"] / max(work["baseline"], 1)
     figure("working_set_ratio_patched_over_baseline", mem_ratio, None, **shape)
     failures = []
     if mem_ratio > MEMORY_RATIO_MAX:
         failures.append(f"working set ratio {mem_ratio:.3g} > {MEMORY_RATIO_MAX}")
-    if t_new / t_base > TIME_RATIO_MAX:
-        failures.append(f"time ratio {t_new / t_base:.3g} > {TIME_RATIO_MAX}")
+    if time_ratio > TIME_RATIO_MAX:
+        failures.append(f"{clock}-time ratio {time_ratio:.3g} > {TIME_RATIO_MAX}")
     if drift > DRIFT_MAX:
         failures.append(f"output drift {drift:.3g} > {DRIFT_MAX}")
     details = {"failures": failures, "baseline_working_set_gib": work["baseline"] / gib,
-               "patched_working_set_gib": work["patched"] / gib, "time_ratio": t_new / t_base}
+               "patched_working_set_gib": work["patched"] / gib, "time_ratio": time_ratio,
+               "time_ratio_clock": clock, "kernel_time_ratio": kernel_ratio, "wall_time_ratio": wall_ratio}
     return ("MEMORY_SAVE_MISSING" if failures else "MEMORY_SAVE_VERIFIED"), details
 
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
-    stamp("megatron-core", MODULE)
+    start(args, "megatron-core", MODULE)
 
     import torch
 
     dsa = importlib.import_module(MODULE)
     baseline = load_baseline()
-    name = lane()
-    if name.startswith("memory"):
+    if args.check == "memory":
         sentinel, details = gpu_lane(torch, dsa, baseline)
     else:
-        sentinel, details = cpu_lane(torch, dsa, baseline, name)
-    verdict(sentinel, lane=name, question="does _compute_index_scores build the [sq,b,h,sk] intermediate?",
-            **details)
+        sentinel, details = cpu_lane(torch, dsa, baseline)
+    verdict(sentinel, lane=lane(), check=args.check,
+            question="does _compute_index_scores build the [sq,b,h,sk] intermediate?", **details)
     return 0
 
 

@@ -47,7 +47,6 @@ Lanes (``--check``):
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import math
@@ -60,7 +59,7 @@ import time
 import types
 from pathlib import Path
 
-from _lane import figure, lane, skip, stamp, verdict
+from _lane import figure, lane, parser, patched, require_cuda, start, verdict
 
 OPS = "megatron.core.transformer.experimental_attention_variant.ops"
 D, D_TAIL = 512, 64
@@ -83,8 +82,8 @@ DEVICE = "cuda"
 ROUNDTRIP_RE = re.compile(r"__bfloat1622float2\(|__bfloat162float\(|\(float\)\(\(bfloat16_t\)")
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--check", choices=["sweep", "lower"], default="sweep")
     p.add_argument("--points", default=",".join(map(str, POINTS)), help="context lengths, comma separated")
     p.add_argument("--heads", type=int, default=HEADS)
@@ -93,10 +92,6 @@ def parse_args() -> argparse.Namespace:
                    help="stop adding longer points once the projected sweep time passes this")
     p.add_argument("--chunk", type=int, default=512, help="queries per float64 reference chunk")
     return p.parse_args()
-
-
-def patched() -> bool:
-    return os.environ.get("HARNESS_PATCHED", "").lower() in ("1", "true", "yes")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -648,11 +643,11 @@ def sweep_check(torch, variants, points, heads, reps, budget_s, chunk):
 
 def main() -> int:
     args = parse_args()
-    stamp("megatron-core", "megatron.core")
+    start(args, "megatron-core", "megatron.core")
     import torch
 
-    if args.check == "sweep" and not torch.cuda.is_available():
-        skip("the SparseMLA TileLang kernels need a CUDA GPU (the 'lower' lanes check the kernel on any host)")
+    if args.check == "sweep":
+        require_cuda("the SparseMLA TileLang kernels need a CUDA GPU (the 'lower' lanes check the kernel on any host)")
     sparse_mla, bwd = load_ops(OPS)
     if sparse_mla.SparseMLA is None:
         verdict("FIX_FAILED" if patched() else "BUG_ABSENT", lane=lane(),

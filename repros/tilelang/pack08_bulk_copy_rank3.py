@@ -23,9 +23,8 @@ lane is skipped, never passed.
 
 from __future__ import annotations
 
-import argparse
-
-from _lane import figure, skip, stamp, verdict
+from _lane import figure, lane, parser, require_cuda, start, verdict
+from _numerics import max_abs
 
 C, R, N = 64, 4, 64
 
@@ -74,17 +73,17 @@ def _uses_tma(source: str) -> bool:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--compile-only", action="store_true", help="lower for sm_90 only (no GPU needed)")
     args = p.parse_args()
-    stamp("tilelang", "tilelang")
+    start(args, "tilelang", "tilelang")
     import tilelang
     import tilelang.language as T
     import torch
     from tilelang import tvm
 
-    if not args.compile_only and not torch.cuda.is_available():
-        skip("running the kernels needs a CUDA GPU; use --compile-only for the lowering check")
+    if not args.compile_only:
+        require_cuda("running the kernels needs a CUDA GPU; use --compile-only for the lowering check")
     failed = {}
     for name, (make, shape, dtype, scale) in _kernels(T).items():
         try:
@@ -102,7 +101,7 @@ def main() -> None:
             b = torch.empty_like(a)
             kernel(a, b)
             torch.cuda.synchronize()
-            err = (b.float() - a.float() * scale).abs().max().item()
+            err = max_abs(b, a.float() * scale)
             figure("max_abs_err", err, None, case=name, shape=list(shape), dtype=dtype)
             if err != 0.0:
                 failed[name] = f"max abs error {err} vs torch"
@@ -110,7 +109,8 @@ def main() -> None:
             text = str(exc).strip()
             failed[name] = f"{type(exc).__name__}: {text.splitlines()[-1][:300] if text else ''}"
             figure("lowered" if args.compile_only else "ran", False, None, case=name, error=failed[name])
-    details = {"tilelang": tilelang.__version__, "mode": "compile-only" if args.compile_only else "compile+run"}
+    details = {"lane": lane(), "tilelang": tilelang.__version__,
+               "mode": "compile-only" if args.compile_only else "compile+run"}
     if failed:
         verdict("REGRESSION_GUARD_FAILED", failed=failed, **details)
     else:

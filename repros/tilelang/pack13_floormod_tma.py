@@ -19,14 +19,14 @@ whether this build still carries that class of crash. It never decides the verdi
 
 Kernels live in this file on purpose: TileLang's frontend reads kernel source with ``inspect``.
 
-    python pack13_floormod_tma.py
+    python pack13_floormod_tma.py [--lane NAME]
 """
 
 from __future__ import annotations
 
 import time
 
-from _lane import figure, stamp, verdict
+from _lane import figure, lane, parser, start, verdict
 
 DBZ = "Divide by zero"
 
@@ -142,7 +142,7 @@ def _compile(tilelang, tvm, make, tma: bool) -> tuple[str, str]:
 
 
 def main() -> None:
-    stamp("tilelang", "tilelang")
+    start(parser(__doc__).parse_args(), "tilelang", "tilelang")
     import tilelang
     import tilelang.language as T
     from tilelang import tvm
@@ -165,7 +165,7 @@ def main() -> None:
             absent_but_dbz.append({name: outcome})
         elif outcome == {"tma_off": "ok", "tma_on": "error"}:
             tma_only_other[name] = errors[True]  # a TMA-only crash, but not the claimed one
-    details = {"tilelang": tilelang.__version__, "related_2394": related}
+    details = {"lane": lane(), "tilelang": tilelang.__version__, "related_2394": related}
     if reproduced:
         verdict("BUG_REPRODUCED", cases=reproduced, **details)
     else:
