@@ -145,6 +145,9 @@ class Pack:
     # the base a filing of this pack is made against: key 'filing_base', else the manifest's, else its base
     filing_base: str = ""
     evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
+    # [[packs.NN.performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
+    # lane's base, and its value is read from that lane's latest receipt (harness/filing.py resolves both)
+    performance: tuple[EvidenceRow, ...] = ()
     evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
     fix: str = ""  # what the change does, in a line (key 'fix')
 
@@ -397,6 +400,12 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     depends = tuple(normalize_id(d) for d in str_list(t, "depends_on", where))
     evidence = tuple(_load_evidence(ev, f"{where} evidence[{i}]", {lane.name for lane in lanes})
                      for i, ev in enumerate(t.get("evidence", [])))
+    perf = t.get("performance", [])
+    if not isinstance(perf, list):
+        raise ConfigError(f"{where} .performance: must be an array of tables ([[packs.NN.performance]]), each "
+                          "naming a lane and a figure: performance figures are read from receipts, never typed here")
+    performance = tuple(_load_evidence(pr, f"{where} performance[{i}]", {lane.name for lane in lanes})
+                        for i, pr in enumerate(perf))
     return Pack(
         id=pid,
         title=field(t, "title", str, where),
@@ -419,6 +428,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         cls=choice(t, "class", CLASSES, where) if "class" in t else None,
         filing_base=filing_base,
         evidence=evidence,
+        performance=performance,
         evidence_note=field(t, "evidence_note", str, where, default=""),
     )
 
