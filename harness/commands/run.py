@@ -13,7 +13,8 @@ from harness.commands._context import context
 from harness.errors import Exit, worst
 from harness.receipts import Verdict
 
-_STYLE = {"pass": "green", "skipped": "yellow", "mismatch": "red", "crash": "red", "timeout": "red"}
+_STYLE = {Verdict.PASS: "green", Verdict.SKIPPED: "yellow", Verdict.MISMATCH: "red", Verdict.CRASH: "red",
+          Verdict.TIMEOUT: "red"}
 
 
 def register(sub) -> None:
