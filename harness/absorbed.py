@@ -23,7 +23,7 @@ from pathlib import Path
 
 import tomlkit
 
-from harness import pins, rebase, series
+from harness import pins, rebase, receipts, series
 from harness.context import Context
 from harness.tracking import PACK_ID, Tracking
 
@@ -102,7 +102,8 @@ def bug_absent_evidence(tracking: Tracking, pid: str, base_name: str) -> str:
     validation = tracking.doc["packs"][pid].get("validation", {})
     for lane in pack.lanes:
         v = validation.get(lane.name, {})
-        if lane.base == base_name and not lane.patched and lane.expect == "BUG_ABSENT" and v.get("verdict") == "pass":
+        if lane.base == base_name and not lane.patched and lane.expect == receipts.Sentinel.BUG_ABSENT \
+                and v.get("verdict") == receipts.Verdict.PASS:
             return f"lane {lane.name} saw BUG_ABSENT on {v.get('host', '?')} ({v.get('receipt', 'no receipt')})"
     return ""
 

@@ -332,8 +332,7 @@ def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | Non
     """The placeholders of ``row`` from ``rec`` (the picked figure's keys plus counts), or a problem."""
     if rec is None:
         return None, "no receipt"
-    figs = [f for f in rec.data.get("figures", []) if f.get("name") == row.figure
-            and all(f.get(k) == v for k, v in row.where)]
+    figs = [f.data for f in rec.figures if f.name == row.figure and all(f.get(k) == v for k, v in row.where)]
     if not figs:
         where = ", ".join(f"{k} = {v!r}" for k, v in row.where)
         return None, f"no figure '{row.figure}'" + (f" with {where}" if where else "") + f" in {rec.dir.name}"
@@ -359,13 +358,13 @@ def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | Non
 
 
 def host_key(rec: receipts.Receipt) -> tuple:
-    h = rec.data.get("host") or {}
-    return (h.get("gpu"), h.get("compute_capability"), h.get("driver"), h.get("torch_cuda") if h.get("gpu") else None,
-            h.get("torch"), h.get("triton"), h.get("host_python"), _platform(h))
+    h = rec.host or receipts.Host({})
+    return (h.gpu, h.compute_capability, h.driver, h.torch_cuda if h.gpu else None, h.torch, h.triton,
+            h.host_python, _platform(h))
 
 
-def _platform(h: dict) -> str:
-    plat = h.get("platform") or ""
+def _platform(h: receipts.Host) -> str:
+    plat = h.platform or ""
     system = plat.split("-", 1)[0] or "?"
     machine = next((p for p in ("x86_64", "aarch64", "arm64") if p in plat), "")
     glibc = re.search(r"glibc(\d+\.\d+)", plat)
@@ -373,24 +372,24 @@ def _platform(h: dict) -> str:
 
 
 def _host_short(rec: receipts.Receipt) -> str:
-    gpu = (rec.data.get("host") or {}).get("gpu")
+    gpu = rec.host.gpu if rec.host is not None else None
     return re.sub(r"^NVIDIA\s+", "", gpu) if gpu else "CPU"
 
 
 def _host_long(rec: receipts.Receipt) -> str:
-    h = rec.data.get("host") or {}
+    h = rec.host or receipts.Host({})
     parts = []
-    if h.get("gpu"):
-        extra = ", ".join(x for x in (f"compute capability {h['compute_capability']}" if h.get("compute_capability")
-                                      else "", f"driver {h['driver']}" if h.get("driver") else "") if x)
-        parts.append(f"{h['gpu']}" + (f" ({extra})" if extra else ""))
-        if h.get("torch_cuda"):
-            parts.append(f"CUDA {h['torch_cuda']}")
+    if h.gpu:
+        extra = ", ".join(x for x in (f"compute capability {h.compute_capability}" if h.compute_capability
+                                      else "", f"driver {h.driver}" if h.driver else "") if x)
+        parts.append(f"{h.gpu}" + (f" ({extra})" if extra else ""))
+        if h.torch_cuda:
+            parts.append(f"CUDA {h.torch_cuda}")
     else:
         parts.append(f"no GPU, {_platform(h)}")
-    for key, name in (("torch", "torch"), ("triton", "triton"), ("host_python", "Python")):
-        if h.get(key):
-            parts.append(f"{name} {h[key]}")
+    for value, name in ((h.torch, "torch"), (h.triton, "triton"), (h.host_python, "Python")):
+        if value:
+            parts.append(f"{name} {value}")
     return ", ".join(parts)
 
 
@@ -421,10 +420,10 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
             problems.append(f"evidence row {i} ({row.lane}, {row.figure}): {problem}")
         build = "?"
         if rec is not None:
-            used[rec.path] = rec
-            b = rec.data.get("base") or {}
-            patched = rec.data.get("patched") if row.build is None else row.build == "change"
-            build = str(b.get("version") or b.get("name") or "?") + (f" + {change_name}" if patched else "")
+            if rec.path is not None:
+                used[rec.path] = rec
+            patched = rec.patched if row.build is None else row.build == "change"
+            build = str(rec.base.version or rec.base.name or "?") + (f" + {change_name}" if patched else "")
         results.append(EvidenceRowResult(row, label, result, None, build, rec))
     # one short name per distinct host, numbered when two distinct hosts share a GPU name
     names: dict[tuple, str] = {}
@@ -452,15 +451,15 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
     for r in results:
         if r.receipt is None:
             continue
-        b = r.receipt.data.get("base") or {}
-        version = str(b.get("version") or b.get("name"))
-        if b.get("artifact"):
+        b = r.receipt.base
+        version = str(b.version or b.name)
+        if b.artifact:
             bases.setdefault(version, f"`{version}` is {manifest.distribution} {version} as published "
-                                      f"(`{b['artifact']}`)")
-        elif b.get("commit"):
+                                      f"(`{b.artifact}`)")
+        elif b.commit:
             bases.setdefault(version, f"`{version}` is {repo_slug(manifest.repo) or manifest.repo} at "
-                                      f"{b['commit'][:10]}")
-        reqs = r.receipt.data.get("runtime_requires") or []
+                                      f"{b.commit[:10]}")
+        reqs = r.receipt.runtime_requires
         if reqs:
             runtimes.setdefault(tuple(reqs), None)
     if bases:

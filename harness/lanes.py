@@ -21,6 +21,7 @@ from harness import __version__, builds, pins, receipts, runs, runtime, series, 
 from harness.context import Context
 from harness.errors import ConfigError, Exit
 from harness.hashing import sha256_file
+from harness.receipts import Verdict
 from harness.tracking import Lane, Pack, sentinels
 
 
@@ -53,7 +54,7 @@ class Prepared:
 class LaneResult:
     pack: str
     lane: str
-    verdict: str
+    verdict: Verdict
     reason: str
     exit: Exit
     receipt: receipts.Receipt | None = None
@@ -189,43 +190,47 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         Path(tmp_log).unlink(missing_ok=True)
         raise
     verdict, reason = outcome.verdict(lane.expect)
-    data = {
-        "pack": pack.id,
-        "title": pack.title,
-        "lane": lane.name,
-        "target": pack.target,
-        "base": prep.base.describe(),
-        "patched": lane.patched,
-        "patches": [{"file": str(p.path.relative_to(ctx.root)), "sha256": p.sha256,
-                     "upstream_status": p.upstream_status} for p in prep.patches],
-        "build": prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"},
-        "baseline_build": prep.baseline.describe() if prep.baseline is not None else None,
-        "extra_builds": [b.describe() for b in prep.extras],
-        "world_size": lane.nproc,
-        "ranks": outcome.stamps if lane.nproc > 1 else None,
-        "runtime_requires": list(prep.runtime_requires),
-        "imported": prep.imported,
-        "reproducer": {"path": pack.reproducer, "sha256": sha256_file(script), "args": list(lane.args)},
-        "harness": {"version": __version__, **_repo_state(ctx.root)},
-        "host": outcome.stamp,
-        "expected": lane.expect,
-        "sentinels": [name for name, _ in outcome.sentinels],
-        "sentinel_details": {name: details for name, details in outcome.sentinels},
-        "figures": outcome.figures,
-        "verdict": verdict,
-        "reason": reason,
-        "exit_code": outcome.exit_code,
-        "timed_out": outcome.timed_out,
-        "timeout_s": lane.timeout,
-        "started": started.isoformat().replace("+00:00", "Z"),
-        "duration_s": outcome.duration_s,
-    }
-    if verdict == "skipped":
+    if verdict == Verdict.SKIPPED:
         Path(tmp_log).unlink(missing_ok=True)
         return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
+    where = f"pack {pack.id} lane {lane.name}"
+    receipt = receipts.Receipt(
+        pack=pack.id,
+        title=pack.title,
+        lane=lane.name,
+        target=pack.target,
+        base=receipts.BaseRecord.from_dict(prep.base.describe(), f"{where} base"),
+        patched=lane.patched,
+        patches=tuple(receipts.PatchRecord(str(p.path.relative_to(ctx.root)), p.sha256, p.upstream_status)
+                      for p in prep.patches),
+        build=receipts.BuildRecord.from_dict(
+            prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"}, f"{where} build"),
+        baseline_build=(receipts.BuildRecord.from_dict(prep.baseline.describe(), f"{where} baseline build")
+                        if prep.baseline is not None else None),
+        extra_builds=tuple(receipts.BuildRecord.from_dict(b.describe(), f"{where} extra build") for b in prep.extras),
+        world_size=lane.nproc,
+        ranks=tuple(receipts.Host(s) for s in outcome.stamps) if lane.nproc > 1 else None,
+        runtime_requires=tuple(prep.runtime_requires),
+        imported=dict(prep.imported),
+        reproducer=receipts.ReproducerRecord(pack.reproducer, sha256_file(script), tuple(lane.args),
+                                             receipts.helper_digests(ctx.root, pack.reproducer)),
+        harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
+        host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
+        expected=receipts.Sentinel(lane.expect),
+        sentinels=tuple(receipts.Sentinel(name) for name, _ in outcome.sentinels),
+        sentinel_details={name: details for name, details in outcome.sentinels},
+        figures=tuple(receipts.Figure(f) for f in outcome.figures),
+        verdict=verdict,
+        reason=reason,
+        exit_code=outcome.exit_code,
+        timed_out=outcome.timed_out,
+        timeout_s=lane.timeout,
+        started=started.isoformat().replace("+00:00", "Z"),
+        duration_s=outcome.duration_s,
+    )
     out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
-    receipt = receipts.write(out_dir, pack.target, pack.id, lane.name, started, Path(tmp_log), data)
-    return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], receipt)
+    written = receipts.write(out_dir, receipt, started, Path(tmp_log))
+    return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
 
 
 def _repo_state(root: Path) -> dict:
@@ -261,7 +266,7 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
             need = prep.lane.nproc if pack.lane_requires(prep.lane) == "cuda" else 0
             if gpus < need:
                 why = f"needs {need} CUDA GPU(s); {gpu_desc}"
-                results.append(LaneResult(pack.id, prep.lane.name, "skipped", why, Exit.SKIPPED))
+                results.append(LaneResult(pack.id, prep.lane.name, Verdict.SKIPPED, why, Exit.SKIPPED))
                 continue
             result = execute(ctx, prep, run_dir)
             results.append(result)

@@ -32,12 +32,14 @@ import json
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 
 from harness import filing, git, pins, rebase, receipts, series
 from harness.errors import ConfigError, HarnessError
 from harness.github import thread_label
 from harness.hashing import sha256_file
+from harness.receipts import Sentinel, Verdict
 from harness.tracking import Lane, Pack, Tracking
 
 # States in which a pack is not filed, and why (shown by `status`, `waves` and `body`).
@@ -52,39 +54,92 @@ DONE_STATES = ("absorbed", "filed")  # a dependency in one of these no longer ga
 FILED_KINDS = ("pr", "issue", "comment", "bug-report")  # kinds with a filing template
 ABSORBING_ROLES = ("absorbed", "fixed upstream", "superseded")  # a thread role with one of these words
 
-# Reason codes (stable; ``status --json`` carries them).
-REASON_CODES = {
-    "state": "the pack's state keeps it from being filed",
-    "kind": "the pack's kind is not filed upstream",
-    "filing-base": "the filing base is not a base of the manifest",
-    "no-lanes": "the pack declares no lanes",
-    "no-lane-on-base": "no lane runs on the filing base",
-    "lane": "a lane on the filing base has no current passing receipt",
-    "series": "the series for the filing base is missing or unreadable",
-    "apply": "the series does not apply to the filing base, or that was not checked",
-    "absorbed": "upstream has (or may have) the change, or no longer shows the bug",
-    "evidence": "an evidence row of the body does not resolve from the receipts",
-    "body": "the body cannot be rendered",
-    "lint": "the body or its reproducer fails the lint",
-    "dependency": "a dependency is not ready, filed or absorbed",
-    "thread": "the thread a comment would go to is closed or merged",
-}
+class ReasonCode(StrEnum):
+    """Why a pack is not ready (stable; ``status --json`` carries the value; the README lists them)."""
 
-# Apply-check outcomes.
+    STATE = "state"
+    KIND = "kind"
+    FILING_BASE = "filing-base"
+    NO_LANES = "no-lanes"
+    NO_LANE_ON_BASE = "no-lane-on-base"
+    LANE = "lane"
+    SERIES = "series"
+    APPLY = "apply"
+    ABSORBED = "absorbed"
+    EVIDENCE = "evidence"
+    BODY = "body"
+    LINT = "lint"
+    DEPENDENCY = "dependency"
+    THREAD = "thread"
+
+
+REASON_CODES = {
+    ReasonCode.STATE: "the pack's state keeps it from being filed",
+    ReasonCode.KIND: "the pack's kind is not filed upstream",
+    ReasonCode.FILING_BASE: "the filing base is not a base of the manifest",
+    ReasonCode.NO_LANES: "the pack declares no lanes",
+    ReasonCode.NO_LANE_ON_BASE: "no lane runs on the filing base",
+    ReasonCode.LANE: "a lane on the filing base has no current passing receipt",
+    ReasonCode.SERIES: "the series for the filing base is missing or unreadable",
+    ReasonCode.APPLY: "the series does not apply to the filing base, or that was not checked",
+    ReasonCode.ABSORBED: "upstream has (or may have) the change, or no longer shows the bug",
+    ReasonCode.EVIDENCE: "an evidence row of the body does not resolve from the receipts",
+    ReasonCode.BODY: "the body cannot be rendered",
+    ReasonCode.LINT: "the body or its reproducer fails the lint",
+    ReasonCode.DEPENDENCY: "a dependency is not ready, filed or absorbed",
+    ReasonCode.THREAD: "the thread a comment would go to is closed or merged",
+}
+# codes that mean the pack is not to be filed at all (nothing else is worth checking)
+NOT_FILEABLE = frozenset({ReasonCode.STATE, ReasonCode.KIND, ReasonCode.FILING_BASE})
+
+
+class ApplyStatus(StrEnum):
+    """Apply-check outcomes (cached in the store by value)."""
+
+    APPLIES = "applies"
+    CONFLICT = "conflict"
+    ABSORBED = "absorbed"
+    PARTLY = "partly absorbed"
+    FUZZ = "fuzz"
+    NOT_CHECKED = "not checked"
+    ERROR = "error"
+
+
 APPLIES, CONFLICT, ABSORBED, PARTLY, FUZZ, NOT_CHECKED, ERROR = (
-    "applies", "conflict", "absorbed", "partly absorbed", "fuzz", "not checked", "error")
+    ApplyStatus.APPLIES, ApplyStatus.CONFLICT, ApplyStatus.ABSORBED, ApplyStatus.PARTLY, ApplyStatus.FUZZ,
+    ApplyStatus.NOT_CHECKED, ApplyStatus.ERROR)
+
+
+class LaneProblemCode(StrEnum):
+    """Why a lane on the filing base does not count (a ``lane`` reason)."""
+
+    NO_RECEIPT = "no-receipt"
+    VERDICT = "verdict"  # the latest receipt did not pass
+    PIN = "pin"  # it ran on another artefact or commit than the one pinned today
+    SERIES = "series"  # it applied other series files than the filing base's
+    REPRODUCER = "reproducer"  # the reproducer file changed since
+    HELPERS = "helpers"  # a helper module the reproducer imports changed since
+
+
+@dataclass(frozen=True)
+class LaneProblem:
+    code: LaneProblemCode
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 @dataclass(frozen=True)
 class Reason:
-    code: str
+    code: ReasonCode
     text: str
 
 
 @dataclass(frozen=True)
 class ApplyCheck:
     base: str
-    status: str
+    status: ApplyStatus
     detail: str = ""
     checked_at: str | None = None
     cached: bool = False
@@ -97,7 +152,7 @@ class ApplyCheck:
 class LaneEvidence:
     lane: Lane
     receipt: receipts.Receipt | None
-    problem: str | None  # None: counts (on the filing base), or not judged (elsewhere)
+    problem: LaneProblem | None  # None: counts (on the filing base), or not judged (elsewhere)
     on_filing_base: bool = True
 
 
@@ -130,9 +185,9 @@ def series_at(root: Path, tracking: Tracking, pack: Pack, base: str) -> list[ser
     return series.series_for(tracking, root, pack, base)
 
 
-def _same_pin(recorded: dict, base: pins.Base) -> bool:
+def _same_pin(recorded: receipts.BaseRecord, base: pins.Base) -> bool:
     """Whether a receipt's base record names today's pin (newer receipts say ``pin``; older ones ``sha256``)."""
-    return (recorded.get("pin") or recorded.get("sha256")) == base.pin
+    return recorded.recorded_pin == base.pin
 
 
 # ---------------------------------------------------------------------------------------------- apply check
@@ -152,8 +207,9 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
     if cache.is_file():
         try:
             d = json.loads(cache.read_text())
-            return ApplyCheck(base_name, d["status"], d.get("detail", ""), d.get("checked_at"), cached=True)
-        except (ValueError, KeyError):
+            return ApplyCheck(base_name, ApplyStatus(d["status"]), d.get("detail", ""), d.get("checked_at"),
+                              cached=True)
+        except (ValueError, KeyError, TypeError):
             cache.unlink(missing_ok=True)
     if not allow_download:
         return ApplyCheck(base_name, NOT_CHECKED, "not checked (--no-apply): no cached result for this series on "
@@ -171,7 +227,7 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
     return result
 
 
-def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch]) -> tuple[str, str]:
+def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch]) -> tuple[ApplyStatus, str]:
     with tempfile.TemporaryDirectory(prefix="patchlane-ready-") as tmp:
         repo = git.clone(checkout.path, Path(tmp) / "tree", branch="readiness")
         results = []
@@ -214,26 +270,34 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def _lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | None, base,
-                  patches: list[series.Patch]) -> str | None:
+                  patches: list[series.Patch]) -> LaneProblem | None:
     if rec is None:
-        return "no receipt"
-    d = rec.data
-    if d.get("verdict") != "pass":
-        return f"latest receipt is {d.get('verdict')}, not pass"
-    if not _same_pin(d.get("base") or {}, base):
-        return f"latest receipt ran on another artefact than the {lane.base} pin"
+        return LaneProblem(LaneProblemCode.NO_RECEIPT, "no receipt")
+    if rec.verdict != Verdict.PASS:
+        return LaneProblem(LaneProblemCode.VERDICT, f"latest receipt is {rec.verdict}, not pass")
+    if not _same_pin(rec.base, base):
+        return LaneProblem(LaneProblemCode.PIN, f"latest receipt ran on another artefact than the {lane.base} pin")
     if lane.patched:
-        got = [p.get("sha256") for p in d.get("patches") or []]
+        got = [p.sha256 for p in rec.patches]
         want = [p.sha256 for p in patches]
         if got != want:
             changed = sum(1 for a, b in zip(got, want, strict=False) if a != b) + abs(len(got) - len(want))
-            return (f"latest receipt applied another series than the one for {lane.base} "
-                    f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
+            return LaneProblem(LaneProblemCode.SERIES,
+                               f"latest receipt applied another series than the one for {lane.base} "
+                               f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
     if pack.reproducer:
-        recorded = (d.get("reproducer") or {}).get("sha256")
         path = root / pack.reproducer
-        if recorded and path.is_file() and sha256_file(path) != recorded:
-            return f"latest receipt ran an older {pack.reproducer} (it changed since)"
+        if path.is_file() and sha256_file(path) != rec.reproducer.sha256:
+            return LaneProblem(LaneProblemCode.REPRODUCER,
+                               f"latest receipt ran an older {pack.reproducer} (it changed since)")
+        if rec.reproducer.helpers is not None:  # receipts before helpers were pinned: the file alone, as above
+            now = receipts.helper_digests(root, pack.reproducer)
+            changed_helpers = sorted(name for name in set(now) | set(rec.reproducer.helpers)
+                                     if now.get(name) != rec.reproducer.helpers.get(name))
+            if changed_helpers:
+                return LaneProblem(LaneProblemCode.HELPERS,
+                                   f"latest receipt ran {pack.reproducer} with other helper modules than today's "
+                                   f"({', '.join(changed_helpers)} changed, added or removed since)")
     return None
 
 
@@ -247,19 +311,19 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     fbase = filing_base(pack, manifest)
     reasons: list[Reason] = []
     if pack.state in NOT_FILED:
-        reasons.append(Reason("state", f"state {pack.state}: {pack.state_reason or NOT_FILED[pack.state]}"))
+        reasons.append(Reason(ReasonCode.STATE, f"state {pack.state}: {pack.state_reason or NOT_FILED[pack.state]}"))
     if pack.kind not in FILED_KINDS:
-        reasons.append(Reason("kind", f"kind {pack.kind}: not filed upstream"))
+        reasons.append(Reason(ReasonCode.KIND, f"kind {pack.kind}: not filed upstream"))
     base = manifest.bases.get(fbase)
     if base is None:
-        reasons.append(Reason("filing-base", f"filing base '{fbase}' is not a base of {manifest.path.name} "
+        reasons.append(Reason(ReasonCode.FILING_BASE, f"filing base '{fbase}' is not a base of {manifest.path.name} "
                                              f"({', '.join(manifest.bases)})"))
     patches: list[series.Patch] = []
     if base is not None:
         try:
             patches = series_at(root, tracking, pack, fbase)
         except ConfigError as exc:
-            reasons.append(Reason("series", str(exc)))
+            reasons.append(Reason(ReasonCode.SERIES, str(exc)))
     lanes = []
     for lane in pack.lanes:
         rec = receipts.latest(root, pack.target, pack.id, lane.name)
@@ -267,53 +331,55 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
         problem = _lane_problem(root, pack, lane, rec, base, patches) if on and base is not None else None
         lanes.append(LaneEvidence(lane, rec, problem, on))
     if not pack.lanes:
-        reasons.append(Reason("no-lanes", "no lanes, so no receipts"))
+        reasons.append(Reason(ReasonCode.NO_LANES, "no lanes, so no receipts"))
     elif base is not None and not any(e.on_filing_base for e in lanes):
-        reasons.append(Reason("no-lane-on-base", f"no lane runs on the filing base {fbase} (lanes on "
+        reasons.append(Reason(ReasonCode.NO_LANE_ON_BASE, f"no lane runs on the filing base {fbase} (lanes on "
                                                  f"{', '.join(sorted({ln.base for ln in pack.lanes}))})"))
-    reasons += [Reason("lane", f"lane {e.lane.name}: {e.problem}") for e in lanes if e.problem]
+    reasons += [Reason(ReasonCode.LANE, f"lane {e.lane.name}: {e.problem}") for e in lanes if e.problem]
     for t in pack.threads:
         if any(word in t.role for word in ABSORBING_ROLES):
-            reasons.append(Reason("absorbed", f"upstream may already have it: {thread_label(t.url)} ({t.role})"))
+            reasons.append(Reason(ReasonCode.ABSORBED,
+                                  f"upstream may already have it: {thread_label(t.url)} ({t.role})"))
     for t in pack.threads:
         if pack.kind == "comment" and t.role == "filing target" and t.state in ("closed", "merged"):
-            reasons.append(Reason("thread", f"{thread_label(t.url)} is {t.state}: a comment there reaches nobody"))
+            reasons.append(Reason(ReasonCode.THREAD,
+                                  f"{thread_label(t.url)} is {t.state}: a comment there reaches nobody"))
     for e in lanes:
-        if e.on_filing_base and not e.lane.patched and e.lane.expect == "BUG_ABSENT" and e.receipt is not None \
-                and e.receipt.data.get("verdict") == "pass":
-            reasons.append(Reason("absorbed", f"the bug no longer shows on {fbase}: lane {e.lane.name} saw "
+        if e.on_filing_base and not e.lane.patched and e.lane.expect == Sentinel.BUG_ABSENT \
+                and e.receipt is not None and e.receipt.verdict == Verdict.PASS:
+            reasons.append(Reason(ReasonCode.ABSORBED, f"the bug no longer shows on {fbase}: lane {e.lane.name} saw "
                                               "BUG_ABSENT (superseded upstream)"))
-    fileable = not any(r.code in ("state", "kind", "filing-base") for r in reasons)
+    fileable = not any(r.code in NOT_FILEABLE for r in reasons)
     check = None
     own = [p for p in patches if p.pack == pack.id]
     if fileable and own:
         check = apply_check(ctx, pack, fbase, patches, allow_download)
         if check.status == ABSORBED:
-            reasons.append(Reason("absorbed", check.detail))
+            reasons.append(Reason(ReasonCode.ABSORBED, check.detail))
         elif check.status != APPLIES:
             where = "" if check.status == NOT_CHECKED else f"series on {fbase}: "
-            reasons.append(Reason("apply", f"{where}{check.describe()}" if where else check.detail))
+            reasons.append(Reason(ReasonCode.APPLY, f"{where}{check.describe()}" if where else check.detail))
     elif fileable and pack.kind == "pr" and base is not None:
-        reasons.append(Reason("series", f"a PR with no series for {fbase} "
+        reasons.append(Reason(ReasonCode.SERIES, f"a PR with no series for {fbase} "
                                         f"({series.series_dir(root, pack.target, pack.id, fbase).relative_to(root)}/)"))
     if fileable:
 
         try:
             rendered = filing.render(root, tracking, pack)
         except HarnessError as exc:
-            reasons.append(Reason("body", f"body cannot be rendered: {exc}"))
+            reasons.append(Reason(ReasonCode.BODY, f"body cannot be rendered: {exc}"))
         else:
-            reasons += [Reason("evidence", p) for p in rendered.problems]
+            reasons += [Reason(ReasonCode.EVIDENCE, p) for p in rendered.problems]
             if rendered.findings:
                 first = rendered.findings[0]
-                reasons.append(Reason("lint", f"body fails lint: {len(rendered.findings)} finding(s), first "
+                reasons.append(Reason(ReasonCode.LINT, f"body fails lint: {len(rendered.findings)} finding(s), first "
                                               f"{first.describe()}"))
     for dep in pack.depends_on:
         dp = tracking.packs[dep]
         if dp.state in DONE_STATES or series.absorbed_at(dp, fbase):
             continue
         if not readiness(ctx, dp, allow_download, memo).ready:
-            reasons.append(Reason("dependency", f"depends on {dep}, which is not ready"))
+            reasons.append(Reason(ReasonCode.DEPENDENCY, f"depends on {dep}, which is not ready"))
     result = Readiness(pack, fbase, tuple(lanes), tuple(reasons), check)
     memo[pack.id] = result
     return result

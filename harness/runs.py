@@ -15,17 +15,29 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from harness import fingerprint, guard
 from harness.errors import Exit
 
+
+class Verdict(StrEnum):
+    """What a lane's run came to (``Outcome.verdict``); a receipt records the value (``receipts.Verdict``)."""
+
+    PASS = "pass"
+    MISMATCH = "mismatch"
+    SKIPPED = "skipped"  # never in a receipt: a skipped lane writes none
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+
+
 VERDICT_EXIT = {
-    "pass": Exit.OK,
-    "mismatch": Exit.MISMATCH,
-    "skipped": Exit.SKIPPED,
-    "crash": Exit.CRASH,
-    "timeout": Exit.TIMEOUT,
+    Verdict.PASS: Exit.OK,
+    Verdict.MISMATCH: Exit.MISMATCH,
+    Verdict.SKIPPED: Exit.SKIPPED,
+    Verdict.CRASH: Exit.CRASH,
+    Verdict.TIMEOUT: Exit.TIMEOUT,
 }
 
 
@@ -42,7 +54,7 @@ class Outcome:
     skips: int = 0  # how many SKIPPED lines (one per rank on a multi-process lane)
     stamp_problem: str | None = None  # the first HOST_STAMP line that is not a non-empty JSON object
 
-    def verdict(self, expected: str) -> tuple[str, str]:
+    def verdict(self, expected: str) -> tuple[Verdict, str]:
         """(verdict, reason) for a lane that expects ``expected``.
 
         A lane is skipped only when the reproducer said SKIPPED, printed no sentinel, and exited with
@@ -51,24 +63,25 @@ class Outcome:
         """
         seen = [name for name, _ in self.sentinels]
         if self.timed_out:
-            return "timeout", "killed at the time limit"
+            return Verdict.TIMEOUT, "killed at the time limit"
         if self.stamp_problem is not None:
-            return "crash", self.stamp_problem
+            return Verdict.CRASH, self.stamp_problem
         if self.skips and seen:
-            return "crash", f"printed {', '.join(seen)} and SKIPPED ({self.skipped}): contradictory output"
+            return Verdict.CRASH, f"printed {', '.join(seen)} and SKIPPED ({self.skipped}): contradictory output"
         if self.skips and (self.exit_code in (0, SKIP_EXIT)
                            or (len(self.stamps) > 1 and self.skips >= len(self.stamps))):
-            return "skipped", self.skipped or "no reason given"
+            return Verdict.SKIPPED, self.skipped or "no reason given"
         if self.exit_code != 0:
-            return "crash", f"exit code {self.exit_code}" + (f" after printing {', '.join(seen)}" if seen else "") \
+            return Verdict.CRASH, f"exit code {self.exit_code}" \
+                + (f" after printing {', '.join(seen)}" if seen else "") \
                 + (f" after SKIPPED ({self.skipped})" if self.skips else "")
         if self.stamp is None:
-            return "crash", "no HOST_STAMP line before the verdict"
+            return Verdict.CRASH, "no HOST_STAMP line before the verdict"
         if not seen:
-            return "crash", f"exited without printing a verdict; expected {expected}"
+            return Verdict.CRASH, f"exited without printing a verdict; expected {expected}"
         if set(seen) == {expected}:
-            return "pass", f"printed {expected} as expected"
-        return "mismatch", f"printed {', '.join(seen)}; expected {expected}"
+            return Verdict.PASS, f"printed {expected} as expected"
+        return Verdict.MISMATCH, f"printed {', '.join(seen)}; expected {expected}"
 
 
 SKIP_EXIT = 3  # what repros/_lane.py's skip() exits with

@@ -41,8 +41,8 @@ def test_run_from_bundle_uses_only_the_bundle(lane_repo, bundled, tmp_path, monk
     )
     assert proc.returncode == 0, proc.stderr
     recs = find(lane_repo.root, "fake", "01")
-    assert sorted(r.data["lane"] for r in recs) == ["bug", "fix"]
-    assert {r.data["build"]["source"] for r in recs} == {"bundle"}
+    assert sorted(r.lane for r in recs) == ["bug", "fix"]
+    assert {r.build.source for r in recs} == {"bundle"}
     assert not (fresh_cache / "bases").exists()
 
 

@@ -13,9 +13,10 @@ import textwrap
 import pytest
 from conftest import CORE_BUGGY, REPO, cli, make_patch
 
-from harness import filing, readiness, series, standalone
+from harness import filing, readiness, receipts, series, standalone
 from harness.errors import ConfigError, Exit
 from harness.lanes import Context
+from harness.readiness import ApplyStatus, LaneProblemCode, ReasonCode
 from harness.store import Store
 from harness.tracking import Tracking
 
@@ -73,6 +74,15 @@ def _ctx(repo) -> Context:
 def _ready(repo, **kw) -> readiness.Readiness:
     ctx = _ctx(repo)
     return readiness.readiness(ctx, ctx.tracking.pack("01"), **kw)
+
+
+def _codes(r: readiness.Readiness) -> list[ReasonCode]:
+    return [x.code for x in r.reasons]
+
+
+def _lane_problems(r: readiness.Readiness) -> dict[str, LaneProblemCode]:
+    """Each lane that does not count, and why (by code)."""
+    return {e.lane.name: e.problem.code for e in r.lanes if e.problem is not None}
 
 
 # ---------------------------------------------------------------------------------------------- lint
@@ -153,7 +163,7 @@ def test_an_evidence_row_that_does_not_resolve_is_named_and_blocks_readiness(ran
     err = capsys.readouterr().err
     assert "evidence row 2 (fix, max_error): no figure 'max_error'" in err
     r = _ready(ran)
-    assert not r.ready and [x.code for x in r.reasons] == ["evidence"]
+    assert not r.ready and _codes(r) == [ReasonCode.EVIDENCE]
 
 
 def test_a_label_placeholder_missing_from_the_figure_is_a_problem(ran):
@@ -178,7 +188,7 @@ def test_lint_failure_writes_nothing_and_exits_10(ran, capsys):
     assert len(lines) == 2 and "internal host name: 'gpu7.lab.internal'" in lines[0] and "'/home/alice'" in lines[1]
     assert not (ran.root / "dist" / "filing" / "01-pr.md").exists()
     r = _ready(ran)  # a body that fails its lint is never ready
-    assert not r.ready and r.reasons[0].code == "lint"
+    assert not r.ready and r.reasons[0].code == ReasonCode.LINT
 
 
 def test_a_comment_reads_as_a_comment_on_its_thread(ran, capsys):
@@ -191,7 +201,7 @@ def test_a_comment_reads_as_a_comment_on_its_thread(ran, capsys):
     assert "###" not in out.out and "```diff" in out.out  # no PR headings; the change itself, folded
     assert "gh pr comment https://github.com/acme/fake/pull/4 --body-file" in out.err
     path.write_text(path.read_text().replace('state = "open"', 'state = "merged"'))
-    assert "thread" in [r.code for r in _ready(ran).reasons]
+    assert ReasonCode.THREAD in _codes(_ready(ran))
 
 
 # ---------------------------------------------------------------------------------------------- the reproducer
@@ -280,7 +290,8 @@ def test_post_with_wrong_id_posts_nothing(ran, fake_gh, capsys, monkeypatch):
 def test_not_ready_without_receipts_and_post_refused(lane_repo, capsys, monkeypatch):
     _github_repo(lane_repo)
     r = _ready(lane_repo)
-    assert [x.text for x in r.reasons if x.code == "lane"] == ["lane bug: no receipt", "lane fix: no receipt"]
+    assert _lane_problems(r) == {"bug": LaneProblemCode.NO_RECEIPT, "fix": LaneProblemCode.NO_RECEIPT}
+    assert _codes(r).count(ReasonCode.LANE) == 2
     monkeypatch.setattr(sys, "stdin", Stdin(tty=True))
     assert cli("body", "01", "--post", "--head", "me:fix", *lane_repo.args()) == Exit.USAGE
     assert "is not ready to post" in capsys.readouterr().err
@@ -297,19 +308,51 @@ def test_receipts_of_another_series_are_not_current(ran):
     patch = next((ran.root / "patches" / "fake" / "01").iterdir())
     patch.write_text(patch.read_text().replace("use each element's own weight", "use the element's own weight"))
     r = _ready(ran)
-    assert not r.ready and "lane fix: latest receipt applied another series than the one for 1.0" in r.why()
-    assert "lane bug" not in r.why()  # an unpatched lane does not depend on the series
+    assert not r.ready and ReasonCode.LANE in _codes(r)
+    assert _lane_problems(r) == {"fix": LaneProblemCode.SERIES}  # an unpatched lane does not depend on the series
 
 
 def test_receipts_of_an_older_reproducer_are_not_current(ran):
     repro = ran.root / "repros" / "fake" / "pack01.py"
     repro.write_text(repro.read_text() + "# edited\n")
-    assert "ran an older repros/fake/pack01.py" in _ready(ran).why()
+    assert _lane_problems(_ready(ran)) == {"bug": LaneProblemCode.REPRODUCER, "fix": LaneProblemCode.REPRODUCER}
+
+
+@pytest.mark.parametrize("helper", ["repros/_lane.py", "repros/fake/_shared.py"], ids=["shared", "beside"])
+def test_receipts_that_ran_with_other_helper_modules_are_not_current(ran, helper):
+    for rec in receipts.find(ran.root, "fake", "01"):
+        assert "repros/_lane.py" in rec.reproducer.helpers
+    assert _ready(ran).ready
+    path = ran.root / helper
+    if path.exists():  # a helper the reproducer imports changes
+        path.write_text(path.read_text() + "# edited\n")
+    else:  # a helper appears beside the reproducer
+        path.write_text("X = 1\n")
+    assert _lane_problems(_ready(ran)) == {"bug": LaneProblemCode.HELPERS, "fix": LaneProblemCode.HELPERS}
+    path.unlink()  # and a helper that goes away counts too
+    if helper == "repros/_lane.py":
+        assert _lane_problems(_ready(ran)) == {"bug": LaneProblemCode.HELPERS, "fix": LaneProblemCode.HELPERS}
+    else:
+        assert _ready(ran).ready
+
+
+def test_receipts_without_helper_digests_compare_the_reproducer_file_only(ran):
+    for rec in receipts.find(ran.root, "fake", "01"):  # as receipts written before helpers were pinned
+        data = json.loads(rec.path.read_text())
+        del data["reproducer"]["helpers"]
+        rec.path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        assert receipts.load(rec.path).reproducer.helpers is None
+    lane_py = ran.root / "repros" / "_lane.py"
+    lane_py.write_text(lane_py.read_text() + "# edited\n")
+    assert _ready(ran).ready
+    repro = ran.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text() + "# edited\n")
+    assert _lane_problems(_ready(ran)) == {"bug": LaneProblemCode.REPRODUCER, "fix": LaneProblemCode.REPRODUCER}
 
 
 def test_apply_check_is_cached_and_no_apply_never_claims_ready(ran):
     fresh = _ready(ran, allow_download=False)  # nothing cached yet
-    assert not fresh.ready and fresh.reasons[0].code == "apply" and "not checked (--no-apply)" in fresh.why()
+    assert not fresh.ready and _codes(fresh) == [ReasonCode.APPLY] and fresh.apply.status == ApplyStatus.NOT_CHECKED
     assert _ready(ran).ready  # checks (the base is materialized) and caches
     again = _ready(ran, allow_download=False)
     assert again.ready and again.apply.cached
@@ -326,7 +369,7 @@ def test_filing_base_comes_from_the_pack_then_the_manifest(lane_repo):
     assert t.pack("01").filing_base == "1.1"
     assert readiness.filing_base(t.pack("01"), ctx.manifest("fake")) == "1.1"
     r = readiness.readiness(ctx, t.pack("01"))
-    assert "no-lane-on-base" in [x.code for x in r.reasons]
+    assert ReasonCode.NO_LANE_ON_BASE in _codes(r)
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('base = "1.0"\nreproducer', 'base = "1.0"\nfiling_base = "1.0"\n'
                                                                           'reproducer'))
@@ -342,7 +385,7 @@ def test_series_that_does_not_apply_on_the_filing_base_is_not_ready(ran, tmp_pat
     m = ran.root / "upstream" / "fake.toml"
     m.write_text('filing_base = "2.0"\n' + m.read_text())
     r = _ready(ran)
-    assert any(x.code == "apply" and "conflict" in x.text for x in r.reasons)
+    assert ReasonCode.APPLY in _codes(r) and r.apply.status == ApplyStatus.CONFLICT
     # a series ported to that base (patches/<target>/<pack>/<base>/) is the one that counts there
     ported = ran.root / "patches" / "fake" / "01" / "2.0"
     ported.mkdir()
@@ -350,7 +393,7 @@ def test_series_that_does_not_apply_on_the_filing_base_is_not_ready(ran, tmp_pat
         tmp_path, CORE_BUGGY.replace("w[0]", "w[-1]"), CORE_BUGGY.replace("[x * w[0] for x in xs]",
                                                                           "[x * wi for x, wi in zip(xs, w)]")))
     assert series.series_dir(ran.root, "fake", "01", "2.0") == ported
-    assert not any(x.code == "apply" for x in _ready(ran).reasons)
+    assert ReasonCode.APPLY not in _codes(_ready(ran))
 
 
 def test_upstream_absorption_is_never_ready(ran):
@@ -358,13 +401,13 @@ def test_upstream_absorption_is_never_ready(ran):
     m = ran.root / "upstream" / "fake.toml"
     m.write_text('filing_base = "1.1"\n' + m.read_text())
     r = _ready(ran)
-    assert any(x.code == "absorbed" and "every patch reverse-applies" in x.text for x in r.reasons)
+    assert ReasonCode.ABSORBED in _codes(r) and r.apply.status == ApplyStatus.ABSORBED
     m.write_text(m.read_text().replace('filing_base = "1.1"\n', ""))
     path = ran.root / "tracking.toml"
     path.write_text(path.read_text() + '\n[[packs.01.threads]]\nurl = "https://github.com/acme/fake/commit/'
                     + "b" * 40 + '"\nrole = "fixed upstream by"\nstate = "unknown"\n')
     r = _ready(ran)
-    assert [x.text for x in r.reasons] == ["upstream may already have it: acme/fake@bbbbbbb (fixed upstream by)"]
+    assert _codes(r) == [ReasonCode.ABSORBED] and "acme/fake@bbbbbbb (fixed upstream by)" in r.reasons[0].text
 
 
 def test_evidence_from_a_lane_on_another_base_is_a_problem(ran):

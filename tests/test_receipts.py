@@ -20,7 +20,7 @@ from harness.tracking import Tracking
 def ran(lane_repo):
     """Both lanes of pack 01 run once; their receipts."""
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
-    return {r.data["lane"]: r for r in receipts.find(lane_repo.root, "fake", "01")}
+    return {r.lane: r for r in receipts.find(lane_repo.root, "fake", "01")}
 
 
 def _verify(lane_repo, capsys) -> tuple[int, str]:
@@ -30,7 +30,7 @@ def _verify(lane_repo, capsys) -> tuple[int, str]:
 
 def test_a_new_receipt_carries_a_manifest_sha256sum_accepts(ran):
     rec = ran["bug"]
-    assert rec.data["schema"] == 2
+    assert rec.schema == 2
     listed = sorted(line.split()[1] for line in (rec.dir / "SHA256SUMS").read_text().splitlines())
     assert listed == ["output.log", "output.log.sha256", "receipt.json"]
     if shutil.which("sha256sum"):

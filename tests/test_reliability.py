@@ -9,6 +9,7 @@ import pytest
 from conftest import cli
 
 from harness.errors import Exit
+from harness.receipts import Verdict
 
 
 def test_a_bug_in_the_harness_is_exit_internal_with_the_traceback_kept(lane_repo, monkeypatch, capsys):
@@ -246,7 +247,7 @@ def test_a_skipped_line_never_hides_a_verdict_or_a_crash(lane_repo, body, reason
     _misbehave(lane_repo, body)
     assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.CRASH
     [rec] = find(lane_repo.root, "fake", "01")  # the evidence is kept
-    assert rec.data["verdict"] == "crash" and reason in rec.data["reason"]
+    assert rec.verdict == Verdict.CRASH and reason in rec.reason
     assert "SKIPPED" in (rec.dir / "output.log").read_text()
 
 
@@ -276,8 +277,8 @@ def test_a_bad_or_late_host_stamp_is_a_crash(lane_repo, stamp, reason):
     _misbehave(lane_repo, stamp + '_lane.verdict("BUG_REPRODUCED")\n' + late)
     assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.CRASH
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["verdict"] == "crash" and reason in rec.data["reason"]
-    assert rec.data["host"] is None
+    assert rec.verdict == Verdict.CRASH and reason in rec.reason
+    assert rec.host is None
 
 
 # --------------------------------------------------------------------------- nothing outlives the harness (#6)

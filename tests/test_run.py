@@ -6,7 +6,7 @@ import pytest
 from conftest import cli
 
 from harness.errors import Exit
-from harness.receipts import find, verify
+from harness.receipts import Sentinel, Verdict, find, verify
 from harness.tracking import Tracking
 
 
@@ -18,21 +18,20 @@ def test_paired_run_writes_receipts_and_updates_tracking(lane_repo, capsys):
     code = _run(lane_repo)
     assert code == 0, capsys.readouterr()
     recs = find(lane_repo.root, "fake", "01")
-    assert sorted(r.data["lane"] for r in recs) == ["bug", "fix"]
+    assert sorted(r.lane for r in recs) == ["bug", "fix"]
     for rec in recs:
-        d = rec.data
         assert verify(rec) is None
-        assert d["verdict"] == "pass" and d["exit_code"] == 0
-        assert d["host"]["target_version"] is None  # an overlay build has no dist-info to read a version from
-        assert d["host"]["target_module_file"].startswith(str(lane_repo.cache))  # the build, not elsewhere
-        assert d["base"]["sha256"] and d["reproducer"]["sha256"]
-        assert (rec.dir / "output.log.sha256").read_text().split()[0] == d["log"]["sha256"]
+        assert rec.verdict == Verdict.PASS and rec.exit_code == 0
+        assert rec.host.facts["target_version"] is None  # an overlay build has no dist-info to read a version from
+        assert rec.host.facts["target_module_file"].startswith(str(lane_repo.cache))  # the build, not elsewhere
+        assert rec.base.sha256 and rec.reproducer.sha256
+        assert (rec.dir / "output.log.sha256").read_text().split()[0] == rec.log.sha256
         assert (rec.dir / "output.log").read_text().startswith("HOST_STAMP ")
-    fix = next(r for r in recs if r.data["lane"] == "fix")
-    assert fix.data["patches"][0]["upstream_status"] == "Submitted"
-    assert fix.data["figures"] == [{"name": "max_err", "value": 0.0, "unit": None}]
-    bug = next(r for r in recs if r.data["lane"] == "bug")
-    assert bug.data["sentinels"] == ["BUG_REPRODUCED"] and bug.data["patches"] == []
+    fix = next(r for r in recs if r.lane == "fix")
+    assert fix.patches[0].upstream_status == "Submitted"
+    assert [f.to_dict() for f in fix.figures] == [{"name": "max_err", "value": 0.0, "unit": None}]
+    bug = next(r for r in recs if r.lane == "bug")
+    assert bug.sentinels == (Sentinel.BUG_REPRODUCED,) and bug.patches == ()
     validation = Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]
     assert validation["fix"]["verdict"] == "pass" and validation["bug"]["seen"] == "BUG_REPRODUCED"
     assert "# a pull request" in (lane_repo.root / "tracking.toml").read_text()
@@ -49,14 +48,14 @@ def test_second_run_rebuilds_nothing(lane_repo, capsys):
 
 @pytest.mark.parametrize(
     ("mode", "code", "verdict"),
-    [("crash", 7, "crash"), ("silent", 7, "crash"), ("hang", 8, "timeout")],
+    [("crash", 7, Verdict.CRASH), ("silent", 7, Verdict.CRASH), ("hang", 8, Verdict.TIMEOUT)],
 )
 def test_crash_and_hang_are_never_a_pass(lane_repo, monkeypatch, mode, code, verdict):
     lane_repo.write_tracking(timeout=3)
     monkeypatch.setenv("FAKE_MODE", mode)
     assert _run(lane_repo, "--lane", "bug") == code
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["verdict"] == verdict
+    assert rec.verdict == verdict
 
 
 def test_wrong_sentinel_is_a_mismatch(lane_repo):
@@ -64,7 +63,7 @@ def test_wrong_sentinel_is_a_mismatch(lane_repo):
     path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_ABSENT"'))
     assert _run(lane_repo, "--lane", "bug") == Exit.MISMATCH
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["verdict"] == "mismatch" and "expected BUG_ABSENT" in rec.data["reason"]
+    assert rec.verdict == Verdict.MISMATCH and "expected BUG_ABSENT" in rec.reason
 
 
 def test_gpu_lane_without_gpu_is_skipped_after_build_and_import_check(lane_repo, monkeypatch, capsys):
@@ -107,7 +106,7 @@ def test_lane_requires_overrides_the_pack(lane_repo, monkeypatch, capsys):
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
     assert _run(lane_repo) == Exit.SKIPPED
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["lane"] == "bug" and rec.data["verdict"] == "pass"
+    assert rec.lane == "bug" and rec.verdict == Verdict.PASS
 
 
 def test_bad_lane_requires_and_baseline_on_unpatched_lane_are_config_errors(lane_repo, capsys):
@@ -129,7 +128,7 @@ def test_with_baseline_lane_gets_the_unpatched_build(lane_repo):
     path.write_text(text[:i] + "with_baseline = true\n" + text[i:])
     assert _run(lane_repo, "--lane", "fix") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["baseline_build"]["key"] != rec.data["build"]["key"]
+    assert rec.baseline_build.key != rec.build.key
     from harness.tracking import Tracking
 
     assert Tracking.load(lane_repo.root).pack("01").lane("fix").with_baseline
@@ -180,8 +179,8 @@ def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
     monkeypatch.delenv("FAKE_MODE", raising=False)
     assert _run(lane_repo, "--lane", "bug") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["world_size"] == 2
-    assert sorted(s["rank"] for s in rec.data["ranks"]) == [0, 1]
+    assert rec.world_size == 2
+    assert sorted(s.facts["rank"] for s in rec.ranks) == [0, 1]
     assert seen_env["NCCL_NVLS_ENABLE"] == "0" and seen_env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
 
 
@@ -195,7 +194,7 @@ def test_lane_needing_more_gpus_than_the_host_has_is_skipped(lane_repo, monkeypa
     monkeypatch.setenv("FAKE_MODE", "")
     assert _run(lane_repo) == Exit.SKIPPED  # the 1-GPU lane passes, the 4-GPU lane is skipped: SKIPPED wins over OK
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["lane"] == "bug"
+    assert rec.lane == "bug"
 
 
 def test_with_builds_puts_another_target_on_the_path(lane_repo, tmp_path):
@@ -211,7 +210,7 @@ def test_with_builds_puts_another_target_on_the_path(lane_repo, tmp_path):
     path.write_text(path.read_text().replace('patched = false', 'patched = false\nwith_builds = ["helper@2.0"]', 1))
     assert _run(lane_repo, "--lane", "bug") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
-    assert len(rec.data["extra_builds"]) == 1 and rec.data["extra_builds"][0]["kind"] == "overlay"
+    assert len(rec.extra_builds) == 1 and rec.extra_builds[0].kind == "overlay"
     path.write_text(path.read_text().replace("helper@2.0", "helper@9.9"))
     assert _run(lane_repo, "--lane", "bug") == Exit.USAGE
 
@@ -254,8 +253,8 @@ def test_with_builds_brings_the_extra_bases_runtime(lane_repo, tmp_path, monkeyp
                      "os.environ['LD_LIBRARY_PATH'].split(os.pathsep))\n" + repro.read_text())
     assert _run(lane_repo, "--lane", "bug") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
-    assert rec.data["runtime_requires"] == ["tinydep==1.0"]
-    assert rec.data["imported"]["helperpkg"].startswith(str(lane_repo.cache))
+    assert rec.runtime_requires == ("tinydep==1.0",)
+    assert rec.imported["helperpkg"].startswith(str(lane_repo.cache))
 
 
 def _helper_manifest(lane_repo, sdist, package: str, runtime_requires=()) -> None:

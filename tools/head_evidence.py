@@ -7,36 +7,39 @@ Each row names the receipt it reads; a missing receipt or figure stops the scrip
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the harness beside it reads the receipts
+
+from harness.receipts import Receipt  # noqa: E402
 
 
-def receipt(target: str, pack: str, lane: str) -> tuple[dict, str]:
+def receipt(target: str, pack: str, lane: str) -> tuple[Receipt, str]:
     found = sorted((ROOT / "receipts" / target / pack).glob(f"*-{lane}/receipt.json"))
     if not found:
         raise SystemExit(f"no receipt for {target}/{pack} lane {lane}")
-    return json.loads(found[-1].read_text()), found[-1].parent.name
+    return Receipt.load(found[-1]), found[-1].parent.name
 
 
-def figures(data: dict, name: str) -> list[dict]:
-    return [f for f in data["figures"] if f["name"] == name]
+def figures(rec: Receipt, name: str) -> list[dict]:
+    return [f.data for f in rec.figures if f.name == name]
 
 
-def host(data: dict) -> str:
-    return data["host"].get("gpu") or "CPU"
+def host(rec: Receipt) -> str:
+    return (rec.host.gpu if rec.host is not None else None) or "CPU"
 
 
-def row(pack: str, base: str, lane_dir: str, data: dict, shows: str) -> str:
-    sentinel = data["sentinels"][-1] if data["sentinels"] else "-"
-    return f"| {pack} | {base} | `{lane_dir}` ({host(data)}) | {sentinel} | {shows} |"
+def row(pack: str, base: str, lane_dir: str, rec: Receipt, shows: str) -> str:
+    sentinel = rec.sentinels[-1] if rec.sentinels else "-"
+    return f"| {pack} | {base} | `{lane_dir}` ({host(rec)}) | {sentinel} | {shows} |"
 
 
 def main() -> None:
     rows = []
     d, n = receipt("mamba", "05", "regression-main")
-    det = d["sentinel_details"].get("BUG_ABSENT", {})
+    det = d.sentinel_details.get("BUG_ABSENT", {})
     rows.append(row("05", "mamba main", n, d, f"GQA backward runs at {', '.join(det.get('checked', []))}; every "
                     f"gradient within the control-derived tolerance of the G=H reference"))
     d, n = receipt("mamba", "05", "production-timing-main")
@@ -66,7 +69,7 @@ def main() -> None:
         rows.append(row("07", "mamba main", n, d, shows))
     for lane in ("bug-dev", "fix-dev", "memory-dev"):
         d, n = receipt("megatron-lm", "10", lane)
-        det = next(iter(d["sentinel_details"].values()), {})
+        det = next(iter(d.sentinel_details.values()), {})
         shows = {"bug-dev": f"raises `{det.get('error')}` on cc {det.get('compute_capability')}",
                  "fix-dev": f"fallback warns and matches F.cross_entropy in {det.get('cases')} cases (loss, both "
                             "gradients, bf16/fp32, ignore_index)",
@@ -74,13 +77,13 @@ def main() -> None:
         rows.append(row("10", "megatron-lm dev", n, d, shows))
     for lane in ("bug-dev", "fix-dev"):
         d, n = receipt("megatron-lm", "11", lane)
-        det = next(iter(d["sentinel_details"].values()), {})
+        det = next(iter(d.sentinel_details.values()), {})
         shows = (f"output layer `{det.get('output_layer', '').rsplit('.', 1)[-1]}`; forward with labels raises"
                  if lane == "bug-dev" else "LinearCrossEntropyModule; loss and grads equal the plain path (fp32, bf16)")
         rows.append(row("11", "megatron-lm dev (+10)", n, d, shows))
     for lane in ("sweep-bug-0.19.2", "sweep-fix-0.19.2"):
         d, n = receipt("megatron-lm", "14", lane)
-        det = next(iter(d["sentinel_details"].values()), {})
+        det = next(iter(d.sentinel_details.values()), {})
         if lane.startswith("sweep-bug"):
             x = det["views"]["dkv_all"]["x"]
             shows = f"dKV error / bf16 floor {x['1024']:.2f} at KV 1k, {x['131072']:.2f} at 128k: no growth"

@@ -70,7 +70,7 @@ def _import(ctx, args) -> int:
             check = receipts.check_dir(src, vocabulary)
             if not check.ok:
                 raise ReceiptError(f"{where}: {'; '.join(check.problems)}; nothing was imported")
-            final = dest_root / _destination(ctx, src, receipts.load(src / receipts.RECEIPT).data, where)
+            final = dest_root / _destination(ctx, src, receipts.load(src / receipts.RECEIPT), where)
             if check.legacy:
                 ui.note(f"{where}: legacy receipt (no {receipts.MANIFEST}): only its log is covered by a digest")
             planned.append((src, final))
@@ -85,20 +85,17 @@ def _import(ctx, args) -> int:
             os.chmod(scratch, default_mode(directory=True))
             os.replace(scratch, final)
             added.append(receipts.load(final / receipts.RECEIPT))
-    for rec in sorted(added, key=lambda r: r.data.get("started", "")):
-        d = rec.data
-        ctx.tracking.record_validation(d["pack"], d["lane"], receipts.summary(rec, ctx.root))
-        ui.data(f"imported {rec.dir.relative_to(ctx.root)}: {d['verdict']} ({', '.join(d['sentinels']) or '-'})")
+    for rec in sorted(added, key=lambda r: r.started):
+        ctx.tracking.record_validation(rec.pack, rec.lane, receipts.summary(rec, ctx.root))
+        ui.data(f"imported {rec.dir.relative_to(ctx.root)}: {rec.verdict} ({', '.join(rec.sentinels) or '-'})")
     if added:
         ctx.tracking.save()
     return 0
 
 
-def _destination(ctx, src: Path, data: dict, where: str) -> Path:
+def _destination(ctx, src: Path, rec: receipts.Receipt, where: str) -> Path:
     """``<target>/<pack>/<run>`` for a receipt, after checking each part against tracking.toml."""
-    target, pid, lane = data.get("target"), data.get("pack"), data.get("lane")
-    if not (isinstance(target, str) and isinstance(pid, str) and isinstance(lane, str)):
-        raise ConfigError(f"{where}: receipt.json lacks target, pack or lane")
+    target, pid, lane = rec.target, rec.pack, rec.lane
     pack = ctx.tracking.packs.get(pid)
     if pack is None:
         raise ConfigError(f"{where}: pack {pid!r} is not in tracking.toml; nothing was imported")
@@ -156,8 +153,7 @@ def _show(ctx, args) -> int:
         if rec is None:
             ui.data(f"{lane.name}: no receipt")
             continue
-        d = rec.data
-        ui.data(f"{lane.name}: {d['verdict']} - {d['reason']} [{rec.dir.relative_to(ctx.root)}]")
-        for fig in d.get("figures", []):
-            ui.data(f"    {json.dumps(fig, sort_keys=True)}")
+        ui.data(f"{lane.name}: {rec.verdict} - {rec.reason} [{rec.dir.relative_to(ctx.root)}]")
+        for fig in rec.figures:
+            ui.data(f"    {json.dumps(fig.to_dict(), sort_keys=True)}")
     return 0

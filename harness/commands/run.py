@@ -11,8 +11,10 @@ from harness import lanes, receipts, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, worst
+from harness.receipts import Verdict
 
-_STYLE = {"pass": "green", "skipped": "yellow", "mismatch": "red", "crash": "red", "timeout": "red"}
+_STYLE = {Verdict.PASS: "green", Verdict.SKIPPED: "yellow", Verdict.MISMATCH: "red", Verdict.CRASH: "red",
+          Verdict.TIMEOUT: "red"}
 
 
 def register(sub) -> None:
@@ -56,16 +58,15 @@ def main(args) -> int:
             table.add_row(ui.text(r.lane), ui.text(r.verdict, _STYLE[r.verdict]), ui.text(r.reason), ui.text(where))
         ui.out.print(table)
     for r in results:
-        if r.verdict == "skipped":
+        if r.verdict == Verdict.SKIPPED:
             last = receipts.latest(ctx.root, pack.target, pack.id, r.lane)
             if last is None:
                 ui.info(f"  {r.lane}: skipped here; no receipt yet from a host that has the hardware")
             else:
-                d = last.data
                 ui.info(f"  {r.lane}: skipped here; latest receipt {last.dir.relative_to(ctx.root)}: "
-                        f"{d.get('verdict')} ({', '.join(d.get('sentinels', [])) or 'no sentinel'}) on "
-                        f"{receipts.summary(last, ctx.root)['host']} at {d.get('started')}")
-    if results and all(r.verdict == "skipped" for r in results):
+                        f"{last.verdict} ({', '.join(last.sentinels) or 'no sentinel'}) on "
+                        f"{receipts.host_description(last)} at {last.started}")
+    if results and all(r.verdict == Verdict.SKIPPED for r in results):
         ui.warn("no lane could run on this host: nothing was validated")
     ui.info(f"exit {int(code)} ({code.name})")
     return int(code)

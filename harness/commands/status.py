@@ -81,18 +81,16 @@ def _latest(ctx, pack):
     return receipts.latest(ctx.root, pack.target, pack.id)
 
 
-def _host(rec) -> str:
-    host = rec.data.get("host") or {}
-    gpu = host.get("gpu")
+def _host(rec: receipts.Receipt) -> str:
+    gpu = rec.host.gpu if rec.host is not None else None
     return gpu.replace("NVIDIA ", "").split()[0] if gpu else "cpu"
 
 
-def receipt_json(ctx, rec) -> dict | None:
+def receipt_json(ctx, rec: receipts.Receipt | None) -> dict | None:
     if rec is None:
         return None
-    d = rec.data
     path = rec.dir.relative_to(ctx.root) if rec.dir.is_relative_to(ctx.root) else rec.dir
-    return {"lane": d.get("lane"), "verdict": d.get("verdict"), "started": d.get("started"), "host": _host(rec),
+    return {"lane": rec.lane, "verdict": rec.verdict.value, "started": rec.started, "host": _host(rec),
             "path": str(path)}
 
 
@@ -114,14 +112,14 @@ def pack_json(ctx, state: readiness.Readiness) -> dict:
                      "verified": t.verified} for t in pack.threads],
         "lanes": [{"name": e.lane.name, "base": e.lane.base, "patched": e.lane.patched, "expect": e.lane.expect,
                    "on_filing_base": e.on_filing_base, "receipt": receipt_json(ctx, e.receipt),
-                   "problem": e.problem} for e in state.lanes],
+                   "problem": e.problem.text if e.problem else None} for e in state.lanes],
         "latest_receipt": receipt_json(ctx, _latest(ctx, pack)),
         "apply": None if state.apply is None else {"base": state.apply.base, "status": state.apply.status,
                                                    "detail": state.apply.detail,
                                                    "checked_at": state.apply.checked_at},
         "mitigation": (pack.mitigation or {}).get("status", "active") if pack.mitigation else None,
         "ready": state.ready,
-        "reasons": [{"code": r.code, "text": r.text} for r in state.reasons],
+        "reasons": [{"code": r.code.value, "text": r.text} for r in state.reasons],
     }
 
 
@@ -169,8 +167,8 @@ def overview(ctx, states, width: int | None = None) -> list[Text]:
         if rec is None:
             latest = "-"
         else:
-            started = readiness.parse_time(rec.data.get("started"))
-            latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.data.get('verdict')}"
+            started = rec.started_at
+            latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.verdict}"
         cells = (pack.id, pack.target, pack.kind, pack.state, _upstream(pack), latest)
         line = Text("  ".join(_fit(str(c), w).ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)) + "  ")
         if state.ready:
@@ -208,8 +206,8 @@ def story(ctx, state: readiness.Readiness) -> None:
         for e in state.lanes:
             rec = e.receipt
             seen = "no receipt" if rec is None else (
-                f"{rec.data.get('verdict')} ({', '.join(rec.data.get('sentinels', [])) or 'no sentinel'}) on "
-                f"{_host(rec)} at {rec.data.get('started')}, {rec.dir.relative_to(ctx.root)}")
+                f"{rec.verdict} ({', '.join(rec.sentinels) or 'no sentinel'}) on "
+                f"{_host(rec)} at {rec.started}, {rec.dir.relative_to(ctx.root)}")
             where = "" if e.on_filing_base else f" [not on {state.filing_base}]"
             lines.append(f"    {e.lane.name} ({e.lane.base}, {'patched' if e.lane.patched else 'baseline'}, expects "
                          f"{e.lane.expect}){where}: {seen}" + (f" -- {e.problem}" if e.problem else ""))

@@ -38,7 +38,7 @@ def main(args) -> int:
             "packs": [{"id": p.id, "kind": p.kind, "class": p.cls,
                        "category": landing.CATEGORIES[landing.category(p)], "depends_on": list(p.depends_on),
                        "title": p.title, "ready": ready[p.id].ready,
-                       "reasons": [{"code": r.code, "text": r.text} for r in ready[p.id].reasons]}
+                       "reasons": [{"code": r.code.value, "text": r.text} for r in ready[p.id].reasons]}
                       for p in w.packs]} for w in waves],
             "left_out": [{"id": s.pack.id, "target": s.pack.target, "reason": s.reason} for s in skipped]}
         ui.out.file.write(json.dumps(data, indent=2) + "\n")
