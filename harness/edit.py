@@ -126,12 +126,8 @@ def _refuse_unregenerated(checkout: Path) -> None:
                         hint=f"run 'harness regen {state.pack} --dir {checkout}' first, or remove the directory")
 
 
-def dirty_paths(repo: git.Repo) -> list[str]:
-    return repo.dirty_paths()
-
-
 def _refuse_dirty(repo: git.Repo, where: Path) -> None:
-    dirty = dirty_paths(repo)
+    dirty = repo.dirty_paths()
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" (+{len(dirty) - 8} more)" if len(dirty) > 8 else "")
         raise EditError(f"{where}: uncommitted changes in {shown}",

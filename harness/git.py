@@ -138,10 +138,6 @@ class Repo:
         return done.stdout
 
     @property
-    def working_dir(self) -> Path:
-        return self.path
-
-    @property
     def git_dir(self) -> Path:
         return Path(self.run("rev-parse", "--absolute-git-dir").strip())
 

@@ -318,9 +318,9 @@ def format_series(repo: git.Repo, start: str, end: str, out: Path) -> list[Path]
     """``git format-patch start..end`` into ``out``, normalized (see the module docstring)."""
     merges = repo.run("rev-list", "--merges", f"{start}..{end}").split()
     if merges:
-        raise SeriesError(f"{repo.working_dir}: merge commit {merges[0][:12]} in the series; a series is linear")
+        raise SeriesError(f"{repo.path}: merge commit {merges[0][:12]} in the series; a series is linear")
     names = repo.run("format-patch", *FORMAT_OPTIONS, "-o", str(out), f"{start}..{end}").splitlines()
-    files = [Path(n) if Path(n).is_absolute() else Path(repo.working_dir) / n for n in names if n.strip()]
+    files = [Path(n) if Path(n).is_absolute() else repo.path / n for n in names if n.strip()]
     for f in files:
         f.write_bytes(normalize_patch(f.read_bytes()))
     return files
