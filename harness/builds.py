@@ -146,8 +146,10 @@ def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:
     """
     try:
         git.clone(tree, dest, branch="build")
-    except git.GitCommandError as exc:
-        raise BuildError(f"build {label}: cannot copy {tree} to build from: {exc.stderr or exc}") from None
+    except git.GitNotFound:
+        raise
+    except git.GitError as exc:
+        raise BuildError(f"build {label}: cannot copy {tree} to build from: {exc.stderr.strip() or exc}") from None
     return dest
 
 

@@ -32,32 +32,44 @@ from harness.store import Store
 
 FORMAT = 1
 TOP = "patchlane-bundle"
-DEPS_FILE = Path("requirements") / "bundle-deps.txt"
+# The harness's own dependencies, transitive ones included, pinned with wheel hashes; generated from
+# pyproject.toml by tools/lock.py (tests/test_lock.py fails when the two disagree).
+LOCK_FILE = Path("requirements") / "harness.lock"
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64"]
 
 
-def download_wheels(requirements: list[str], dest: Path, python_version: str) -> list[Path]:
-    """Binary wheels of exactly ``requirements`` (no dependency resolution) for the GPU host's Python."""
-    if not requirements:
-        return []
+def download_wheels(requirements: list[str], dest: Path, python_version: str, lock: Path | None = None) -> list[Path]:
+    """Binary wheels of exactly ``requirements`` and of the ``lock`` file (no dependency resolution) for the
+    GPU host's Python; the lock's wheels must match its hashes (``pip --require-hashes``)."""
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--python-version", python_version, "--implementation", "cp", "--dest", str(dest)]
+    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+            "--python-version", python_version, "--implementation", "cp", "--dest", str(dest)]
     for plat in PLATFORMS:
-        cmd += ["--platform", plat]
-    cmd += requirements
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-        raise BundleError(f"cannot download wheels for the bundle ({', '.join(requirements)}):\n{tail}")
+        base += ["--platform", plat]
+    # pip checks hashes for every requirement of a run once one has them: the lock and the manifests'
+    # runtime wheels (which carry none) are two runs
+    if lock is not None:
+        _pip(base + ["--require-hashes", "-r", str(lock)], f"the harness's dependencies ({lock.name})",
+             hint=f"a Python the lock has no hashes for? regenerate it: python tools/lock.py (see {lock})")
+    if requirements:
+        _pip(base + requirements, ", ".join(requirements))
     return sorted(dest.glob("*.whl"))
 
 
-def read_requirements(path: Path) -> list[str]:
+def _pip(cmd: list[str], what: str, hint: str | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+        raise BundleError(f"cannot download wheels for the bundle ({what}):\n{tail}", hint=hint)
+
+
+def lock_file(root: Path) -> Path:
+    path = root / LOCK_FILE
     if not path.is_file():
-        raise BundleError(f"{path}: missing; it lists the harness's own dependency pins for the GPU host")
-    return [ln.split("#")[0].strip() for ln in path.read_text().splitlines() if ln.split("#")[0].strip()]
+        raise BundleError(f"{path}: missing; it pins the harness's own dependencies for the GPU host",
+                          hint="python tools/lock.py writes it from pyproject.toml")
+    return path
 
 
 def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = "3.12",
@@ -93,7 +105,7 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         if deps_dir is not None:
             wheels = sorted(Path(deps_dir).glob("*.whl"))
         else:
-            wheels = download_wheels(read_requirements(ctx.root / DEPS_FILE) + sorted(runtime), work, python_version)
+            wheels = download_wheels(sorted(runtime), work, python_version, lock_file(ctx.root))
     stored = ctx.store.area("tmp") / "bundle-wheels-stored"
     shutil.rmtree(stored, ignore_errors=True)
     stored.mkdir(parents=True)

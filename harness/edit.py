@@ -57,15 +57,17 @@ class EditState:
         return next(r for r in self.ranges if r.pack == self.pack)
 
     def write(self, checkout: Path) -> None:
-        path = Path(git.repo(checkout).git_dir) / STATE_FILE
+        path = git.repo(checkout).git_dir / STATE_FILE
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
 
     @classmethod
     def read(cls, checkout: Path) -> EditState:
         try:
-            path = Path(git.repo(checkout).git_dir) / STATE_FILE
+            path = git.repo(checkout).git_dir / STATE_FILE
             raw = json.loads(path.read_text())
-        except (OSError, ValueError, git.git.exc.GitError) as exc:
+        except git.GitNotFound:
+            raise
+        except (OSError, ValueError, git.GitError) as exc:
             raise EditError(f"{checkout}: not an edit checkout made by 'harness edit' ({exc})") from None
         raw["ranges"] = [PackRange(**r) for r in raw["ranges"]]
         return cls(**raw)
@@ -93,11 +95,11 @@ def start(ctx: Context, pack: Pack, base_name: str | None, dest: Path, force: bo
         repo = git.clone(checkout.path, scratch / "tree", branch=f"pack-{pack.id}")
         ranges = []
         for p in series.dependency_chain(ctx.tracking, pack, base_name):
-            begin = repo.head.commit.hexsha
+            begin = repo.head()
             patches = series.load_series(ctx.root, p.target, p.id, base_name)
             for patch in patches:
                 series.apply_patch(repo, patch, checkout)
-            ranges.append(PackRange(p.id, begin, repo.head.commit.hexsha, {x.name: x.sha256 for x in patches}))
+            ranges.append(PackRange(p.id, begin, repo.head(), {x.name: x.sha256 for x in patches}))
         state = EditState(pack.target, pack.id, checkout.base.name, checkout.commit, ranges)
         state.write(scratch / "tree")
         if dest.exists():
@@ -118,35 +120,31 @@ def _refuse_unregenerated(checkout: Path) -> None:
         state = EditState.read(checkout)
     except EditError:
         return
-    head = git.repo(checkout).head.commit.hexsha
+    head = git.repo(checkout).head()
     if head != state.own().end:
         raise EditError(f"{checkout}: HEAD {head[:12]} has commits not regenerated into patches/ yet",
                         hint=f"run 'harness regen {state.pack} --dir {checkout}' first, or remove the directory")
 
 
-def dirty_paths(repo) -> list[str]:
-    return [ln[3:] for ln in repo.git.status("--porcelain", "--untracked-files=all").splitlines() if ln.strip()]
-
-
-def _refuse_dirty(repo, where: Path) -> None:
-    dirty = dirty_paths(repo)
+def _refuse_dirty(repo: git.Repo, where: Path) -> None:
+    dirty = repo.dirty_paths()
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" (+{len(dirty) - 8} more)" if len(dirty) > 8 else "")
         raise EditError(f"{where}: uncommitted changes in {shown}",
                         hint="commit them (git commit --amend into the patch, or a new commit) or stash them first")
-    gd = Path(repo.git_dir)
+    gd = repo.git_dir
     for marker, what in (("rebase-apply", "git am/rebase"), ("rebase-merge", "git rebase"),
                          ("MERGE_HEAD", "merge"), ("CHERRY_PICK_HEAD", "cherry-pick")):
         if (gd / marker).exists():
             raise EditError(f"{where}: a {what} is in progress; finish or abort it first")
 
 
-def _check_commits(pack: Pack, repo, start: str, end: str) -> None:
+def _check_commits(pack: Pack, repo: git.Repo, start: str, end: str) -> None:
     """Every commit of the pack changes something and carries its Upstream-Status (and no other pack's trailer)."""
-    for sha in repo.git.rev_list("--reverse", f"{start}..{end}").split():
+    for sha in repo.run("rev-list", "--reverse", f"{start}..{end}").split():
         commit = repo.commit(sha)
         where = f"pack {pack.id}: commit {sha[:12]} ({commit.summary!r})"
-        if commit.parents and commit.tree == commit.parents[0].tree:
+        if commit.parents and commit.tree == repo.tree(commit.parents[0]):
             raise EditError(f"{where} is empty", hint="drop it (git rebase -i) and run regen again")
         if not re.search(r"^Upstream-Status:", commit.message, re.M):
             raise EditError(f"{where} has no 'Upstream-Status:' line",
@@ -166,9 +164,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     _refuse_dirty(repo, checkout)
     _refuse_off_branch(repo, checkout, pack)
     own = state.own()
-    try:
-        repo.git.merge_base("--is-ancestor", own.start, "HEAD")
-    except git.GitCommandError:
+    if not repo.call("merge-base", "--is-ancestor", own.start, "HEAD").ok:
         raise EditError(f"{checkout}: the dependencies' commits (up to {own.start[:12]}) were rewritten; "
                         f"edit a dependency with 'harness edit <dep>' instead") from None
     source = series.series_dir(ctx.root, pack.target, pack.id, state.base)  # what the checkout was made from
@@ -201,7 +197,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
         backup = series.replace_series(dest, scratch)
         leftover = None  # it is the series now
         _verify_or_restore(ctx, pack, dest, expected, backup)
-        own.end = repo.head.commit.hexsha
+        own.end = repo.head()
         own.patches = expected
         state.write(checkout)
         if backup is not None:  # only now: the new series is verified and the checkout knows it
@@ -212,14 +208,15 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
             shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _refuse_off_branch(repo, checkout: Path, pack: Pack) -> None:
+def _refuse_off_branch(repo: git.Repo, checkout: Path, pack: Pack) -> None:
     """Regen reads the pack's commits from its branch: a detached HEAD or another branch is refused."""
     want = f"pack-{pack.id}"
-    if repo.head.is_detached:
-        raise EditError(f"{checkout}: HEAD is detached at {repo.head.commit.hexsha[:12]}, not on branch {want}",
+    branch = repo.branch()
+    if branch is None:
+        raise EditError(f"{checkout}: HEAD is detached at {repo.head()[:12]}, not on branch {want}",
                         hint=f"git checkout {want} (and bring the commits you want there) first")
-    if repo.active_branch.name != want:
-        raise EditError(f"{checkout}: on branch {repo.active_branch.name}, not on the pack's branch {want}",
+    if branch != want:
+        raise EditError(f"{checkout}: on branch {branch}, not on the pack's branch {want}",
                         hint=f"git checkout {want} first")
 
 

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import traceback
+from typing import NoReturn
 
 from harness.errors import Exit, HarnessError, Terminated
 from harness.store import default_root
@@ -42,6 +43,8 @@ def handled():
         with _stop_signals_raise():
             yield
     except HarnessError as exc:
+        if exc.exit_code == Exit.INTERNAL:  # e.g. a git command that should not fail: keep its traceback
+            _internal(exc)
         print(f"harness: error: {exc}", file=sys.stderr)
         if exc.hint:
             print(f"harness: hint: {exc.hint}", file=sys.stderr)
@@ -53,12 +56,16 @@ def handled():
         print("harness: interrupted", file=sys.stderr)
         raise SystemExit(int(Exit.INTERRUPT)) from None
     except Exception as exc:  # a bug in the harness: keep the traceback, print one line
-        log = default_root() / "last-error.log"
-        try:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text(traceback.format_exc())
-            where = f" (traceback in {log})"
-        except OSError:
-            where = ""
-        print(f"harness: internal error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
-        raise SystemExit(int(Exit.INTERNAL)) from None
+        _internal(exc)
+
+
+def _internal(exc: BaseException) -> NoReturn:
+    log = default_root() / "last-error.log"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(traceback.format_exc())
+        where = f" (traceback in {log})"
+    except OSError:
+        where = ""
+    print(f"harness: internal error: {type(exc).__name__}: {exc}{where}", file=sys.stderr)
+    raise SystemExit(int(Exit.INTERNAL)) from None

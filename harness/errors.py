@@ -155,3 +155,42 @@ class ReceiptError(HarnessError):
     """A receipt fails verification (a file edited, missing, or not covered by its digests)."""
 
     exit_code = Exit.TAMPERED
+
+
+
+class GitError(HarnessError):
+    """A git command the harness ran failed: names the command, where it ran, its exit status and stderr.
+
+    Exit INTERNAL: the harness only runs git commands it expects to succeed, so a failure that no
+    caller turned into a more precise error is reported like any other unexpected one (the
+    handler keeps a traceback).
+    """
+
+    exit_code = Exit.INTERNAL
+
+    def __init__(self, argv, cwd, status: int | None, stderr: str, *, message: str | None = None,
+                 hint: str | None = None):
+        self.argv = tuple(str(a) for a in argv)
+        self.cwd = cwd
+        self.status = status  # None: git did not run (not found, no such directory, timed out)
+        self.stderr = stderr
+        if message is None:
+            lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+            how = f"exit {status}" if status is not None else "did not run"
+            message = f"{self.command} in {cwd} failed ({how}): {lines[-1] if lines else 'no message'}"
+        super().__init__(message, hint=hint)
+
+    @property
+    def command(self) -> str:
+        return " ".join(("git", *self.argv))
+
+
+class GitNotFound(GitError):
+    """No ``git`` executable on PATH (only commands that work on git trees need one)."""
+
+    exit_code = Exit.USAGE
+
+    def __init__(self, argv, cwd):
+        super().__init__(argv, cwd, None, "git not found on PATH",
+                         message=f"git not found on PATH (needed to run '{' '.join(('git', *argv))}')",
+                         hint="install git; runs from an offline bundle need none")

@@ -60,7 +60,7 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path) -> Export
         files = series.format_series(repo, checkout.commit, "HEAD", fmt)
         for f in files:
             f.write_bytes(strip_ours(f.read_bytes()))
-        tree = repo.head.commit.tree.hexsha
+        tree = repo.tree()
         _prove(checkout.path, files, tree, work / "proof")
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
@@ -76,7 +76,7 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path) -> Export
                   tuple(stacked), tree)
 
 
-def _applied(checkout, patches: list[series.Patch], dest: Path):
+def _applied(checkout, patches: list[series.Patch], dest: Path) -> git.Repo:
     repo = git.clone(checkout.path, dest, branch="export")
     for patch in patches:
         series.apply_patch(repo, patch, checkout)
@@ -94,11 +94,10 @@ def strip_ours(data: bytes) -> bytes:
 def _prove(base: Path, files: list[Path], tree: str, dest: Path) -> None:
     """Plain ``git am`` of the exported files on a fresh clone of the base must give ``tree``."""
     repo = git.clone(base, dest, branch="proof")
-    try:
-        repo.git.am("--quiet", *[str(f) for f in files])
-    except git.GitCommandError as exc:
-        raise SeriesError(f"the exported series does not apply with plain git am: "
-                          f"{(exc.stderr or str(exc)).strip().splitlines()[-1]}") from None
-    got = repo.head.commit.tree.hexsha
+    done = repo.call("am", "--quiet", *[str(f) for f in files])
+    if not done.ok:
+        said = (done.stderr.strip() or done.stdout.strip() or f"exit {done.status}").splitlines()[-1]
+        raise SeriesError(f"the exported series does not apply with plain git am: {said}")
+    got = repo.tree()
     if got != tree:
         raise SeriesError(f"the exported series gives tree {got[:12]} with plain git am, not {tree[:12]}")

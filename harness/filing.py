@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
-from harness import pins, receipts, series, standalone
+from harness import git, pins, receipts, series, standalone
 from harness.errors import ConfigError, UpstreamError, UsageError
 from harness.github import repo_slug, thread_label
 from harness.tracking import EvidenceRow, Pack, Tracking
@@ -725,11 +725,8 @@ def gh_plan(root: Path, rendered: Rendered, body_file: Path, script_file: Path |
 
 def decider(root: Path) -> str:
     """Who typed the decision: git config user.name, else $USER."""
-    try:
-        name = subprocess.run(["git", "config", "user.name"], cwd=root, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        name = ""
-    return name or getpass.getuser()
+    done = git.in_user_repo(root, "config", "user.name")
+    return (done.stdout.strip() if done is not None else "") or getpass.getuser()
 
 
 def _gh(argv: list[str], pack: Pack, stdin: str | None = None) -> str:

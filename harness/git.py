@@ -1,15 +1,28 @@
-"""Thin wrappers over GitPython with a fixed identity, so the tool's commits are reproducible."""
+"""The one place the harness runs git: plain ``subprocess``, a fixed identity, no user or system config.
+
+Every git the tool runs on its own trees (pristine snapshots, clones, patched trees, edit checkouts)
+goes through ``run`` / ``call`` here, with ``clean_env()``: a fixed author and committer (so the
+tool's commits are reproducible) and neither the user's nor the system's config (no hooks,
+templates, signing or diff settings leak in). The only exception is ``in_user_repo``: reading the
+project's own checkout (its HEAD for a receipt, ``user.name`` for a filing decision), where the
+user's config is the point.
+
+Importing this module never needs a git binary (runs from an offline bundle on a GPU host never
+call git). Calling git without one raises ``GitNotFound``, one clean line naming it.
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-# GitPython refuses to import when no git binary is on PATH; an offline GPU host
-# may lack one, and runs from a bundle never call git.
-os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+from harness.errors import GitError, GitNotFound
 
-import git  # noqa: E402
+__all__ = ["GitError", "GitNotFound", "Done", "Repo", "Commit", "IDENTITY", "clean_env", "call", "run",
+           "in_user_repo", "init_snapshot", "clone", "is_clean", "repo"]
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "patch-lane",
@@ -19,8 +32,6 @@ IDENTITY = {
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
-
-GitCommandError = git.GitCommandError
 
 
 def clean_env() -> dict[str, str]:
@@ -33,31 +44,164 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def repo(path: Path) -> git.Repo:
-    r = git.Repo(path)
-    r.git.update_environment(**clean_env())
-    return r
+@dataclass(frozen=True)
+class Done:
+    """A git command that ran to its end: its arguments, exit status and output."""
+
+    args: tuple[str, ...]
+    cwd: Path
+    status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+    def error(self) -> GitError:
+        return GitError(self.args, self.cwd, self.status, self.stderr)
+
+
+def call(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None,
+         timeout: float | None = None) -> Done:
+    """Run ``git ARGS`` in ``cwd`` and return how it ended, whatever its exit status.
+
+    ``env`` replaces ``clean_env()`` (callers add to it, never drop it). Raises ``GitNotFound``
+    when no git is on PATH, and ``GitError`` (no status) when ``cwd`` is missing or ``timeout``
+    seconds pass.
+    """
+    cwd = Path(cwd)
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, env=dict(clean_env() if env is None else env),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, encoding="utf-8",
+                              errors="replace", timeout=timeout)
+    except FileNotFoundError as exc:
+        if exc.filename is not None and Path(exc.filename) == cwd:
+            raise GitError(args, cwd, None, f"no such directory: {cwd}") from None
+        raise GitNotFound(args, cwd) from None
+    except subprocess.TimeoutExpired:
+        raise GitError(args, cwd, None, f"timed out after {timeout:g} s") from None
+    except OSError as exc:  # not executable, cwd not a directory, ...
+        raise GitError(args, cwd, None, str(exc)) from None
+    return Done(tuple(args), cwd, proc.returncode, proc.stdout, proc.stderr)
+
+
+def run(cwd: Path | str, *args: str, check: bool = True, env: Mapping[str, str] | None = None,
+        timeout: float | None = None) -> str:
+    """``git ARGS`` in ``cwd``: its stdout. A non-zero exit raises ``GitError`` unless ``check`` is false."""
+    done = call(cwd, *args, env=env, timeout=timeout)
+    if check and not done.ok:
+        raise done.error()
+    return done.stdout
+
+
+def in_user_repo(cwd: Path, *args: str) -> Done | None:
+    """``git ARGS`` in the project's own checkout with the user's environment and config (their
+    ``safe.directory``, their ``user.name``); ``None`` when git is missing or ``cwd`` is unusable."""
+    try:
+        return call(cwd, *args, env=os.environ)
+    except GitError:  # GitNotFound included: a copy on a GPU host may have no git
+        return None
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    tree: str
+    parents: tuple[str, ...]
+    message: str
+
+    @property
+    def summary(self) -> str:
+        return self.message.split("\n", 1)[0]
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A git work tree whose top directory is ``path``; git never looks above it for a repository."""
+
+    path: Path
+
+    def _env(self) -> dict[str, str]:
+        env = clean_env()
+        # ``path`` itself must be the repository: a plain directory inside some other checkout is not one
+        env["GIT_CEILING_DIRECTORIES"] = str(Path(os.path.abspath(self.path)).parent)
+        return env
+
+    def call(self, *args: str) -> Done:
+        return call(self.path, *args, env=self._env())
+
+    def run(self, *args: str, check: bool = True) -> str:
+        done = self.call(*args)
+        if check and not done.ok:
+            raise done.error()
+        return done.stdout
+
+    @property
+    def git_dir(self) -> Path:
+        return Path(self.run("rev-parse", "--absolute-git-dir").strip())
+
+    def rev(self, rev: str = "HEAD") -> str:
+        """The full sha ``rev`` names."""
+        return self.run("rev-parse", "--verify", "-q", f"{rev}^{{commit}}").strip()
+
+    def head(self) -> str:
+        return self.rev("HEAD")
+
+    def tree(self, rev: str = "HEAD") -> str:
+        return self.run("rev-parse", "--verify", "-q", f"{rev}^{{tree}}").strip()
+
+    def branch(self) -> str | None:
+        """The branch HEAD is on; ``None`` when HEAD is detached."""
+        done = self.call("symbolic-ref", "-q", "--short", "HEAD")
+        if done.status == 1:
+            return None
+        if not done.ok:
+            raise done.error()
+        return done.stdout.strip()
+
+    def commit(self, rev: str) -> Commit:
+        out = self.run("show", "-s", "--no-show-signature", "--format=%H%n%T%n%P%n%B", rev)
+        sha, tree, parents, message = (out.split("\n", 3) + ["", "", "", ""])[:4]
+        return Commit(sha, tree, tuple(parents.split()), message)
+
+    def tags(self) -> list[str]:
+        return self.run("tag", "--list").split()
+
+    def dirty_paths(self) -> list[str]:
+        """Paths with changes not committed (staged, unstaged or untracked and not ignored)."""
+        out = self.run("status", "--porcelain", "--untracked-files=all")
+        return [ln[3:] for ln in out.splitlines() if ln.strip()]
+
+    def is_clean(self) -> bool:
+        return not self.dirty_paths()
+
+
+def repo(path: Path) -> Repo:
+    return Repo(Path(path))
 
 
 def init_snapshot(path: Path, message: str) -> str:
     """Make ``path`` a git repository whose one commit holds every file in it; return the sha."""
-    r = git.Repo.init(path, initial_branch="base")
-    r.git.update_environment(**clean_env())
-    r.git.config("core.autocrlf", "false")
-    r.git.config("gc.auto", "0")
-    r.git.add("-A", "-f", ".")
-    r.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
-    r.git.tag("pristine")
-    return r.head.commit.hexsha
+    run(path, "init", "-q", "--initial-branch=base")
+    r = Repo(Path(path))
+    r.run("config", "core.autocrlf", "false")
+    r.run("config", "gc.auto", "0")
+    r.run("add", "-A", "-f", ".")
+    r.run("commit", "-q", "--no-verify", "--allow-empty", "-m", message)
+    r.run("tag", "pristine")
+    return r.head()
 
 
-def clone(src: Path, dest: Path, branch: str) -> git.Repo:
+def clone(src: Path, dest: Path, branch: str) -> Repo:
     """A local clone of ``src`` at its HEAD, checked out on a new ``branch``."""
-    git.Repo.clone_from(str(src), str(dest), no_hardlinks=False, env=clean_env())
-    r = repo(dest)
-    r.git.checkout("-q", "-b", branch)
+    src, dest = Path(os.path.abspath(src)), Path(os.path.abspath(dest))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    run(dest.parent, "clone", "-q", "--", str(src), str(dest))
+    r = Repo(dest)
+    r.run("checkout", "-q", "-b", branch)
     return r
 
 
-def is_clean(r: git.Repo) -> bool:
-    return not r.is_dirty(untracked_files=True)
+def is_clean(r: Repo) -> bool:
+    return r.is_clean()

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-import requests
-
 from harness import __version__
 from harness.errors import ConfigError, UpstreamError, UsageError
 
@@ -82,7 +80,12 @@ def token_from_env() -> str | None:
 
 
 class GitHub:
+    """The client. Only it imports ``requests``: a command that never talks to GitHub (``--version``,
+    ``list``, ``run`` ...) does not pay for importing it, and the parsing helpers above need none."""
+
     def __init__(self, api_url: str = DEFAULT_API, token: str | None = None, timeout: float = 15.0):
+        import requests
+
         self.api_url = api_url.rstrip("/")
         self.timeout = timeout
         self._session = requests.Session()
@@ -96,6 +99,8 @@ class GitHub:
             self._session.headers["Authorization"] = f"Bearer {token}"
 
     def get(self, path: str) -> dict:
+        import requests
+
         url = self.api_url + path
         try:
             resp = self._session.get(url, timeout=self.timeout)

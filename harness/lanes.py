@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import __version__, builds, pins, receipts, runs, runtime, series, ui
+from harness import __version__, builds, git, pins, receipts, runs, runtime, series, ui
 from harness.context import Context
 from harness.errors import ConfigError, Exit
 from harness.hashing import sha256_file
@@ -235,14 +234,10 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
 
 def _repo_state(root: Path) -> dict:
     """The repository commit the run used. A copy without .git (a GPU host) names it in PATCHLANE_REPO_COMMIT."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
-        if head.returncode == 0:
-            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                   capture_output=True, text=True)
-            return {"repo_commit": head.stdout.strip(), "repo_dirty": bool(dirty.stdout.strip())}
-    except OSError:  # no git on this host
-        pass
+    head = git.in_user_repo(root, "rev-parse", "HEAD")  # None: no git on this host
+    if head is not None and head.ok:
+        dirty = git.in_user_repo(root, "status", "--porcelain", "--untracked-files=no")
+        return {"repo_commit": head.stdout.strip(), "repo_dirty": bool(dirty and dirty.stdout.strip())}
     return {"repo_commit": os.environ.get("PATCHLANE_REPO_COMMIT"), "repo_dirty": None,
             "repo_commit_source": "PATCHLANE_REPO_COMMIT (no .git in this copy)"}
 

@@ -44,7 +44,7 @@ COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle",
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The CLI parser; with ``only`` (a command name), just that command's subparser.
 
-    Each command module imports what it needs (rich tables, GitPython, requests ...); parsing
+    Each command module imports what it needs (rich tables, requests ...); parsing
     ``harness run 09`` need not import all sixteen of them, which costs a few tenths of a second.
     """
     parser = argparse.ArgumentParser(prog="harness", description=DESCRIPTION, epilog=EPILOG,

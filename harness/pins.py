@@ -23,7 +23,6 @@ import os
 import posixpath
 import re
 import shutil
-import subprocess
 import tarfile
 import urllib.error
 import urllib.parse
@@ -395,7 +394,7 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
                     act.result = ui.human_bytes(ui.dir_size(tmp))
                     message = f"{manifest.target} {base.version} pristine ({art.filename}, sha256 {art.sha256})"
                     git.init_snapshot(tmp, message)
-        commit = git.repo(final).head.commit.hexsha
+        commit = git.repo(final).head()
     if base.git is not None and commit != base.git.commit:  # a cache entry someone changed by hand
         raise PinError(f"{final}: HEAD is {commit}, not the pinned {base.git.commit}",
                        hint="remove that directory; the next run fetches the commit again")
@@ -433,29 +432,30 @@ def fetch_commit(pin: GitPin, dest: Path, mirrors: tuple[Path, ...] = ()) -> Non
            "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": "60"}
     failures = []
     sources, missing = git_sources(pin, mirrors)
+    dest.mkdir(parents=True, exist_ok=True)
     for source in sources:
         shutil.rmtree(dest / ".git", ignore_errors=True)
-        steps = [["git", "init", "-q", "--initial-branch=base", str(dest)],
-                 ["git", "-C", str(dest), "fetch", "-q", "--no-tags", "--depth", "1", source, pin.commit],
-                 ["git", "-C", str(dest), "-c", "advice.detachedHead=false", "checkout", "-q", "--detach",
-                  "FETCH_HEAD"]]
+        steps = [("init", "-q", "--initial-branch=base"),
+                 ("fetch", "-q", "--no-tags", "--depth", "1", source, pin.commit),
+                 ("-c", "advice.detachedHead=false", "checkout", "-q", "--detach", "FETCH_HEAD")]
         error = None
-        for cmd in steps:
+        for args in steps:
             try:
-                done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                error = str(exc)
+                done = git.call(dest, *args, env=env, timeout=1800)
+            except git.GitNotFound:
+                raise
+            except git.GitError as exc:  # timed out
+                error = exc.stderr
                 break
-            if done.returncode != 0:
-                error = _last_line(done.stderr) or f"exit {done.returncode}"
+            if not done.ok:
+                error = _last_line(done.stderr) or f"exit {done.status}"
                 break
         if error is None:
-            head = subprocess.run(["git", "-C", str(dest), "rev-parse", "HEAD"], env=env, capture_output=True,
-                                  text=True).stdout.strip()
+            head = git.call(dest, "rev-parse", "HEAD", env=env).stdout.strip()
             if head != pin.commit:
                 error = f"HEAD is {head or '?'} after the fetch, not {pin.commit}"
             else:
-                subprocess.run(["git", "-C", str(dest), "tag", "pristine"], env=env, check=True)
+                git.run(dest, "tag", "pristine", env=env)
                 return
         failures.append(f"{source}: {error}")
     tried = "; ".join(failures)

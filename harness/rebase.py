@@ -63,7 +63,7 @@ class PackReport:
         return bool(self.results) and not self.blocked_by and all(r.status == CONTAINED for r in self.results)
 
 
-def classify(repo, patch: series.Patch, base: pins.Checkout) -> PatchResult:
+def classify(repo: git.Repo, patch: series.Patch, base: pins.Checkout) -> PatchResult:
     """Decide how ``patch`` lands on ``repo``'s HEAD; commit it there unless it is contained or conflicts."""
     path = str(patch.path)
     if series.git_apply(repo, "-R", "--check", path)[0] == 0:
@@ -75,10 +75,8 @@ def classify(repo, patch: series.Patch, base: pins.Checkout) -> PatchResult:
         return PatchResult(patch.pack, patch.name, OFFSET if moved else CLEAN, "; ".join(moved))
     status, log = series.git_apply(repo, "--check", "-v", "-C1", path)
     if status == 0:
-        try:
-            repo.git.am(*series.AM_OPTIONS, "-C1", path)
-        except git.GitCommandError:  # git am stops on a patch that changes nothing
-            repo.git.am("--abort")
+        if not repo.call("am", *series.AM_OPTIONS, "-C1", path).ok:  # git am stops on a patch that changes nothing
+            repo.run("am", "--abort")
             return PatchResult(patch.pack, patch.name, CONTAINED, "applying it changes nothing")
         moved = _offsets(patch, log)
         return PatchResult(patch.pack, patch.name, FUZZ,
@@ -110,10 +108,10 @@ def try_pack(ctx: Context, pack: Pack, checkout: pins.Checkout, scratch: Path, r
     """Apply the pack's dependencies' series and then its own on ``checkout``; classify each own patch."""
     report = PackReport(pack, checkout.base.name)
     repo = git.clone(checkout.path, scratch, branch=f"rebase-{pack.id}")
-    own_start = repo.head.commit.hexsha
+    own_start = repo.head()
     base = checkout.base.name
     for p in series.dependency_chain(ctx.tracking, pack, base):  # a dependency absorbed at this base is skipped
-        own_start = repo.head.commit.hexsha
+        own_start = repo.head()
         for patch in series.load_series(ctx.root, p.target, p.id, base):
             if report.blocked_by or (p.id == pack.id and report.status == CONFLICT):
                 if p.id == pack.id:

@@ -236,26 +236,22 @@ def check_applies(base: Checkout, patches: list[Patch], scratch: Path) -> None:
         apply_patch(repo, patch, base)
 
 
-def apply_patch(repo, patch: Patch, base: Checkout, *extra: str) -> None:
+def apply_patch(repo: git.Repo, patch: Patch, base: Checkout, *extra: str) -> None:
     """`git am` one patch onto ``repo`` (checked first); a failure names pack, file, path and hunk."""
     where = f"pack {patch.pack}: {patch.path.parent.name}/{patch.name} does not apply on {base.target} {base.base.name}"
     status, log = git_apply(repo, "--check", *extra, str(patch.path))
     if status != 0:
         raise SeriesError(f"{where}: {explain(repo, patch)}")
-    try:
-        repo.git.am(*AM_OPTIONS, *extra, str(patch.path))
-    except git.GitCommandError as exc:
-        try:
-            repo.git.am("--abort")
-        except git.GitCommandError:
-            pass
-        raise SeriesError(f"{where}: {_last_error(exc.stderr or str(exc))}") from None
+    done = repo.call("am", *AM_OPTIONS, *extra, str(patch.path))
+    if not done.ok:
+        repo.call("am", "--abort")  # nothing to abort when am stopped before starting
+        raise SeriesError(f"{where}: {_last_error(done.stderr or done.stdout)}")
 
 
-def git_apply(repo, *args: str) -> tuple[int, str]:
+def git_apply(repo: git.Repo, *args: str) -> tuple[int, str]:
     """``git apply ARGS`` in ``repo``: its exit status and its output (stdout and stderr together)."""
-    status, out, err = repo.git.apply(*args, with_extended_output=True, with_exceptions=False)
-    return status, f"{out}\n{err}"
+    done = repo.call("apply", *args)
+    return done.status, f"{done.stdout}\n{done.stderr}"
 
 
 _CHECKING = re.compile(r"^Checking patch (.+)\.\.\.$")
@@ -263,11 +259,11 @@ _REJECTED = re.compile(r"^Rejected hunk #(\d+)\.$")
 _APPLYING = re.compile(r"^Applying patch (.+) with \d+ reject")
 
 
-def explain(repo, patch: Patch) -> str:
+def explain(repo: git.Repo, patch: Patch) -> str:
     """Which files and hunks of ``patch`` fail on ``repo``'s HEAD, from ``git apply --reject`` (tree restored)."""
     _, log = git_apply(repo, "--reject", "-v", str(patch.path))
-    repo.git.reset("-q", "--hard")
-    repo.git.clean("-q", "-fdx")
+    repo.run("reset", "-q", "--hard")
+    repo.run("clean", "-q", "-fdx")
     rejected: dict[str, list[Hunk | int]] = {}
     problems: list[str] = []
     current = "?"
@@ -318,13 +314,13 @@ _FROM_LINE = re.compile(rb"\AFrom [0-9a-f]{40} ")
 _SIGNATURE = re.compile(rb"\n-- \n[^\n]*\s*\Z")
 
 
-def format_series(repo, start: str, end: str, out: Path) -> list[Path]:
+def format_series(repo: git.Repo, start: str, end: str, out: Path) -> list[Path]:
     """``git format-patch start..end`` into ``out``, normalized (see the module docstring)."""
-    merges = repo.git.rev_list("--merges", f"{start}..{end}").split()
+    merges = repo.run("rev-list", "--merges", f"{start}..{end}").split()
     if merges:
-        raise SeriesError(f"{repo.working_dir}: merge commit {merges[0][:12]} in the series; a series is linear")
-    names = repo.git.format_patch(*FORMAT_OPTIONS, "-o", str(out), f"{start}..{end}").splitlines()
-    files = [Path(n) if Path(n).is_absolute() else Path(repo.working_dir) / n for n in names if n.strip()]
+        raise SeriesError(f"{repo.path}: merge commit {merges[0][:12]} in the series; a series is linear")
+    names = repo.run("format-patch", *FORMAT_OPTIONS, "-o", str(out), f"{start}..{end}").splitlines()
+    files = [Path(n) if Path(n).is_absolute() else repo.path / n for n in names if n.strip()]
     for f in files:
         f.write_bytes(normalize_patch(f.read_bytes()))
     return files

@@ -1,7 +1,7 @@
 """Nox sessions as data, read from tracking.toml with the standard library only.
 
 The noxfile imports this module before any dependency is installed, so it
-must not import tomlkit, rich or GitPython. Each pack becomes a session
+must not import tomlkit, rich or requests. Each pack becomes a session
 ``<prefix>_pack<NN>``; the prefix is the manifest's ``session_prefix`` or the
 first word of the target name (``liger-kernel`` -> ``liger``). A manifest's
 optional ``python`` (e.g. ``"3.12"`` where the upstream package requires it)

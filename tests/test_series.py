@@ -26,7 +26,7 @@ def test_series_applies_as_commits_and_is_cached(lane_repo):
     tree = series.apply(checkout, patches, Store(lane_repo.cache))
     assert "zip(xs, w)" in (tree.path / "src" / "fakepkg" / "core.py").read_text()
     repo = git.repo(tree.path)
-    assert repo.head.commit.summary == "core: use each element's own weight"
+    assert repo.commit("HEAD").summary == "core: use each element's own weight"
     assert git.is_clean(repo)
     again = series.apply(checkout, patches, Store(lane_repo.cache))
     assert again.path == tree.path
