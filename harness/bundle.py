@@ -39,9 +39,14 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
              "manylinux2014_x86_64", "manylinux1_x86_64"]
 
 
-def download_wheels(requirements: list[str], dest: Path, python_version: str, lock: Path | None = None) -> list[Path]:
-    """Binary wheels of exactly ``requirements`` and of the ``lock`` file (no dependency resolution) for the
-    GPU host's Python; the lock's wheels must match its hashes (``pip --require-hashes``)."""
+def download_wheels(requirement_sets: list[list[str]], dest: Path, python_version: str,
+                    lock: Path | None = None) -> list[Path]:
+    """Binary wheels of exactly each set in ``requirement_sets`` and of the ``lock`` file (no dependency
+    resolution) for the GPU host's Python; the lock's wheels must match its hashes (``pip --require-hashes``).
+
+    Each set is one base's runtime pins (with its lanes' extra builds'), downloaded in a pip run of its own:
+    two bases of one target may pin one distribution at two versions (tilelang 0.1.8 needs apache-tvm-ffi
+    0.1.9, 0.1.15 needs 0.1.12), which one pip run refuses as a conflict; the bundle carries both."""
     dest.mkdir(parents=True, exist_ok=True)
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
             "--python-version", python_version, "--implementation", "cp", "--dest", str(dest)]
@@ -52,8 +57,9 @@ def download_wheels(requirements: list[str], dest: Path, python_version: str, lo
     if lock is not None:
         _pip(base + ["--require-hashes", "-r", str(lock)], f"the harness's dependencies ({lock.name})",
              hint=f"a Python the lock has no hashes for? regenerate it: python tools/lock.py (see {lock})")
-    if requirements:
-        _pip(base + requirements, ", ".join(requirements))
+    for requirements in requirement_sets:
+        if requirements:
+            _pip(base + list(requirements), ", ".join(requirements))
     return sorted(dest.glob("*.whl"))
 
 
@@ -82,7 +88,7 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
     index: dict = {"format": FORMAT, "created": receipts.utc_now().isoformat().replace("+00:00", "Z"),
                    "python": python_version, "packs": [], "builds": {}, "wheels": []}
     members: dict[str, Path] = {}
-    runtime: set[str] = set()
+    runtime: set[tuple[str, ...]] = set()  # one set per prepared lane: a base's pins never mix with another's
     for pid in pack_ids:
         pack = ctx.tracking.pack(pid)
         index["packs"].append(pack.id)
@@ -92,7 +98,7 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
                               f"(lanes: {', '.join(f'{ln.name}@{ln.base}' for ln in pack.lanes) or 'none'})")
         for lane in chosen:
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
-            runtime.update(prep.runtime_requires)  # the base's and its extra builds' bases' (lanes.prepare)
+            runtime.add(tuple(sorted(prep.runtime_requires)))  # the base's and its extra builds' (lanes.prepare)
             # a with_baseline lane also needs its unpatched twin's build on the GPU host
             _add_build(index, members, ctx, prep.build, f"{pack.id}/{lane.name}")
             if prep.baseline is not None:
@@ -105,7 +111,7 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         if deps_dir is not None:
             wheels = sorted(Path(deps_dir).glob("*.whl"))
         else:
-            wheels = download_wheels(sorted(runtime), work, python_version, lock_file(ctx.root))
+            wheels = download_wheels([list(r) for r in sorted(runtime)], work, python_version, lock_file(ctx.root))
     stored = ctx.store.area("tmp") / "bundle-wheels-stored"
     shutil.rmtree(stored, ignore_errors=True)
     stored.mkdir(parents=True)

@@ -130,3 +130,20 @@ def test_harness_bundle_with_downloaded_dependencies(lane_repo, tmp_path):
         index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
     got = {Path(w["file"]).name.split("-")[0].lower().replace("_", "-") for w in index["wheels"]}
     assert got == set(lock_tool.parse_lock((REPO / bundle.LOCK_FILE).read_text()))
+
+
+def test_bases_with_conflicting_runtime_pins_download_in_separate_pip_runs(tmp_path, monkeypatch):
+    """tilelang 0.1.8 and 0.1.15 pin apache-tvm-ffi at two versions: one pip run refuses that, two do not."""
+    runs = []
+
+    def fake_pip(cmd, what, hint=None):
+        reqs = [a for a in cmd if "==" in a]
+        names = [r.split("==")[0] for r in reqs]
+        if len(names) != len(set(names)):  # what pip says: ResolutionImpossible
+            raise bundle.BundleError(f"cannot download wheels for the bundle ({what}): conflicting pins")
+        runs.append(reqs)
+
+    monkeypatch.setattr(bundle, "_pip", fake_pip)
+    bundle.download_wheels([["apache-tvm-ffi==0.1.9", "z3-solver==4.15.4.0"], ["apache-tvm-ffi==0.1.12"]],
+                           tmp_path / "w", "3.12")
+    assert runs == [["apache-tvm-ffi==0.1.9", "z3-solver==4.15.4.0"], ["apache-tvm-ffi==0.1.12"]]
