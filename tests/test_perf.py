@@ -76,3 +76,12 @@ def test_validation_entries_are_typed_and_unknown_keys_are_warned(lane_repo, cap
     path.write_text(path.read_text().replace('verdict = "pass"', 'verdict = "pass"\nverdcit = "x"', 1))
     assert cli("list", "--json", *lane_repo.args()) == Exit.OK
     assert "unknown key 'verdcit'" in capsys.readouterr().err
+
+
+def test_markdown_table_has_one_row_per_claim(lane_repo, capsys):
+    lane_repo.write_tracking(extra=CLAIM + CLAIM.replace('lane = "fix"', 'lane = "bug"'))
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    capsys.readouterr()
+    assert cli("perf", "--markdown", *lane_repo.args()) == Exit.OK
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| 01 |")]
+    assert [r.split(" | ")[-1].strip(" `|").rsplit("-", 1)[-1] for r in rows] == ["fix", "bug"]

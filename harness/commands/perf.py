@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rich.table import Table
 
@@ -23,7 +24,9 @@ def register(sub) -> None:
                     "today's pin, series, reproducer and helper modules. Exit 0 when every claim shown is "
                     "current, 1 (MISMATCH) otherwise: a stale or unreadable claim.")
     p.add_argument("packs", nargs="*", help="pack ids (default: every pack that declares a claim)")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    out.add_argument("--markdown", action="store_true", help="a Markdown table on stdout (the README quotes it)")
     _args.common(p)
 
 
@@ -36,6 +39,16 @@ def main(args) -> int:
     if args.json:
         ui.out.file.write(json.dumps({"schema": JSON_SCHEMA, "claims": [c.as_json() for c in rows]}, indent=2) + "\n")
         return int(Exit.OK) if current else int(Exit.MISMATCH)
+    if args.markdown:
+        lines = ["| pack | claim | value | measured on | host | receipt |", "| --- | --- | --- | --- | --- | --- |"]
+        for c in rows:
+            value = c.result if c.problem is None else f"({c.problem})"
+            value += f" (stale: {c.stale})" if c.stale else ""
+            pin = f" ({c.base_pin[:10]})" if c.base_pin and len(c.base_pin) == 40 else ""
+            lines.append(f"| {c.pack} | {_cell(c.label)} | {_cell(value)} | {c.base}{pin} | {c.host or '-'} | "
+                         f"`{Path(c.receipt).parent.name if c.receipt else '-'}` |")
+        ui.out.file.write("\n".join(lines) + "\n")
+        return int(Exit.OK) if current else int(Exit.MISMATCH)
     table = Table()
     for col in ("pack", "claim", "value", "base", "host", "receipt"):
         table.add_column(col)
@@ -46,3 +59,7 @@ def main(args) -> int:
         table.add_row(c.pack, c.label, value, c.base, c.host or "-", c.receipt or "-")
     ui.out.print(table)
     return int(Exit.OK) if current else int(Exit.MISMATCH)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
