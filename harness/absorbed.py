@@ -99,12 +99,11 @@ class Verdict:
 def bug_absent_evidence(tracking: Tracking, pid: str, base_name: str) -> str:
     """A passing unpatched lane on ``base_name`` that expects BUG_ABSENT, as 'lane (receipt)'; '' if none."""
     pack = tracking.packs[pid]
-    validation = tracking.doc["packs"][pid].get("validation", {})
     for lane in pack.lanes:
-        v = validation.get(lane.name, {})
-        if lane.base == base_name and not lane.patched and lane.expect == receipts.Sentinel.BUG_ABSENT \
-                and v.get("verdict") == receipts.Verdict.PASS:
-            return f"lane {lane.name} saw BUG_ABSENT on {v.get('host', '?')} ({v.get('receipt', 'no receipt')})"
+        v = pack.validation.get(lane.name)
+        if v is not None and lane.base == base_name and not lane.patched \
+                and lane.expect == receipts.Sentinel.BUG_ABSENT and v.verdict == receipts.Verdict.PASS:
+            return f"lane {lane.name} saw BUG_ABSENT on {v.host or '?'} ({v.receipt or 'no receipt'})"
     return ""
 
 

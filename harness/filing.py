@@ -357,6 +357,19 @@ def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | Non
     return fields, None
 
 
+def resolve_row(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[str, str, str | None]:
+    """(label, result, problem) of an evidence or performance row against ``rec``; result "(no result)" on a problem."""
+    fields, problem = evaluate(row, rec)
+    label, result = row.label, "(no result)"
+    if fields is not None:
+        try:
+            label = _FORMATTER.format(row.label, **fields)
+            result = _FORMATTER.format(row.show, **fields)
+        except (KeyError, ValueError, TypeError) as exc:
+            problem = f"placeholder {exc} not in the figure (keys: {', '.join(sorted(fields))})"
+    return label, result, problem
+
+
 def host_key(rec: receipts.Receipt) -> tuple:
     h = rec.host or receipts.Host({})
     return (h.gpu, h.compute_capability, h.driver, h.torch_cuda if h.gpu else None, h.torch, h.triton,
@@ -408,14 +421,7 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
     used: dict[Path, receipts.Receipt] = {}
     for i, row in enumerate(pack.evidence, 1):
         rec = receipts.latest(root, pack.target, pack.id, row.lane)
-        fields, problem = evaluate(row, rec)
-        label, result = row.label, "(no result)"
-        if fields is not None:
-            try:
-                label = _FORMATTER.format(row.label, **fields)
-                result = _FORMATTER.format(row.show, **fields)
-            except (KeyError, ValueError, TypeError) as exc:
-                problem = f"placeholder {exc} not in the figure (keys: {', '.join(sorted(fields))})"
+        label, result, problem = resolve_row(row, rec)
         if problem:
             problems.append(f"evidence row {i} ({row.lane}, {row.figure}): {problem}")
         build = "?"
@@ -622,7 +628,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         change = "\n\n".join(change_parts)
     else:
         problem = pack.summary or pack.title
-        fix = str(tracking.doc["packs"][pack.id].get("fix", "") or "")
+        fix = pack.fix
         change = f"Suggested fix: {fix}" if fix and pack.kind != "bug-report" else ""
     ev = evidence(root, manifest, pack, change_name, [patch_message(p.path).subject for p in deps])
     problems += ev.problems

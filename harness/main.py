@@ -38,7 +38,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 
 COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
-            "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance"]
+            "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

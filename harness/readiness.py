@@ -269,8 +269,9 @@ def parse_time(text: str | None) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
-def _lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | None, base,
-                  patches: list[series.Patch]) -> LaneProblem | None:
+def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | None, base,
+                 patches: list[series.Patch]) -> LaneProblem | None:
+    """Why ``rec`` is not ``lane``'s current passing receipt on ``base`` with ``patches``; None if it is."""
     if rec is None:
         return LaneProblem(LaneProblemCode.NO_RECEIPT, "no receipt")
     if rec.verdict != Verdict.PASS:
@@ -328,7 +329,7 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     for lane in pack.lanes:
         rec = receipts.latest(root, pack.target, pack.id, lane.name)
         on = lane.base == fbase
-        problem = _lane_problem(root, pack, lane, rec, base, patches) if on and base is not None else None
+        problem = lane_problem(root, pack, lane, rec, base, patches) if on and base is not None else None
         lanes.append(LaneEvidence(lane, rec, problem, on))
     if not pack.lanes:
         reasons.append(Reason(ReasonCode.NO_LANES, "no lanes, so no receipts"))

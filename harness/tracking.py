@@ -18,6 +18,7 @@ import string
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as field_
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,23 @@ class EvidenceRow:
 
 
 @dataclass(frozen=True)
+class Validation:
+    """``[packs.NN.validation.<lane>]``: the lane's latest receipt in brief, as ``harness run`` records it."""
+
+    verdict: str
+    receipt: str | None = None  # repository-relative path of the receipt directory's receipt.json
+    host: str | None = None
+    date: str | None = None
+    expected: str | None = None
+    seen: str | None = None
+    base: str | None = None
+    patched: bool | None = None
+
+
+VALIDATION_KEYS = frozenset({"verdict", "receipt", "host", "date", "expected", "seen", "base", "patched", "note"})
+
+
+@dataclass(frozen=True)
 class Thread:
     url: str
     role: str
@@ -145,6 +163,7 @@ class Pack:
     # the base a filing of this pack is made against: key 'filing_base', else the manifest's, else its base
     filing_base: str = ""
     evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
+    validation: dict[str, Validation] = field_(default_factory=dict)  # per lane name: its latest receipt
     # [[packs.NN.performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
     # lane's base, and its value is read from that lane's latest receipt (harness/filing.py resolves both)
     performance: tuple[EvidenceRow, ...] = ()
@@ -330,6 +349,10 @@ def unknown_keys(path: Path, doc) -> list[str]:
             for i, entry in enumerate(table.get(kind) or []):
                 if isinstance(entry, dict):
                     out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
+        for lane, entry in (table.get("validation") or {}).items():
+            if isinstance(entry, dict):
+                out += [f"{path} [packs.{pid}.validation.{lane}]: unknown key '{k}'" for k in entry
+                        if k not in VALIDATION_KEYS]
     return out
 
 
@@ -400,6 +423,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     depends = tuple(normalize_id(d) for d in str_list(t, "depends_on", where))
     evidence = tuple(_load_evidence(ev, f"{where} evidence[{i}]", {lane.name for lane in lanes})
                      for i, ev in enumerate(t.get("evidence", [])))
+    validation = _load_validation(t.get("validation", {}), f"{where} .validation")
     perf = t.get("performance", [])
     if not isinstance(perf, list):
         raise ConfigError(f"{where} .performance: must be an array of tables ([[packs.NN.performance]]), each "
@@ -429,8 +453,30 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         filing_base=filing_base,
         evidence=evidence,
         performance=performance,
+        validation=validation,
         evidence_note=field(t, "evidence_note", str, where, default=""),
     )
+
+
+def _load_validation(t, where: str) -> dict[str, Validation]:
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where}: must be a table of lanes ([packs.NN.validation.<lane>])")
+    out = {}
+    for lane, entry in t.items():
+        lwhere = f"{where}.{lane}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{lwhere}: must be a table")
+        out[str(lane)] = Validation(
+            verdict=field(entry, "verdict", str, lwhere),
+            receipt=field(entry, "receipt", str, lwhere, default=None),
+            host=field(entry, "host", str, lwhere, default=None),
+            date=str(entry["date"]) if "date" in entry else None,
+            expected=field(entry, "expected", str, lwhere, default=None),
+            seen=field(entry, "seen", str, lwhere, default=None),
+            base=field(entry, "base", str, lwhere, default=None),
+            patched=field(entry, "patched", bool, lwhere, default=None),
+        )
+    return out
 
 
 def _load_evidence(t, where: str, lanes: set[str]) -> EvidenceRow:

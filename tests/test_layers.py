@@ -22,7 +22,7 @@ LAYERS: dict[int, set[str]] = {
     5: {"context"},
     6: {"lanes", "edit", "rebase", "export", "provenance", "filing"},  # workflows: peers, none imports another
     7: {"absorbed", "bundle", "readiness"},  # composites: rebase; lanes; filing + rebase
-    8: {"landing"},  # filing waves need readiness
+    8: {"landing", "performance"},  # filing waves need readiness; claims need readiness's currency test
     9: {"commands", "error_handler"},  # the CLI: one module per verb, the error boundary
     10: {"main"},  # parses and dispatches
     11: {"__main__"},

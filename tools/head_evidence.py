@@ -61,6 +61,13 @@ def main() -> None:
     rows.append(row("07", "mamba main (+04, ported series)", n, d,
                     f"{sum(1 for f in g if f['value'] == 0)} of {len(g)} gradients bitwise equal to main's, worst "
                     f"{worst['value']:.1e} (tolerance {worst.get('tolerance', float('nan')):.1e})"))
+    d, n = receipt("mamba", "07", "timing-main")
+    t = {f["build"]: f for f in figures(d, "fwd_bwd_timing")}
+    ratio = figures(d, "fwd_bwd_time_ratio_patched_over_baseline")[0]
+    rows.append(row("07", "mamba main (+04, ported series)", n, d,
+                    f"H=128, G=8, B=2, S=4096, one process: fwd+bwd kernel {t['patched']['kernel_ms']:.2f} ms "
+                    f"vs main's backward {t['baseline']['kernel_ms']:.2f} ms; ratio {ratio['value']:.3f} "
+                    f"(limit {ratio['max_allowed']})"))
     for lane in ("tma-probe-baseline-main", "tma-probe-patched-main"):
         d, n = receipt("mamba", "07", lane)
         f = figures(d, "lower_tma_on")[0]

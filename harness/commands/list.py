@@ -23,12 +23,12 @@ def main(args) -> int:
     ctx = context(args)
     rows: list[dict] = []
     for pack in ctx.tracking.packs.values():
-        validation = ctx.tracking.doc["packs"][pack.id].get("validation", {})
         rows.append({
             "id": pack.id, "title": pack.title, "target": pack.target, "kind": pack.kind, "class": pack.cls,
             "state": pack.state, "depends_on": list(pack.depends_on),
             "lanes": [{"name": lane.name, "base": lane.base, "patched": lane.patched, "expect": lane.expect,
-                       "verdict": str(validation.get(lane.name, {}).get("verdict", "not run"))}
+                       "verdict": pack.validation[lane.name].verdict if lane.name in pack.validation
+                       else "not run"}
                       for lane in pack.lanes],
         })
     if args.json:

@@ -138,10 +138,10 @@ def _verify(ctx, args) -> int:
 def _missing_from_tracking(ctx) -> list[str]:
     """Receipts inside the repository that tracking.toml names as a lane's latest but that are gone."""
     out = []
-    for pid, table in ctx.tracking.doc["packs"].items():
-        for lane, entry in (table.get("validation") or {}).items():
-            path = entry.get("receipt") if isinstance(entry, dict) else None
-            if isinstance(path, str) and not Path(path).is_absolute() and not (ctx.root / path).is_file():
+    for pid, pack in ctx.tracking.packs.items():
+        for lane, entry in pack.validation.items():
+            path = entry.receipt
+            if path is not None and not Path(path).is_absolute() and not (ctx.root / path).is_file():
                 out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which is missing")
     return out
 

@@ -1,0 +1,65 @@
+"""``harness perf [PACK ...]``: each pack's performance claims, read from receipts (``--json`` for machines)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from harness import performance, ui
+from harness.commands import _args
+from harness.commands._context import context
+from harness.errors import Exit
+
+JSON_SCHEMA = 1
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "perf", help="performance claims: value, base measured on, host, receipt, whether it is current",
+        description="Each [[packs.NN.performance]] row of tracking.toml, resolved: the value is read from the "
+                    "row's lane's latest receipt (never typed), the base is that lane's base (a release or an "
+                    "upstream commit), and the claim is current when the receipt passed and still matches "
+                    "today's pin, series, reproducer and helper modules. Exit 0 when every claim shown is "
+                    "current, 1 (MISMATCH) otherwise: a stale or unreadable claim.")
+    p.add_argument("packs", nargs="*", help="pack ids (default: every pack that declares a claim)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    out.add_argument("--markdown", action="store_true", help="a Markdown table on stdout (the README quotes it)")
+    _args.common(p)
+
+
+def main(args) -> int:
+    ctx = context(args)
+    packs = [ctx.tracking.pack(p) for p in args.packs] if args.packs else \
+        [p for p in ctx.tracking.packs.values() if p.performance]
+    rows = [c for pack in packs for c in performance.claims(ctx, pack)]
+    current = all(c.stale is None and c.problem is None for c in rows)
+    if args.json:
+        ui.out.file.write(json.dumps({"schema": JSON_SCHEMA, "claims": [c.as_json() for c in rows]}, indent=2) + "\n")
+        return int(Exit.OK) if current else int(Exit.MISMATCH)
+    if args.markdown:
+        lines = ["| pack | claim | value | measured on | host | receipt |", "| --- | --- | --- | --- | --- | --- |"]
+        for c in rows:
+            value = c.result if c.problem is None else f"({c.problem})"
+            value += f" (stale: {c.stale})" if c.stale else ""
+            pin = f" ({c.base_pin[:10]})" if c.base_pin and len(c.base_pin) == 40 else ""
+            lines.append(f"| {c.pack} | {_cell(c.label)} | {_cell(value)} | {c.base}{pin} | {c.host or '-'} | "
+                         f"`{Path(c.receipt).parent.name if c.receipt else '-'}` |")
+        ui.out.file.write("\n".join(lines) + "\n")
+        return int(Exit.OK) if current else int(Exit.MISMATCH)
+    table = Table()
+    for col in ("pack", "claim", "value", "base", "host", "receipt"):
+        table.add_column(col)
+    for c in rows:
+        value = c.result if c.problem is None else f"[red]{c.problem}[/red]"
+        if c.stale:
+            value += f" [yellow](stale: {c.stale})[/yellow]"
+        table.add_row(c.pack, c.label, value, c.base, c.host or "-", c.receipt or "-")
+    ui.out.print(table)
+    return int(Exit.OK) if current else int(Exit.MISMATCH)
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
