@@ -59,26 +59,17 @@ def is_copy(name: str) -> bool:
     return name.startswith(("Memcpy", "Memset", "memcpy", "memset"))
 
 
-def device_totals(records: Iterable[tuple[str, float]], focus: str | None = None) -> dict:
-    """Per-call sums from (name, duration_us) of one call's device activities.
-
-    With ``focus`` (a substring of kernel names), also ``focus_ms``/``focus_kernels``: the part of the
-    kernel time spent in the kernels the claim is about (e.g. one op's backward among its helpers)."""
-    kernel_us = copy_us = focus_us = 0.0
-    kernels = focused = 0
+def device_totals(records: Iterable[tuple[str, float]]) -> dict:
+    """Per-call sums from (name, duration_us) of one call's device activities."""
+    kernel_us = copy_us = 0.0
+    kernels = 0
     for name, dur_us in records:
         if is_copy(name):
             copy_us += dur_us
         else:
             kernel_us += dur_us
             kernels += 1
-            if focus is not None and focus in name:
-                focus_us += dur_us
-                focused += 1
-    out = {"kernel_ms": kernel_us / 1e3, "memcpy_ms": copy_us / 1e3, "kernels": kernels}
-    if focus is not None:
-        out |= {"focus_ms": focus_us / 1e3, "focus_kernels": focused}
-    return out
+    return {"kernel_ms": kernel_us / 1e3, "memcpy_ms": copy_us / 1e3, "kernels": kernels}
 
 
 def host_bound(wall_ms: float | None, kernel_ms: float | None, ratio: float = HOST_BOUND_RATIO) -> bool | None:
@@ -106,16 +97,12 @@ def assemble(wall: list[float], per_call: list[dict] | None, *, warmup: int,
                    memcpy_ms=statistics.median(c["memcpy_ms"] for c in per_call))
         out["wall_over_kernel"] = out["wall_ms"] / k["median"] if k["median"] else None
         out["host_bound"] = host_bound(out["wall_ms"], k["median"], host_bound_ratio)
-        if "focus_ms" in per_call[0]:
-            f = summarize(c["focus_ms"] for c in per_call)
-            out.update(focus_ms=f["median"], focus_spread_ms=f["spread"],
-                       focus_kernels_per_call=statistics.median(c["focus_kernels"] for c in per_call))
     elif per_call is not None and note is None:
         out["note"] = "the profiler recorded no CUDA kernel for the call (CUPTI unavailable?): kernel time not measured"
     return out
 
 
-def _profile_once(torch, fn: Callable[[], object], focus: str | None = None) -> dict:
+def _profile_once(torch, fn: Callable[[], object]) -> dict:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -124,7 +111,7 @@ def _profile_once(torch, fn: Callable[[], object], focus: str | None = None) -> 
         fn()
         torch.cuda.synchronize()
     records = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
-    return device_totals(records, focus)
+    return device_totals(records)
 
 
 def _torch():
@@ -136,17 +123,12 @@ def _torch():
 
 
 def compare(fns: dict[str, Callable[[], object]], *, reference: str | None = None, warmup: int = 3,
-            repeat: int = 20, profile_repeat: int = 5, host_bound_ratio: float = HOST_BOUND_RATIO,
-            fresh: bool = False, focus: str | None = None) -> dict:
+            repeat: int = 20, profile_repeat: int = 5, host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
     """``measure`` for several callables, interleaved round by round; ratios to ``reference``.
 
     Returns ``{name: result}``; with a reference, every result also has ``ratio_to_<reference>``
     (kernel time when both kernel times were measured, else ``None``) and
-    ``wall_ratio_to_<reference>`` (and ``focus_ratio_to_<reference>`` with ``focus``).
-
-    ``fresh=True``: each value of ``fns`` is a factory, called untimed before every call, that
-    returns the callable to time -- for work that consumes its input (a backward needs a new
-    forward each time). ``focus``: also time the kernels whose names contain it (``focus_ms``)."""
+    ``wall_ratio_to_<reference>``."""
     if not fns:
         raise ValueError("nothing to time")
     if reference is not None and reference not in fns:
@@ -154,27 +136,23 @@ def compare(fns: dict[str, Callable[[], object]], *, reference: str | None = Non
     torch = _torch()
     cuda = torch is not None and torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    def ready(fn):
-        return fn() if fresh else fn
-
     for _ in range(warmup):
         for fn in fns.values():
-            ready(fn)()
+            fn()
     sync()
     wall: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
-            call = ready(fn)
             sync()
             start = time.perf_counter()
-            call()
+            fn()
             sync()
             wall[name].append((time.perf_counter() - start) * 1e3)
     if cuda:
         per_call: dict[str, list[dict]] = {name: [] for name in fns}
         for _ in range(profile_repeat):
             for name, fn in fns.items():
-                per_call[name].append(_profile_once(torch, ready(fn), focus))
+                per_call[name].append(_profile_once(torch, fn))
         out = {name: assemble(wall[name], per_call[name], warmup=warmup, host_bound_ratio=host_bound_ratio)
                for name in fns}
     else:
@@ -187,9 +165,6 @@ def compare(fns: dict[str, Callable[[], object]], *, reference: str | None = Non
             r[f"ratio_to_{reference}"] = (r["kernel_ms"] / ref["kernel_ms"]
                                           if r["kernel_ms"] is not None and ref["kernel_ms"] else None)
             r[f"wall_ratio_to_{reference}"] = r["wall_ms"] / ref["wall_ms"] if ref["wall_ms"] else None
-            if focus is not None:
-                r[f"focus_ratio_to_{reference}"] = (r["focus_ms"] / ref["focus_ms"]
-                                                    if r.get("focus_ms") and ref.get("focus_ms") else None)
     return out
 
 

@@ -29,9 +29,8 @@ Lanes (``--check``):
   the baseline was not (x > 1.10) and at least half of its excess over the floor is gone; patched dKV is
   no worse than baseline at any S (all and sink rows, within 4 x the run spread); patched dQ error <=
   baseline dQ error x 1.01 at every S; and the backward's GPU kernel time (torch.profiler: every kernel
-  SparseMLA.backward launches, memcpy apart) is at most 1.15 x the baseline's at the longest S (ratio of
-  medians, both variants timed in this process with their calls interleaved and a fresh untimed forward
-  before each: ``_timing.compare``; the sparse_mla_bwd kernels alone and wall time are reported next to it).
+  SparseMLA.backward launches) is at most 1.15 x the baseline's at the longest S (median of interleaved
+  pairs; the spread, the backward kernel alone and CUDA-event wall time are reported next to it).
 
 * ``lower`` (any host, no GPU): the backward kernel the interface asks for at this shape, built and lowered
   for sm_90 with tilelang.lower; its TileLang program is read for the GEMMs that accumulate dKV and the
@@ -61,7 +60,6 @@ import types
 from pathlib import Path
 
 from _lane import figure, lane, parser, patched, require_cuda, start, verdict
-from _timing import compare
 
 OPS = "megatron.core.transformer.experimental_attention_variant.ops"
 D, D_TAIL = 512, 64
@@ -146,8 +144,7 @@ def fix_decision(points, err_p, err_b, floor, timing):
     """Did the patch bring dKV to the floor, keep dQ, and stay within the time bound?
 
     err_p[S][view]: [run0, run1] patched; err_b[S][view]: [run0, ...] baseline (same inputs).
-    timing: {"ratios": [patched / baseline backward kernel time at the longest S]} (one ratio of medians from
-    ``_timing.compare``; several ratios, e.g. per repeat, are summarized by their median)."""
+    timing: {"ratios": [patched / baseline backward kernel time per interleaved pair at the longest S]}."""
     failures = []
     s1 = points[-1]
     noise = max(_spread(*err_p[s][v][:2]) for s in points for v in DKV_VIEWS)
@@ -482,26 +479,48 @@ def run_once(torch, variant, inp):
     return {"out": out.detach(), "dq": q.grad, "dkv": kv.grad, "dkv32": dkv32, "cast_matches": same}
 
 
-def time_backward(variants, inp, reps):
-    """SparseMLA.backward per variant, one process, calls interleaved (``_timing.compare``): each timed call
-    gets a fresh forward (untimed); kernel time is the backward's CUDA kernels, ``focus`` its sparse_mla_bwd
-    kernels alone. Returns compare's result per variant, with ratios to the baseline when both ran."""
+def time_backward(torch, variants, inp, reps):
+    """GPU kernel time of SparseMLA.backward per variant, interleaved; rep 0 is a dropped warm-up."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
 
-    def backward(sm):
-        def fresh():
+    rows = {name: [] for name in variants}
+    for rep in range(reps + 1):
+        for name, (sm, _) in variants.items():
             q = inp.q.detach().requires_grad_(True)
             kv = inp.kv.detach().requires_grad_(True)
             out, _ = sm.SparseMLA.apply(q, kv, inp.idx, inp.scale)
-            return lambda: out.backward(inp.do)
-        return fresh
+            torch.cuda.synchronize()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                e0.record()
+                out.backward(inp.do)
+                e1.record()
+                torch.cuda.synchronize()
+            kernels = [(ev.name, ev.time_range.elapsed_us()) for ev in prof.events()
+                       if ev.device_type == DeviceType.CUDA]
+            total = sum(us for _, us in kernels)
+            main = sum(us for n, us in kernels if "sparse_mla_bwd" in n)
+            if not kernels or not main:
+                raise RuntimeError(f"profiler saw {len(kernels)} GPU events and no sparse_mla_bwd kernel: "
+                                   "timing would be meaningless")
+            if rep:
+                rows[name].append({"kernel_us": total, "bwd_kernel_us": main, "wall_us": e0.elapsed_time(e1) * 1e3,
+                                   "gpu_events": len(kernels)})
+            del out, q, kv
+    return rows
 
-    result = compare({name: backward(sm) for name, (sm, _) in variants.items()},
-                     reference="baseline" if "baseline" in variants else None, warmup=1, repeat=reps,
-                     profile_repeat=reps, fresh=True, focus="sparse_mla_bwd")
-    for name, t in result.items():
-        if not t["focus_ms"]:
-            raise RuntimeError(f"{name}: the profiler saw no sparse_mla_bwd kernel: timing would be meaningless")
-    return result
+
+def summarize_timing(rows):
+    out = {}
+    for name, reps in rows.items():
+        out[name] = {k: {"median": statistics.median(r[k] for r in reps), "min": min(r[k] for r in reps),
+                         "max": max(r[k] for r in reps)} for k in ("kernel_us", "bwd_kernel_us", "wall_us")}
+    if "patched" in rows and "baseline" in rows:
+        pairs = list(zip(rows["patched"], rows["baseline"], strict=True))
+        for k in ("kernel_us", "bwd_kernel_us", "wall_us"):
+            out[f"ratio_{k}"] = [p[k] / b[k] for p, b in pairs]
+    return out
 
 
 def evaluate(torch, inp, runs, chunk):
@@ -592,12 +611,12 @@ def sweep_check(torch, variants, points, heads, reps, budget_s, chunk):
         for name, n in plan:
             for r in range(n):
                 runs[(name, r)] = run_once(torch, variants[name], inp)
-        timed = time_backward(variants, inp, reps)
+        rows = time_backward(torch, variants, inp, reps)
         e, emax, fl = evaluate(torch, inp, runs, chunk)
         for name, n in plan:
             err[name][s] = {v: [e[(name, r)][v] for r in range(n)] for v in e[(name, 0)]}
         floor[s] = fl
-        timing[s] = timed
+        timing[s] = summarize_timing(rows)
         cast_ok = all(res["cast_matches"] for res in runs.values())
         r0, r1 = runs[(test, 0)], runs[(test, 1)]
         rerun = {name: {"bitwise_equal": bool(torch.equal(r0[name], r1[name])),
@@ -656,19 +675,18 @@ def main() -> int:
     question = "does SparseMLA's dKV error vs float64 grow with context beyond the bf16 floor?"
     if patched():
         s1 = reached[-1]
-        ratio = timing[s1]["patched"]["ratio_to_baseline"]
         sentinel, details = fix_decision(reached, err["patched"], err["baseline"], floor,
-                                         {"ratios": [] if ratio is None else [ratio]})
+                                         {"ratios": timing[s1]["ratio_kernel_us"]})
         if s1 != points[-1]:
             details["failures"].append(f"the sweep stopped at S={s1} (time budget), before S={points[-1]}")
             sentinel = "FIX_FAILED"
-        details["time_ratio_bwd_kernel_only"] = timing[s1]["patched"]["focus_ratio_to_baseline"]
-        details["time_ratio_wall"] = timing[s1]["patched"]["wall_ratio_to_baseline"]
-        details["timing_ms"] = timing[s1]
+        details["time_ratio_bwd_kernel_only"] = timing[s1]["ratio_bwd_kernel_us"]
+        details["time_ratio_wall"] = timing[s1]["ratio_wall_us"]
+        details["timing_us"] = {k: v for k, v in timing[s1].items() if not k.startswith("ratio")}
         question = "does the bf16 hi/lo split bring dKV to the bf16 floor at no dQ or material time cost?"
     else:
         sentinel, details = growth_decision(reached, err["pin"], floor, seed_x)
-        details["timing_ms"] = timing[reached[-1]]["pin"]
+        details["timing_us"] = timing[reached[-1]]["pin"]
     verdict(sentinel, lane=lane(), shape=shape, question=question, requested_points=points, reached_points=reached,
             **details)
     return 0
