@@ -332,7 +332,12 @@ def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | Non
     """The placeholders of ``row`` from ``rec`` (the picked figure's keys plus counts), or a problem."""
     if rec is None:
         return None, "no receipt"
-    figs = [f.data for f in rec.figures if f.name == row.figure and all(f.get(k) == v for k, v in row.where)]
+    if row.figure == VERDICT_FIGURE:  # the sentinel the run ended with, its details as the figure's keys
+        last = rec.sentinels[-1] if rec.sentinels else None
+        pool = [] if last is None else [{**rec.sentinel_details.get(last, {}), "name": VERDICT_FIGURE, "value": last}]
+    else:
+        pool = [f.data for f in rec.figures]
+    figs = [f for f in pool if f.get("name") == row.figure and all(f.get(k) == v for k, v in row.where)]
     if not figs:
         where = ", ".join(f"{k} = {v!r}" for k, v in row.where)
         return None, f"no figure '{row.figure}'" + (f" with {where}" if where else "") + f" in {rec.dir.name}"
@@ -355,6 +360,11 @@ def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | Non
                               if f.get("bitwise_equal") is False) or "none",
     )
     return fields, None
+
+
+# An evidence row's figure name that reads the run's last sentinel instead of a FIGURE line: its details
+# (what the reproducer observed, e.g. the error text) become the placeholders, its name ``{value}``.
+VERDICT_FIGURE = "@verdict"
 
 
 def resolve_row(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[str, str, str | None]:

@@ -102,7 +102,8 @@ class EvidenceRow:
     (the first, or the one with the largest / smallest ``value``); ``label`` and ``show`` are format
     strings over that figure's keys (``{value}``, ``{tolerance}``, ``{value.output}`` for a dict) and
     over counts across every selected figure (``{count}``, ``{n_ok}``, ``{n_finite}``, ``{n_bitwise}``,
-    ``{n_true}``, ``{not_bitwise}``). See harness/filing.py.
+    ``{n_true}``, ``{not_bitwise}``). ``figure = "@verdict"`` reads the run's last sentinel instead: its
+    details are the keys and ``{value}`` its name. See harness/filing.py.
     """
 
     lane: str

@@ -85,3 +85,14 @@ def test_markdown_table_has_one_row_per_claim(lane_repo, capsys):
     assert cli("perf", "--markdown", *lane_repo.args()) == Exit.OK
     rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| 01 |")]
     assert [r.split(" | ")[-1].strip(" `|").rsplit("-", 1)[-1] for r in rows] == ["fix", "bug"]
+
+
+def test_a_row_can_read_the_runs_sentinel_and_its_details(lane_repo, capsys):
+    lane_repo.write_tracking(extra=CLAIM.replace('"max_err"', '"@verdict"').replace('"{value:.3f}"', '"{value} ({got})"'))
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    code, out = _perf(lane_repo, capsys)
+    receipt = json.loads((lane_repo.root / out["claims"][0]["receipt"]).read_text())
+    (sentinel,) = receipt["sentinels"]
+    assert code == Exit.OK
+    got = receipt["sentinel_details"][sentinel]["got"]  # the details' keys are the row's placeholders
+    assert out["claims"][0]["result"] == f"{sentinel} ({', '.join(format(v, 'g') for v in got)})"

@@ -88,6 +88,14 @@ def main() -> None:
         shows = (f"output layer `{det.get('output_layer', '').rsplit('.', 1)[-1]}`; forward with labels raises"
                  if lane == "bug-dev" else "LinearCrossEntropyModule; loss and grads equal the plain path (fp32, bf16)")
         rows.append(row("11", "megatron-lm dev (+10)", n, d, shows))
+    for lane in ("mamba3-stage-bug-main", "mamba3-stage-fix-main"):
+        d, n = receipt("megatron-lm", "16", lane)
+        det = next(iter(d.sentinel_details.values()), {})
+        shows = (f"Float16Module casts {', '.join(det.get('cast_declared', []))} to bf16; Mamba3 MIMO raises "
+                 f"`{det.get('error')}`" if lane.endswith("bug-main") else
+                 f"the {len(det.get('declared', []))} declared fp32 parameters stay fp32; "
+                 f"{det.get('n_failures')} failures against the unwrapped block")
+        rows.append(row("16", "megatron-lm main + mamba main", n, d, shows))
     for lane in ("sweep-bug-0.19.2", "sweep-fix-0.19.2"):
         d, n = receipt("megatron-lm", "14", lane)
         det = next(iter(d.sentinel_details.values()), {})

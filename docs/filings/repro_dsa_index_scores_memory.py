@@ -14,32 +14,185 @@ allocate a tensor with one score per (query, batch, head, key) -- h times the si
 [b, sq, sk] result -- and, on patched lanes, does the head-by-head version give the same
 result with only one head's scores in flight?
 
-* CPU lanes (small shape): every tensor an aten op returns inside the call is seen through a
-  TorchDispatchMode; the largest storage is compared with the result's size.
-  ``bug``: BUG_REPRODUCED when the largest storage holds >= h x the result.
-  ``fix`` (``with_baseline``): the real baseline function, loaded from the unpatched build
+* ``--check cpu`` (the default; small shape): every tensor an aten op returns inside the call is
+  seen through a TorchDispatchMode; the largest storage is compared with the result's size.
+  Unpatched build: BUG_REPRODUCED when the largest storage holds >= h x the result.
+  Patched build (lane ``with_baseline``): the real baseline function, loaded from the unpatched build
   the harness names in HARNESS_BASELINE_SITE, is run on the same inputs: max relative drift
   of outputs and of q/k/weights gradients (bf16 inputs, FP32 compute), largest intermediate
   <= the result's size, and torch.autograd.gradcheck of the patched function in float64.
-* CUDA lane (``memory``, ``with_baseline``): sq = sk = 4096, b = 8, h = 32, d = 128 bf16 (the
-  article's shape), no grad: peak allocation above the output for baseline and patched, median
-  time of each, output drift. MEMORY_SAVE_VERIFIED when the patched working set is <= 1/8 of the
-  baseline's and the time ratio is <= 1.1.
+* ``--check memory`` (CUDA, lane ``with_baseline``): sq = sk = 4096, b = 8, h = 32, d = 128 bf16
+  (the article's shape), no grad: peak allocation above the output for baseline and patched;
+  their times measured interleaved in one run by ``_timing.compare`` (kernel time from the
+  profiler next to wall time); output drift. MEMORY_SAVE_VERIFIED when the patched working set
+  is <= 1/8 of the baseline's and the time ratio is <= 1.1 -- the kernel-time ratio when the
+  profiler measured one, else the wall-time ratio (the details say which).
 
-    HARNESS_LANE=bug-0.19.2-cpu python pack12_dsa_index_scores_memory.py [--lane NAME]
+    HARNESS_PATCHED=0 python pack12_dsa_index_scores_memory.py [--lane NAME] [--check cpu|memory]
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
-import statistics
 import sys
 from pathlib import Path
 
 
+# ---- from _timing.py (verbatim) ----
+import statistics
+import time
+from collections.abc import Callable, Iterable
+
+
+HOST_BOUND_RATIO = 1.5
+
+
+WALL_METHOD = "host perf_counter around each call, CUDA synchronized before and after"
+
+
+KERNEL_METHOD = ("torch.profiler, one session per call: sum of the durations of the call's CUDA kernels "
+                 "(memcpy/memset excluded)")
+
+
+def summarize(samples: Iterable[float]) -> dict:
+    """Median, [min, max] and standard deviation of samples (ms)."""
+    xs = [float(x) for x in samples]
+    if not xs:
+        raise ValueError("no samples")
+    return {"median": statistics.median(xs), "spread": [min(xs), max(xs)],
+            "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
+
+
+def is_copy(name: str) -> bool:
+    """CUDA activity that moves or fills memory rather than computing (profiler naming)."""
+    return name.startswith(("Memcpy", "Memset", "memcpy", "memset"))
+
+
+def device_totals(records: Iterable[tuple[str, float]]) -> dict:
+    """Per-call sums from (name, duration_us) of one call's device activities."""
+    kernel_us = copy_us = 0.0
+    kernels = 0
+    for name, dur_us in records:
+        if is_copy(name):
+            copy_us += dur_us
+        else:
+            kernel_us += dur_us
+            kernels += 1
+    return {"kernel_ms": kernel_us / 1e3, "memcpy_ms": copy_us / 1e3, "kernels": kernels}
+
+
+def host_bound(wall_ms: float | None, kernel_ms: float | None, ratio: float = HOST_BOUND_RATIO) -> bool | None:
+    """Wall time above ``ratio`` x kernel time; ``None`` when either is unknown or the kernel time is zero."""
+    if wall_ms is None or not kernel_ms:
+        return None
+    return wall_ms > ratio * kernel_ms
+
+
+def assemble(wall: list[float], per_call: list[dict] | None, *, warmup: int,
+             host_bound_ratio: float = HOST_BOUND_RATIO, note: str | None = None) -> dict:
+    """The result dict from wall samples and per-call device totals (``None``: not measured)."""
+    w = summarize(wall)
+    out = {
+        "wall_ms": w["median"], "wall_spread_ms": w["spread"], "wall_stdev_ms": w["stdev"], "repeat": w["n"],
+        "warmup": warmup, "wall_method": WALL_METHOD, "kernel_method": KERNEL_METHOD,
+        "host_bound_threshold": host_bound_ratio,
+        "kernel_ms": None, "kernel_spread_ms": None, "kernel_stdev_ms": None, "kernels_per_call": None,
+        "memcpy_ms": None, "profile_repeat": 0, "wall_over_kernel": None, "host_bound": None, "note": note,
+    }
+    if per_call and any(c["kernels"] for c in per_call):
+        k = summarize(c["kernel_ms"] for c in per_call)
+        out.update(kernel_ms=k["median"], kernel_spread_ms=k["spread"], kernel_stdev_ms=k["stdev"],
+                   profile_repeat=k["n"], kernels_per_call=statistics.median(c["kernels"] for c in per_call),
+                   memcpy_ms=statistics.median(c["memcpy_ms"] for c in per_call))
+        out["wall_over_kernel"] = out["wall_ms"] / k["median"] if k["median"] else None
+        out["host_bound"] = host_bound(out["wall_ms"], k["median"], host_bound_ratio)
+    elif per_call is not None and note is None:
+        out["note"] = "the profiler recorded no CUDA kernel for the call (CUPTI unavailable?): kernel time not measured"
+    return out
+
+
+def _profile_once(torch, fn: Callable[[], object]) -> dict:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    records = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return device_totals(records)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # a CPU-only check of a pure-Python callable
+        return None
+    return torch
+
+
+def compare(fns: dict[str, Callable[[], object]], *, reference: str | None = None, warmup: int = 3,
+            repeat: int = 20, profile_repeat: int = 5, host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
+    """``measure`` for several callables, interleaved round by round; ratios to ``reference``.
+
+    Returns ``{name: result}``; with a reference, every result also has ``ratio_to_<reference>``
+    (kernel time when both kernel times were measured, else ``None``) and
+    ``wall_ratio_to_<reference>``."""
+    if not fns:
+        raise ValueError("nothing to time")
+    if reference is not None and reference not in fns:
+        raise ValueError(f"reference {reference!r} is not one of {sorted(fns)}")
+    torch = _torch()
+    cuda = torch is not None and torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    sync()
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            wall[name].append((time.perf_counter() - start) * 1e3)
+    if cuda:
+        per_call: dict[str, list[dict]] = {name: [] for name in fns}
+        for _ in range(profile_repeat):
+            for name, fn in fns.items():
+                per_call[name].append(_profile_once(torch, fn))
+        out = {name: assemble(wall[name], per_call[name], warmup=warmup, host_bound_ratio=host_bound_ratio)
+               for name in fns}
+    else:
+        note = "CUDA absent: wall time only (host clock, no GPU); kernel time not measured"
+        out = {name: assemble(wall[name], None, warmup=warmup, host_bound_ratio=host_bound_ratio, note=note)
+               for name in fns}
+    if reference is not None:
+        ref = out[reference]
+        for r in out.values():
+            r[f"ratio_to_{reference}"] = (r["kernel_ms"] / ref["kernel_ms"]
+                                          if r["kernel_ms"] is not None and ref["kernel_ms"] else None)
+            r[f"wall_ratio_to_{reference}"] = r["wall_ms"] / ref["wall_ms"] if ref["wall_ms"] else None
+    return out
+
+
+def headline(t: dict) -> tuple[float, str]:
+    """The number a FIGURE leads with: kernel time when measured, else wall time; and which it is."""
+    return (t["kernel_ms"], "kernel_ms") if t["kernel_ms"] is not None else (t["wall_ms"], "wall_ms")
+
+
+def report(name: str, t: dict, **context) -> None:
+    """One FIGURE line for a ``measure`` result: value = ``headline``; every field of ``t`` alongside."""
+    from _lane import figure
+
+    value, which = headline(t)
+    figure(name, value, unit="ms", value_is=which, **t, **context)
+
+
 # ---- from _lane.py (verbatim) ----
+import argparse
 import json
 import platform
 from importlib import metadata
@@ -163,6 +316,54 @@ def lane() -> str:
     return os.environ.get("HARNESS_LANE", "manual")
 
 
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
+import types as _types
+
+_timing = _types.SimpleNamespace(compare=compare, report=report)
+
+
 # ---- the reproducer ----
 
 MODULE = "megatron.core.transformer.experimental_attention_variant.dsa"
@@ -174,9 +375,10 @@ MEMORY_RATIO_MAX = 1 / 8
 TIME_RATIO_MAX = 1.1
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args():
+    p = parser(__doc__)
+    p.add_argument("--check", choices=("cpu", "memory"), default="cpu",
+                   help="cpu: intermediates and drift at a small shape; memory: the article's shape on a GPU")
     return p.parse_args()
 
 
@@ -232,7 +434,7 @@ def rel_drift(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-300)).item()
 
 
-def cpu_lane(torch, dsa, baseline, name):
+def cpu_lane(torch, dsa, baseline):
     sq, sk, b, h, d = CPU_SHAPE
     q, w, k = inputs(torch, CPU_SHAPE, torch.bfloat16, "cpu", seed=12)
     out, (big, big_shape) = largest_storage(torch, dsa._compute_index_scores, q, w, k, use_relu=True)
@@ -241,7 +443,7 @@ def cpu_lane(torch, dsa, baseline, name):
            heads=h, sq=sq, sk=sk, b=b, d=d)
     materializes = big >= h * result_bytes
     failures = []
-    if not name.startswith("fix"):
+    if not patched():
         return ("BUG_REPRODUCED" if materializes else "BUG_ABSENT"), {
             "largest_intermediate_bytes": big, "result_bytes": result_bytes, "heads": h}
     if big > result_bytes:
@@ -286,8 +488,7 @@ def cpu_lane(torch, dsa, baseline, name):
 
 
 def gpu_lane(torch, dsa, baseline):
-    if not torch.cuda.is_available():
-        skip("no CUDA device")
+    require_cuda("no CUDA device")
     if baseline is None:
         return "MEMORY_SAVE_MISSING", {"failures": ["lane needs with_baseline = true"]}
     sq, sk, b, h, d = GPU_SHAPE
@@ -318,56 +519,50 @@ def gpu_lane(torch, dsa, baseline):
     del outs
     torch.cuda.empty_cache()
 
-    def median_ms(fn, repeat=5):
-        times = []
-        with torch.no_grad():
-            fn(q, w, k, use_relu=True)
-            for _ in range(repeat):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                s.record()
+    def call(fn):
+        def run():
+            with torch.no_grad():
                 fn(q, w, k, use_relu=True)
-                e.record()
-                torch.cuda.synchronize()
-                times.append(s.elapsed_time(e))
-        return statistics.median(times)
+        return run
 
-    t_base = median_ms(baseline._compute_index_scores)
-    t_new = median_ms(dsa._compute_index_scores)
-    figure("baseline_ms", t_base, "ms", **shape)
-    figure("patched_ms", t_new, "ms", **shape)
-    figure("time_ratio_patched_over_baseline", t_new / t_base, None, **shape)
+    # one warm-up call each, then their calls interleaved: the ratio compares the same minute of the same GPU
+    t = _timing.compare({"baseline": call(baseline._compute_index_scores), "patched": call(dsa._compute_index_scores)},
+                        reference="baseline", warmup=1, repeat=5, profile_repeat=5)
+    _timing.report("baseline_ms", t["baseline"], **shape)
+    _timing.report("patched_ms", t["patched"], **shape)
+    kernel_ratio, wall_ratio = t["patched"]["ratio_to_baseline"], t["patched"]["wall_ratio_to_baseline"]
+    time_ratio, clock = (kernel_ratio, "kernel") if kernel_ratio is not None else (wall_ratio, "wall")
+    figure("time_ratio_patched_over_baseline", time_ratio, None, clock=clock, kernel_ratio=kernel_ratio,
+           wall_ratio=wall_ratio, note=t["patched"]["note"], **shape)
     mem_ratio = work["patched"] / max(work["baseline"], 1)
     figure("working_set_ratio_patched_over_baseline", mem_ratio, None, **shape)
     failures = []
     if mem_ratio > MEMORY_RATIO_MAX:
         failures.append(f"working set ratio {mem_ratio:.3g} > {MEMORY_RATIO_MAX}")
-    if t_new / t_base > TIME_RATIO_MAX:
-        failures.append(f"time ratio {t_new / t_base:.3g} > {TIME_RATIO_MAX}")
+    if time_ratio > TIME_RATIO_MAX:
+        failures.append(f"{clock}-time ratio {time_ratio:.3g} > {TIME_RATIO_MAX}")
     if drift > DRIFT_MAX:
         failures.append(f"output drift {drift:.3g} > {DRIFT_MAX}")
     details = {"failures": failures, "baseline_working_set_gib": work["baseline"] / gib,
-               "patched_working_set_gib": work["patched"] / gib, "time_ratio": t_new / t_base}
+               "patched_working_set_gib": work["patched"] / gib, "time_ratio": time_ratio,
+               "time_ratio_clock": clock, "kernel_time_ratio": kernel_ratio, "wall_time_ratio": wall_ratio}
     return ("MEMORY_SAVE_MISSING" if failures else "MEMORY_SAVE_VERIFIED"), details
 
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
-    stamp("megatron-core", MODULE)
+    start(args, "megatron-core", MODULE)
 
     import torch
 
     dsa = importlib.import_module(MODULE)
     baseline = load_baseline()
-    name = lane()
-    if name.startswith("memory"):
+    if args.check == "memory":
         sentinel, details = gpu_lane(torch, dsa, baseline)
     else:
-        sentinel, details = cpu_lane(torch, dsa, baseline, name)
-    verdict(sentinel, lane=name, question="does _compute_index_scores build the [sq,b,h,sk] intermediate?",
-            **details)
+        sentinel, details = cpu_lane(torch, dsa, baseline)
+    verdict(sentinel, lane=lane(), check=args.check,
+            question="does _compute_index_scores build the [sq,b,h,sk] intermediate?", **details)
     return 0
 
 

@@ -34,9 +34,9 @@ and computes the loss through the unfused vocab-parallel path (materialized logi
 
 Stage ``numerics`` (default):
 
-* unpatched lanes: the first call raises ``ValueError`` naming the architecture ->
+* unpatched build (``HARNESS_PATCHED=0``): the first call raises ``ValueError`` naming the architecture ->
   BUG_REPRODUCED; a result instead -> BUG_ABSENT; any other exception crashes the lane.
-* patched lanes: exactly one RuntimeWarning over the whole run, naming the compute capability
+* patched build (``HARNESS_PATCHED=1``): exactly one RuntimeWarning over the whole run, naming the compute capability
   and the device and saying that the fallback materializes the logits; then, in float32 and
   bfloat16, for reductions mean / sum / none (none: weighted by a random upstream gradient),
   with ~20 % ``ignore_index`` tokens and targets at the vocab partition edges, through
@@ -46,7 +46,8 @@ Stage ``numerics`` (default):
   gradients (hidden states and this rank's weight shard) are compared with
   ``F.cross_entropy`` on float64 logits materialized from the full weight. The control is the
   plain path in the lane's dtype (``hidden @ weight.T`` then ``F.cross_entropy``): each tensor
-  may sit at most ``K_NOISE * max(plain_err, eps(dtype))`` from float64 (relative Frobenius).
+  may sit at most ``K_NOISE * max(plain_err, eps(dtype))`` from float64 (relative Frobenius;
+  ``_numerics``).
   Exact checks: float32 loss of shape () / (tokens,), 0 loss and all-zero hidden-gradient rows
   for ignored tokens, gradient dtypes equal to the input dtypes, identical loss and hidden
   gradient on every TP rank. -> FIX_VALIDATED / FIX_FAILED.
@@ -77,7 +78,6 @@ MEMORY_SAVE_VERIFIED would mean the working set stayed under that.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import socket
@@ -86,6 +86,7 @@ import warnings
 
 
 # ---- from _lane.py (verbatim) ----
+import argparse
 import json
 import platform
 from importlib import metadata
@@ -209,12 +210,71 @@ def lane() -> str:
     return os.environ.get("HARNESS_LANE", "manual")
 
 
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
+# ---- from _numerics.py (verbatim) ----
+K_NOISE = 4.0  # a result may sit this many times above its control's error
+
+
+def rel_fro(a, ref) -> float:
+    """Relative Frobenius error ||a - ref|| / ||ref||, in float64 (a zero reference divides by 1e-300)."""
+    a, ref = a.double(), ref.double()
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def tolerance(control: float, floor: float, k: float = K_NOISE) -> float:
+    """The most a result may be off: ``k`` times the control's error, at least ``floor``."""
+    if control != control or control < 0:  # NaN or negative: the control itself is broken
+        raise ValueError(f"control error {control!r} is not a non-negative number")
+    return max(k * control, floor)
+
+
 # ---- the reproducer ----
 
 MODULE = "megatron.core.fusions.fused_linear_cross_entropy"
 IGNORE = -100
 IGNORE_FRACTION = 0.2
-K_NOISE = 4.0
 SEED = 10
 SHAPES = {"cpu": (64, 2, 64, 1000), "cuda": (256, 2, 512, 16384)}  # seqlen, batch, hidden, vocab
 MEMORY_SHAPE = (4096, 2, 2048, 65536)
@@ -222,18 +282,13 @@ MEMORY_FRACTION = 0.25  # a working set above this share of the bf16 logits is "
 EXTRA_SIMULATED = ((8, 0), (12, 1))  # further architectures without a kernel (cpu lanes)
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda",
                    help="cuda: the real GPU; cpu: CPU tensors, dispatcher capability simulated")
     p.add_argument("--stage", choices=("numerics", "memory"), default="numerics")
     p.add_argument("--simulate-cc", default="9.0", help="device cpu: the compute capability the dispatcher sees")
     return p.parse_args()
-
-
-def patched_build() -> bool:
-    return os.environ.get("HARNESS_PATCHED", "1" if "fix" in lane() or "memory" in lane() else "0") == "1"
 
 
 def init_process_group(torch, dist, device: str) -> tuple[int, int]:
@@ -330,11 +385,6 @@ def reference(torch, F, x, w, t, reduction, upstream, dtype, device):
     return {"loss": loss.detach(), "grad_hidden": xx.grad, "grad_weight": ww.grad}
 
 
-def rel(a, ref) -> float:
-    a, ref = a.double().reshape(-1), ref.double().reshape(-1)
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
 def under_test(torch, mod, path, x, w, t, reduction, upstream, dtype, device, rank, tp):
     """One call of the real megatron function (or module) on this rank's shard (no TP group: the full weight)."""
     s, b, h = x.shape
@@ -400,9 +450,9 @@ def compare(torch, F, dist, mod, path, dtype, reduction, x, w, t, upstream, devi
             failures.append(f"{case}: {tensor} is {None if value is None else tuple(value.shape)}, "
                             f"expected {tuple(ref_value.shape)}")
             continue
-        noise = rel(plain_value, ref_value)
-        err = rel(value, ref_value)
-        tol = K_NOISE * max(noise, eps)
+        noise = rel_fro(plain_value, ref_value)
+        err = rel_fro(value, ref_value)
+        tol = tolerance(noise, K_NOISE * eps)  # K_NOISE * max(noise, eps)
         finite = bool(torch.isfinite(value.float()).all())
         figure("rel_err_vs_float64", err, None, case=case, tensor=tensor, rank=rank, world_size=tp,
                plain_rel_err=noise, tolerance=tol, ok=finite and err <= tol)
@@ -444,7 +494,7 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
 
     mod = importlib.import_module(MODULE)
     rank, tp = init_process_group(torch, dist, device)
-    patched = patched_build()
+    is_patched = patched()
     if device == "cuda":
         cc = torch.cuda.get_device_capability()
         name = torch.cuda.get_device_name()
@@ -454,11 +504,11 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
         cc, name = simulate, f"simulated sm_{simulate[0]}{simulate[1]} (CPU host)"
     if rank == 0:
         figure("dispatch", None, None, device=device, compute_capability=f"{cc[0]}.{cc[1]}", device_name=name,
-               simulated=simulate is not None, world_size=tp, patched=patched)
+               simulated=simulate is not None, world_size=tp, patched=is_patched)
     s, b, h, v = SHAPES[device]
     x, w, t, upstream = problem(torch, s, b, h, v, tp)
 
-    if not patched:
+    if not is_patched:
         error = None
         with simulated_gpu(torch, cc, simulate is not None):
             try:
@@ -525,11 +575,9 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
 def stage_memory(args) -> int:
     import importlib
 
-    import torch
     import torch.distributed as dist
 
-    if not torch.cuda.is_available():
-        skip("the memory stage measures GPU memory")
+    torch = require_cuda("the memory stage measures GPU memory")
     mod = importlib.import_module(MODULE)
     rank, tp = init_process_group(torch, dist, "cuda")
     cc = torch.cuda.get_device_capability()
@@ -580,16 +628,11 @@ def stage_memory(args) -> int:
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
-    stamp("megatron-core", MODULE)
-    import torch
-
+    start(args, "megatron-core", MODULE)
     if args.stage == "memory":
         return stage_memory(args)
     if args.device == "cuda":
-        if not torch.cuda.is_available():
-            skip("no CUDA device; the cpu lanes simulate the dispatcher's capability query")
+        require_cuda("no CUDA device; the cpu lanes simulate the dispatcher's capability query")
         return stage_numerics(args, "cuda", None)
     major, minor = (int(p) for p in args.simulate_cc.split("."))
     return stage_numerics(args, "cpu", (major, minor))

@@ -1,7 +1,7 @@
 """Float16Module casts Mamba-3 fp32-contract parameters: a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch. Nothing else: every helper it uses
-is copied in below.
+Needs megatron-core (the package under test) importable, torch, a CUDA GPU, mamba-ssm main@e9594ce.
+Nothing else: every helper it uses is copied in below.
 
 Run it once per build, from one directory:
 
@@ -9,6 +9,10 @@ Run it once per build, from one directory:
        HARNESS_LANE=bug-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
   2. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with the change (CPU is enough):
        HARNESS_LANE=fix-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
+  3. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CUDA GPU):
+       HARNESS_LANE=mamba3-stage-bug-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py --stage mamba3
+  4. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with the change (CUDA GPU):
+       HARNESS_LANE=mamba3-stage-fix-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py --stage mamba3
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -32,7 +36,7 @@ adds that as ``keep_in_fp32_params``. On a build with ``mark_keep_in_fp32`` the 
 that marker and that attribute name (see ``declaration_api``), so on main's baseline the marked
 bias stays fp32 and only the by-name declaration is ignored.
 
-Checks (patched lanes):
+Checks (patched build, ``HARNESS_PATCHED=1``):
 
 * after the wrap: every declared parameter is fp32, the same Parameter object as before,
   on the same storage (data_ptr) and bitwise equal to its pre-wrap value; every other
@@ -41,6 +45,8 @@ Checks (patched lanes):
   fp32, keep their object and data_ptr (nothing re-cast per step), get fp32 grads and do
   move; the bf16 parameters keep their data_ptr too;
 * a ``keep_fp32_params`` entry that names no parameter is rejected.
+
+Unpatched build: BUG_REPRODUCED when a declared parameter is cast to bf16, else BUG_ABSENT.
 
 Runs on CPU: torch.distributed gloo with world size 1 and megatron's own
 ``parallel_state.initialize_model_parallel()`` (Float16Module.forward asks it for the
@@ -64,23 +70,20 @@ Float16Module-wrapped module:
   max(K_NOISE x run-to-run control, bf16 unit roundoff), and over two SGD steps no parameter is
   re-cast (dtype, object and data_ptr stable) -> FIX_VALIDATED, else FIX_FAILED.
 
-    HARNESS_LANE=bug-0.19.2 python pack16_float16module_fp32_contract.py [--lane NAME]
+    python pack16_float16module_fp32_contract.py --unpatched [--lane NAME]
     HARNESS_PATCHED=0 python pack16_float16module_fp32_contract.py --stage mamba3  # mamba_ssm on the path
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import socket
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mamba"))  # _mamba3 helpers (stage mamba3)
 
 
 # ---- from _lane.py (verbatim) ----
+import argparse
 import json
 import platform
 from importlib import metadata
@@ -204,6 +207,84 @@ def lane() -> str:
     return os.environ.get("HARNESS_LANE", "manual")
 
 
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
+def observed(bad: bool, **details) -> str:
+    """Report whether the bug showed, as the sentinel that fits this build; returns the sentinel."""
+    if patched():
+        sentinel = "FIX_FAILED" if bad else "FIX_VALIDATED"
+    else:
+        sentinel = "BUG_REPRODUCED" if bad else "BUG_ABSENT"
+    verdict(sentinel, **details)
+    return sentinel
+
+
+# ---- from _numerics.py (verbatim) ----
+K_NOISE = 4.0  # a result may sit this many times above its control's error
+
+
+BF16_FLOOR = 2.0**-8  # bf16 unit roundoff: the smallest bf16 tolerance ever used
+
+
+def rel_fro(a, ref) -> float:
+    """Relative Frobenius error ||a - ref|| / ||ref||, in float64 (a zero reference divides by 1e-300)."""
+    a, ref = a.double(), ref.double()
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def max_abs(a, ref) -> float:
+    """Largest absolute elementwise difference, in float64."""
+    return (a.double() - ref.double()).abs().max().item()
+
+
+def tolerance(control: float, floor: float, k: float = K_NOISE) -> float:
+    """The most a result may be off: ``k`` times the control's error, at least ``floor``."""
+    if control != control or control < 0:  # NaN or negative: the control itself is broken
+        raise ValueError(f"control error {control!r} is not a non-negative number")
+    return max(k * control, floor)
+
+
 # ---- the reproducer ----
 
 CONTRACT = ("dt_bias", "D", "B_bias", "C_bias")  # declared through keep_fp32_params
@@ -216,9 +297,8 @@ STEPS = 3
 MAMBA3_CONTRACT = ("dt_bias", "D", "B_bias", "C_bias", "mimo_x", "mimo_z", "mimo_o")
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--stage", choices=("standin", "mamba3"), default="standin",
                    help="standin: CPU toy with Mamba-3's parameter names; mamba3: the real Mamba3 MIMO (CUDA)")
     p.add_argument("--d-model", type=int, default=256, help="stage mamba3")
@@ -312,8 +392,6 @@ def _fwd_bwd(torch, model, x, dout):
 
 def _compare(torch, got_out, got, ref_out, ref, ref2_out, ref2, failures, case):
     """Output and every grad against the unwrapped reference; tolerance from the reference's run-to-run control."""
-    from _mamba3 import BF16_FLOOR, K_NOISE, max_abs, rel_fro
-
     pairs = [("output", got_out, ref_out, ref2_out)] + [(n, got[n], ref[n], ref2[n]) for n in ref]
     worst = {}
     for name, g, r, r2 in pairs:
@@ -324,7 +402,7 @@ def _compare(torch, got_out, got, ref_out, ref, ref2_out, ref2, failures, case):
             continue
         finite = bool(torch.isfinite(g.float()).all())
         control = rel_fro(r2, r)
-        tol = max(K_NOISE * control, BF16_FLOOR)
+        tol = tolerance(control, BF16_FLOOR)
         err = rel_fro(g, r) if g.shape == r.shape else float("inf")
         ok = finite and err <= tol
         worst[name] = err
@@ -337,11 +415,8 @@ def _compare(torch, got_out, got, ref_out, ref, ref2_out, ref2, failures, case):
 
 
 def stage_mamba3(args) -> int:
-    stamp("megatron-core", "megatron.core.transformer.module")
-    import torch
-
-    if not torch.cuda.is_available():
-        skip("needs a CUDA GPU: the real Mamba3 MIMO runs TileLang kernels; the CPU lanes use the stand-in")
+    start(args, "megatron-core", "megatron.core.transformer.module")
+    torch = require_cuda("needs a CUDA GPU: the real Mamba3 MIMO runs TileLang kernels; the CPU lanes use the stand-in")
     import mamba_ssm
     import torch.distributed as dist
     from mamba_ssm.modules.mamba3 import Mamba3
@@ -350,7 +425,7 @@ def stage_mamba3(args) -> int:
     from megatron.core.transformer.module import Float16Module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    patched = os.environ.get("HARNESS_PATCHED", "1" if "fix" in lane() else "0") == "1"
+    is_patched = patched()
     figure("mamba_ssm", getattr(mamba_ssm, "__version__", None), None, file=mamba_ssm.__file__)
     figure("keep_fp32_marker_api", hasattr(mcore_module, "keep_fp32"), None)
     marker, declare_attr = declaration_api(mcore_module)
@@ -433,7 +508,7 @@ def stage_mamba3(args) -> int:
     else:
         failures.append(f"step1: wrapped forward/backward raised {error}")
 
-    if not patched:
+    if not is_patched:
         dist.destroy_process_group()
         details = {"lane": lane(), "declared": list(MAMBA3_CONTRACT), "cast_declared": cast_declared,
                    "consequence": consequence, "error": error}
@@ -478,11 +553,9 @@ def stage_mamba3(args) -> int:
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
     if args.stage == "mamba3":
         return stage_mamba3(args)
-    stamp("megatron-core", "megatron.core.transformer.module")
+    start(args, "megatron-core", "megatron.core.transformer.module")
 
     import torch
     import torch.distributed as dist
@@ -499,7 +572,7 @@ def main() -> int:
     keep_fp32, declare_attr = declaration_api(mcore_module)
     figure("declaration_api", declare_attr, None, marker=getattr(keep_fp32, "__name__", None))
     declared = CONTRACT + (MARKED,)
-    name = lane()
+    is_patched = patched()
 
     inner = standin_class(torch, keep_fp32, declare_attr)()
     before = {n: p for n, p in inner.named_parameters()}
@@ -561,7 +634,7 @@ def main() -> int:
                         + ", ".join(n for n, m in moved.items() if not m))
 
     # a declaration that names no parameter must not pass silently (patched API only)
-    if name.startswith("fix"):
+    if is_patched:
         class Typo(torch.nn.Module):
             def __init__(self):
                 super().__init__()
@@ -577,16 +650,14 @@ def main() -> int:
 
     dist.destroy_process_group()
     details = {
-        "lane": name,
+        "lane": lane(),
         "question": "does Float16Module keep declared fp32-contract parameters in fp32, without re-casting?",
         "declared": list(declared),
         "cast_declared": cast_declared,
         "failures": failures,
     }
-    if name.startswith("fix"):
-        verdict("FIX_FAILED" if failures else "FIX_VALIDATED", **details)
-    else:
-        verdict("BUG_REPRODUCED" if cast_declared else "BUG_ABSENT", **details)
+    # the patched build is judged on every check, the unpatched one on the cast the bug is about
+    observed(bool(failures) if is_patched else bool(cast_declared), **details)
     return 0
 
 

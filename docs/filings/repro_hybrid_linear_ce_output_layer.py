@@ -40,11 +40,11 @@ dtype) keeps float32 weights until that wrapper casts the module, and on CUDA a 
 LayerNorm rejects the bf16 hidden states a Mamba layer hands it, with the option on or off. Both
 models of a comparison are built and wrapped the same way.
 
-* unpatched lanes: the output layer is not a ``LinearCrossEntropyModule`` -> BUG_REPRODUCED
+* unpatched build (``HARNESS_PATCHED=0``): the output layer is not a ``LinearCrossEntropyModule`` -> BUG_REPRODUCED
   (FIGURE ``forward_with_labels`` records what a forward with labels then does: at dev d48bd6b
   ``compute_language_model_loss`` has no branch for the "linear" implementation and raises
   UnboundLocalError); a LinearCrossEntropyModule -> BUG_ABSENT.
-* patched lanes (pack 10's series applied first): the output layer is a
+* patched build (``HARNESS_PATCHED=1``; pack 10's series applied first): the output layer is a
   ``LinearCrossEntropyModule``; one forward with labels calls megatron's
   ``linear_cross_entropy`` exactly once and never ``compute_language_model_loss``; the same
   model with the option off (same weights) gives the plain path. With Megatron's loss
@@ -67,7 +67,6 @@ simulated, tensors on the CPU), so the same path runs.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import socket
@@ -77,6 +76,7 @@ import warnings
 
 
 # ---- from _lane.py (verbatim) ----
+import argparse
 import json
 import platform
 from importlib import metadata
@@ -200,27 +200,81 @@ def lane() -> str:
     return os.environ.get("HARNESS_LANE", "manual")
 
 
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
+# ---- from _numerics.py (verbatim) ----
+K_NOISE = 4.0  # a result may sit this many times above its control's error
+
+
+def rel_fro(a, ref) -> float:
+    """Relative Frobenius error ||a - ref|| / ||ref||, in float64 (a zero reference divides by 1e-300)."""
+    a, ref = a.double(), ref.double()
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def tolerance(control: float, floor: float, k: float = K_NOISE) -> float:
+    """The most a result may be off: ``k`` times the control's error, at least ``floor``."""
+    if control != control or control < 0:  # NaN or negative: the control itself is broken
+        raise ValueError(f"control error {control!r} is not a non-negative number")
+    return max(k * control, floor)
+
+
 # ---- the reproducer ----
 
 IGNORE = -100
 IGNORE_FRACTION = 0.2
-K_NOISE = 4.0
 SEED = 11
 SHAPES = {"cpu": dict(seqlen=32, batch=2, hidden=64, heads=4, vocab=512),
           "cuda": dict(seqlen=128, batch=2, hidden=256, heads=4, vocab=2048)}
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--pattern", default=None,
                    help="hybrid layer pattern (M Mamba, * attention, - MLP); default: -- on cpu, M*- on cuda")
     return p.parse_args()
-
-
-def patched_build() -> bool:
-    return os.environ.get("HARNESS_PATCHED", "1" if "fix" in lane() else "0") == "1"
 
 
 def init_single_process(torch, dist, device: str) -> None:
@@ -373,11 +427,6 @@ def boundary_reference(torch, F, capture: dict, weight, labels):
     return loss.detach(), hidden.grad, w.grad
 
 
-def rel(a, ref) -> float:
-    a, ref = a.double().reshape(-1), ref.double().reshape(-1)
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
 def check_dtype(torch, F, mod_lce, pattern, dtype, device, shape, failures):
     name = str(dtype).replace("torch.", "")
     ids, pos, labels = batch(torch, shape, device)
@@ -425,19 +474,19 @@ def check_dtype(torch, F, mod_lce, pattern, dtype, device, shape, failures):
     ref_masked, ref_loss, ref_grads = run_loss(torch, plain, ids, pos, labels, capture)
     b_loss, b_dhidden, b_dweight = boundary_reference(torch, F, capture, core(plain).output_layer.weight, labels)
     eps = torch.finfo(dtype).eps
-    control = {"loss": rel(ref_loss, b_loss), "grad_hidden": rel(capture["grad_hidden"], b_dhidden),
-               "grad_output_weight": rel(ref_grads["output_layer.weight"], b_dweight)}
+    control = {"loss": rel_fro(ref_loss, b_loss), "grad_hidden": rel_fro(capture["grad_hidden"], b_dhidden),
+               "grad_output_weight": rel_fro(ref_grads["output_layer.weight"], b_dweight)}
     figure("control_plain_vs_float64_at_output_boundary", control, None, dtype=name)
-    tol = {k: K_NOISE * max(v, eps) for k, v in control.items()}
+    tol = {k: tolerance(v, K_NOISE * eps) for k, v in control.items()}  # K_NOISE * max(v, eps)
 
-    def judge(what, got, ref, tolerance):
+    def judge(what, got, ref, limit):
         if got is None or ref is None or got.shape != ref.shape:
             failures.append(f"{name}: {what} missing or of another shape")
             return None
-        err = rel(got, ref)
+        err = rel_fro(got, ref)
         finite = bool(torch.isfinite(got.float()).all())
-        if not finite or err > tolerance:
-            failures.append(f"{name}: {what} rel diff {err:.3g} > {tolerance:.3g}" if finite else
+        if not finite or err > limit:
+            failures.append(f"{name}: {what} rel diff {err:.3g} > {limit:.3g}" if finite else
                             f"{name}: {what} not finite")
         return err
 
@@ -453,20 +502,18 @@ def check_dtype(torch, F, mod_lce, pattern, dtype, device, shape, failures):
 
 def main() -> int:
     args = parse_args()
-    if args.lane:
-        os.environ["HARNESS_LANE"] = args.lane
-    stamp("megatron-core", "megatron.core.models.hybrid.hybrid_model")
+    start(args, "megatron-core", "megatron.core.models.hybrid.hybrid_model")
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    if args.device == "cuda" and not torch.cuda.is_available():
-        skip("no CUDA device; the cpu lanes run an MLP-only hybrid model")
+    if args.device == "cuda":
+        require_cuda("no CUDA device; the cpu lanes run an MLP-only hybrid model")
     pattern = args.pattern or ("--" if args.device == "cpu" else "M*-")
     if args.device == "cpu" and set(pattern) - {"-"}:
         raise SystemExit(f"pattern {pattern!r}: megatron's local attention and Mamba layers need CUDA")
     shape = SHAPES[args.device]
-    patched = patched_build()
+    is_patched = patched()
     init_single_process(torch, dist, args.device)
     from megatron.core.fusions import fused_linear_cross_entropy as mod_flce
     from megatron.core.transformer import linear_cross_entropy as mod_lce
@@ -475,7 +522,7 @@ def main() -> int:
            layers={"M": "MambaLayer+MambaMixer (local projections)", "*": "TransformerLayer local attention",
                    "-": "MLPLayer local MLP"})
 
-    if not patched:
+    if not is_patched:
         model = build_model(torch, pattern, torch.float32, True, args.device, shape)
         layer = type(core(model).output_layer)
         ids, pos, labels = batch(torch, shape, args.device)

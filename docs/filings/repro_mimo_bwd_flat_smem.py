@@ -10,10 +10,16 @@ Run it once per build, from one directory:
        HARNESS_LANE=baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --groups 2
   2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
        HARNESS_LANE=equivalence-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --groups 2
-  3. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CPU is enough):
+  3. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
+       HARNESS_LANE=timing-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run HARNESS_BASELINE_SITE=$RELEASED_SITE python repro_mimo_bwd_flat_smem.py --timing --heads 128 --groups 8 --batch 2 --seqlen 4096
+  4. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CPU is enough):
        HARNESS_LANE=tma-probe-baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe --probe-dims static --groups 2
-  4. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CPU is enough):
+  5. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CPU is enough):
        HARNESS_LANE=tma-probe-patched-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe --probe-dims static --groups 2
+
+RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
+made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at
+e9594ce1c7: the run compares the changed function with that one in one process.
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -36,6 +42,16 @@ unit roundoff)`` with control = the baseline's run-to-run distance and bf16-stor
 EQUIVALENCE_VERIFIED (bitwise equality is reported per tensor as a figure; it is not required,
 since the kernel's schedule may change). Both compile with the kernel's own pass configs, i.e.
 TL_DISABLE_TMA_LOWER=True (today's mitigation).
+
+Timing (``--timing``, patched lane with the unpatched build beside it: ``with_baseline``). The
+baseline's ``mamba3_mimo_bwd.py`` is loaded next to the patched package, and the forward+backward of
+the public entry point is timed with the dense backward taken from one file or the other
+(``mamba_mimo_bwd_combined`` swapped in ``mamba3_mimo``'s namespace between calls), the two variants'
+calls interleaved in one process (``_timing.compare``). The claim is "no slower": FIX_VALIDATED when
+the patched kernel time is at most ``--max-slowdown`` times the baseline's, FIX_FAILED above;
+SKIPPED when no kernel time could be measured (wall time alone would time the host). Run it at the
+article's production shape (the lane's args); both backward variants compile there once
+(``prewarm`` compiles them in parallel).
 
 TMA probe (``--tma-probe``). Lowers ``mamba_mimo_bwd_bwd`` for sm_90 (``tilelang.lower``; no launch)
 with TL_DISABLE_TMA_LOWER=False (and, with ``--also-tma-off``, also with the kernel's own pass configs;
@@ -68,12 +84,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 import traceback
 
 
 # ---- from _lane.py (verbatim) ----
+import os
 import platform
 import sys
 from importlib import metadata
@@ -197,17 +213,54 @@ def lane() -> str:
     return os.environ.get("HARNESS_LANE", "manual")
 
 
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
 # ---- from _mamba3.py (verbatim) ----
 import hashlib
 import subprocess
 import tempfile
 from pathlib import Path
-
-
-K_NOISE = 4.0  # a result may sit this many times above its control's error
-
-
-BF16_FLOOR = 2.0**-8  # bf16 unit roundoff: the smallest tolerance ever used
 
 
 def run_dir() -> Path:
@@ -254,9 +307,26 @@ def load_results(name: str, meta: dict) -> dict:
     return data["tensors"]
 
 
-def rel_fro(a, ref) -> float:
-    a, ref = a.double(), ref.double()
-    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+def load_baseline_module(module: str, alias: str):
+    """``module`` as the unpatched build has it (``HARNESS_BASELINE_SITE``), imported as ``alias``; or None.
+
+    The patched lane of a pair that times both kernels in one process loads the baseline's copy of the
+    kernel's file beside the patched package: its own imports resolve to the patched package, so only
+    the code in that one file differs -- which is where the series changes it."""
+    import importlib.util
+
+    site = os.environ.get("HARNESS_BASELINE_SITE")
+    if not site:
+        return None
+    path = Path(site) / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        raise SystemExit(f"HARNESS_BASELINE_SITE={site}: no {path.name} for {module} there")
+    spec = importlib.util.spec_from_file_location(alias, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = mod  # dataclasses and decorators look their module up by name
+    spec.loader.exec_module(mod)
+    figure("baseline_module_file", str(path), module=module)
+    return mod
 
 
 def prewarm(cases: list[dict], jobs: int = 0, timeout_s: float = 540.0) -> None:
@@ -296,7 +366,174 @@ def prewarm(cases: list[dict], jobs: int = 0, timeout_s: float = 540.0) -> None:
                 "a child failure is reported by the lane's own call of that case")
 
 
+# ---- from _numerics.py (verbatim) ----
+K_NOISE = 4.0  # a result may sit this many times above its control's error
+
+
+BF16_FLOOR = 2.0**-8  # bf16 unit roundoff: the smallest bf16 tolerance ever used
+
+
+def rel_fro(a, ref) -> float:
+    """Relative Frobenius error ||a - ref|| / ||ref||, in float64 (a zero reference divides by 1e-300)."""
+    a, ref = a.double(), ref.double()
+    return ((a - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+# ---- from _timing.py (verbatim) ----
+import statistics
+from collections.abc import Callable, Iterable
+
+
+HOST_BOUND_RATIO = 1.5
+
+
+WALL_METHOD = "host perf_counter around each call, CUDA synchronized before and after"
+
+
+KERNEL_METHOD = ("torch.profiler, one session per call: sum of the durations of the call's CUDA kernels "
+                 "(memcpy/memset excluded)")
+
+
+def summarize(samples: Iterable[float]) -> dict:
+    """Median, [min, max] and standard deviation of samples (ms)."""
+    xs = [float(x) for x in samples]
+    if not xs:
+        raise ValueError("no samples")
+    return {"median": statistics.median(xs), "spread": [min(xs), max(xs)],
+            "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0, "n": len(xs)}
+
+
+def is_copy(name: str) -> bool:
+    """CUDA activity that moves or fills memory rather than computing (profiler naming)."""
+    return name.startswith(("Memcpy", "Memset", "memcpy", "memset"))
+
+
+def device_totals(records: Iterable[tuple[str, float]]) -> dict:
+    """Per-call sums from (name, duration_us) of one call's device activities."""
+    kernel_us = copy_us = 0.0
+    kernels = 0
+    for name, dur_us in records:
+        if is_copy(name):
+            copy_us += dur_us
+        else:
+            kernel_us += dur_us
+            kernels += 1
+    return {"kernel_ms": kernel_us / 1e3, "memcpy_ms": copy_us / 1e3, "kernels": kernels}
+
+
+def host_bound(wall_ms: float | None, kernel_ms: float | None, ratio: float = HOST_BOUND_RATIO) -> bool | None:
+    """Wall time above ``ratio`` x kernel time; ``None`` when either is unknown or the kernel time is zero."""
+    if wall_ms is None or not kernel_ms:
+        return None
+    return wall_ms > ratio * kernel_ms
+
+
+def assemble(wall: list[float], per_call: list[dict] | None, *, warmup: int,
+             host_bound_ratio: float = HOST_BOUND_RATIO, note: str | None = None) -> dict:
+    """The result dict from wall samples and per-call device totals (``None``: not measured)."""
+    w = summarize(wall)
+    out = {
+        "wall_ms": w["median"], "wall_spread_ms": w["spread"], "wall_stdev_ms": w["stdev"], "repeat": w["n"],
+        "warmup": warmup, "wall_method": WALL_METHOD, "kernel_method": KERNEL_METHOD,
+        "host_bound_threshold": host_bound_ratio,
+        "kernel_ms": None, "kernel_spread_ms": None, "kernel_stdev_ms": None, "kernels_per_call": None,
+        "memcpy_ms": None, "profile_repeat": 0, "wall_over_kernel": None, "host_bound": None, "note": note,
+    }
+    if per_call and any(c["kernels"] for c in per_call):
+        k = summarize(c["kernel_ms"] for c in per_call)
+        out.update(kernel_ms=k["median"], kernel_spread_ms=k["spread"], kernel_stdev_ms=k["stdev"],
+                   profile_repeat=k["n"], kernels_per_call=statistics.median(c["kernels"] for c in per_call),
+                   memcpy_ms=statistics.median(c["memcpy_ms"] for c in per_call))
+        out["wall_over_kernel"] = out["wall_ms"] / k["median"] if k["median"] else None
+        out["host_bound"] = host_bound(out["wall_ms"], k["median"], host_bound_ratio)
+    elif per_call is not None and note is None:
+        out["note"] = "the profiler recorded no CUDA kernel for the call (CUPTI unavailable?): kernel time not measured"
+    return out
+
+
+def _profile_once(torch, fn: Callable[[], object]) -> dict:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    records = [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return device_totals(records)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:  # a CPU-only check of a pure-Python callable
+        return None
+    return torch
+
+
+def compare(fns: dict[str, Callable[[], object]], *, reference: str | None = None, warmup: int = 3,
+            repeat: int = 20, profile_repeat: int = 5, host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
+    """``measure`` for several callables, interleaved round by round; ratios to ``reference``.
+
+    Returns ``{name: result}``; with a reference, every result also has ``ratio_to_<reference>``
+    (kernel time when both kernel times were measured, else ``None``) and
+    ``wall_ratio_to_<reference>``."""
+    if not fns:
+        raise ValueError("nothing to time")
+    if reference is not None and reference not in fns:
+        raise ValueError(f"reference {reference!r} is not one of {sorted(fns)}")
+    torch = _torch()
+    cuda = torch is not None and torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    sync()
+    wall: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            wall[name].append((time.perf_counter() - start) * 1e3)
+    if cuda:
+        per_call: dict[str, list[dict]] = {name: [] for name in fns}
+        for _ in range(profile_repeat):
+            for name, fn in fns.items():
+                per_call[name].append(_profile_once(torch, fn))
+        out = {name: assemble(wall[name], per_call[name], warmup=warmup, host_bound_ratio=host_bound_ratio)
+               for name in fns}
+    else:
+        note = "CUDA absent: wall time only (host clock, no GPU); kernel time not measured"
+        out = {name: assemble(wall[name], None, warmup=warmup, host_bound_ratio=host_bound_ratio, note=note)
+               for name in fns}
+    if reference is not None:
+        ref = out[reference]
+        for r in out.values():
+            r[f"ratio_to_{reference}"] = (r["kernel_ms"] / ref["kernel_ms"]
+                                          if r["kernel_ms"] is not None and ref["kernel_ms"] else None)
+            r[f"wall_ratio_to_{reference}"] = r["wall_ms"] / ref["wall_ms"] if ref["wall_ms"] else None
+    return out
+
+
+def headline(t: dict) -> tuple[float, str]:
+    """The number a FIGURE leads with: kernel time when measured, else wall time; and which it is."""
+    return (t["kernel_ms"], "kernel_ms") if t["kernel_ms"] is not None else (t["wall_ms"], "wall_ms")
+
+
+def report(name: str, t: dict, **context) -> None:
+    """One FIGURE line for a ``measure`` result: value = ``headline``; every field of ``t`` alongside."""
+    from _lane import figure
+
+    value, which = headline(t)
+    figure(name, value, unit="ms", value_is=which, **t, **context)
+
+
 # ---- from pack05_mimo_gqa_backward.py (verbatim) ----
+import math
+
+
 GRADS = ("Q", "K", "V", "ADT", "DT", "Trap", "Q_bias", "K_bias", "MIMO_V", "MIMO_Z", "MIMO_Out", "Angles", "D", "Z")
 
 
@@ -353,6 +590,35 @@ def fwd_bwd(torch, mamba3_mimo, a, inputs, dout, cu_seqlens=None):
     return {k: leaves[k].grad for k in GRADS}
 
 
+def mimo_gemm_flops(batch, seqlen, heads, n, p, rank, chunk) -> dict:
+    """Tensor-core GEMM FLOPs of mamba3_mimo forward+backward, counted from the kernels' T.gemm calls.
+
+    Per (batch, head, chunk) with L = chunk * R fused rows (the same GEMMs at 2.3.2.post1 and main;
+    GQA and G=H do identical arithmetic: every value head runs its own GEMMs on its group's Q/K):
+
+    * forward kernel: Q K^T twice (once for the diagonal qk_dot blocks, once for the intra-chunk
+      scores) 2 x 2*L*L*N; scores @ PsiV 2*L*L*P; Q @ state 2*L*N*P; state update K^T @ PsiV 2*L*N*P.
+    * backward, first kernel (bwd_fwd): recomputes the same five GEMMs.
+    * backward, second kernel (bwd_bwd): K Q^T, dKQ @ Q, dKQ^T @ K: 3 x 2*L*L*N; masked KQ @ dPhiO,
+      dPhiO PsiV^T, PsiV dPhiO^T: 3 x 2*L*L*P; K @ dstates, PsiV dstates^T, dPhiO states^T,
+      Q^T dPhiO: 4 x 2*L*N*P.
+
+    Chunks are counted whole (ceil(S / chunk), padding included) and causal masks are not
+    discounted: this is the arithmetic the GPU executes, not the minimal algorithmic count.
+    Element-wise work (exp, rotary, gating), the Triton helper kernels and the dQ/dK reduction are
+    not counted.
+    """
+    L = chunk * rank
+    units = batch * heads * math.ceil(seqlen / chunk)
+    llN, llP, lNP = 2 * L * L * n, 2 * L * L * p, 2 * L * n * p
+    fwd = 2 * llN + llP + 2 * lNP
+    bwd_fwd = fwd
+    bwd_bwd = 3 * llN + 3 * llP + 4 * lNP
+    return {"fwd": units * fwd, "bwd": units * (bwd_fwd + bwd_bwd), "total": units * (fwd + bwd_fwd + bwd_bwd),
+            "model": "per (b, h, chunk), L=chunk*R: fwd 4L^2N+2L^2P+4LNP; bwd (recompute + gradients) "
+                     "4L^2N+2L^2P+4LNP + 6L^2N+6L^2P+8LNP; chunks counted whole, masks not discounted"}
+
+
 def run_warm_case(torch, mamba3_mimo, a, case) -> None:
     """A prewarm child: one forward+backward of the case's shapes (compiles and caches its kernels)."""
     cu = cu_seqlens(torch, case["lengths"], "cuda") if case["lengths"] else None
@@ -363,10 +629,18 @@ def run_warm_case(torch, mamba3_mimo, a, case) -> None:
 
 # ---- the reproducer ----
 
+BWD_MODULE = "mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd"
+MAX_SLOWDOWN = 1.05  # a refactor of the staging: kernel time may move within run-to-run spread, not more
+
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+    p = parser(__doc__)
+    p.add_argument("--timing", action="store_true",
+                   help="time baseline vs patched backward in one process (needs HARNESS_BASELINE_SITE)")
+    p.add_argument("--max-slowdown", type=float, default=MAX_SLOWDOWN)
+    p.add_argument("--warmup", type=int, default=2, help="timing: unmeasured calls per variant")
+    p.add_argument("--repeat", type=int, default=10, help="timing: wall-clock calls per variant")
+    p.add_argument("--profile-repeat", type=int, default=5, help="timing: profiled calls per variant")
     p.add_argument("--tma-probe", action="store_true", help="lowering-only TMA eligibility probe")
     p.add_argument("--also-tma-off", action="store_true",
                    help="probe: also lower with the kernel's own configs (TMA off); the equivalence lanes "
@@ -412,15 +686,81 @@ def gradients(torch, mamba3_mimo, a, device) -> dict:
     return runs
 
 
-def equivalence(a) -> None:
-    import torch
+def use_backward(module) -> None:
+    """Make ``mamba3_mimo``'s autograd backward call ``module``'s dense ``mamba_mimo_bwd_combined``."""
+    import importlib
 
-    if not torch.cuda.is_available():
-        skip("needs a CUDA GPU (TileLang kernels)")
+    # the module, by its full name: a package may re-export the function under the same name
+    entry = importlib.import_module("mamba_ssm.ops.tilelang.mamba3.mamba3_mimo")
+    entry.mamba_mimo_bwd_combined = module.mamba_mimo_bwd_combined
+
+
+def warm_case(a, case: dict) -> None:
+    """A prewarm child: one forward+backward of the case, with the baseline's backward when it says so."""
+    import torch
+    from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
+
+    if case.get("bwd") == "baseline":
+        use_backward(load_baseline_module(BWD_MODULE, "p07_baseline_mimo_bwd"))
+    run_warm_case(torch, mamba3_mimo, a, case)
+
+
+def timing(a) -> None:
+    torch = require_cuda("needs a CUDA GPU (TileLang kernels)")
+    import importlib
+
+    from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
+
+    if not patched():
+        raise SystemExit("--timing compares the patched backward with the baseline's: run it on the patched build")
+    baseline = load_baseline_module(BWD_MODULE, "p07_baseline_mimo_bwd")
+    if baseline is None:
+        raise SystemExit("--timing needs the unpatched build beside the patched one (HARNESS_BASELINE_SITE; "
+                         "the lane's with_baseline)")
+    mine = importlib.import_module(BWD_MODULE)
+    B, S, H, G = a.batch, a.seqlen, a.heads, a.groups
+    figure("problem", meta(a) | {"mode": "timing", "dtype": "bfloat16"}, lane=lane())
+    case = {"groups": G, "batch": B, "seqlen": S, "lengths": None}
+    prewarm([case, case | {"bwd": "baseline"}], jobs=a.prewarm_jobs)
+    inputs = make_inputs(torch, a, B, S, G, seed=5, device="cuda")
+    dout = make_dout(torch, B, S, a, seed=6, device="cuda")
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in inputs.items()}
+    params = list(leaves.values())
+
+    def step(module):
+        def run():
+            use_backward(module)
+            return torch.autograd.grad(call(torch, mamba3_mimo, a, leaves), params, dout, allow_unused=True)
+        return run
+
+    t = compare({"baseline": step(baseline), "patched": step(mine)}, reference="baseline", warmup=a.warmup,
+                repeat=a.repeat, profile_repeat=a.profile_repeat)
+    flops = mimo_gemm_flops(B, S, H, a.headdim_qk, a.headdim_v, a.rank, a.chunk)
+    for name, r in t.items():
+        report("fwd_bwd_timing", r, build=name, groups=G, heads=H, batch=B, seqlen=S)
+        if r["kernel_ms"]:
+            figure("fwd_bwd_tflops", flops["total"] / (r["kernel_ms"] * 1e-3) / 1e12, unit="TFLOP/s", build=name,
+                   basis="kernel_ms", flops=flops["total"], flops_model=flops["model"])
+    ratio = t["patched"]["ratio_to_baseline"]
+    figure("fwd_bwd_time_ratio_patched_over_baseline", ratio, basis="kernel_ms",
+           wall_ratio=t["patched"]["wall_ratio_to_baseline"], max_allowed=a.max_slowdown,
+           host_bound=[t["baseline"]["host_bound"], t["patched"]["host_bound"]],
+           note="both backward variants timed in this process, calls interleaved (_timing.compare)")
+    if ratio is None:
+        skip("kernel time not measured on this host: the no-slowdown claim cannot be judged from wall time")
+    details = {"ratio": ratio, "max_allowed": a.max_slowdown, "criterion": "patched fwd+bwd kernel time <= "
+               "max_allowed x baseline's, same process, interleaved calls"}
+    verdict("FIX_VALIDATED" if ratio <= a.max_slowdown else "FIX_FAILED", **details)
+
+
+def equivalence(a) -> None:
+    torch = require_cuda("needs a CUDA GPU (TileLang kernels)")
+    import os
+
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd import mamba_mimo_bwd_bwd
 
-    patched = os.environ.get("HARNESS_PATCHED") == "1"
+    is_patched = patched()
     # one baseline file per base, so lanes of two bases can share one HARNESS_RUN_DIR
     saved = "pack07-baseline" + (f"-{os.environ['HARNESS_BASE']}" if os.environ.get("HARNESS_BASE") else "")
     figure("problem", meta(a), lane=lane())
@@ -432,7 +772,7 @@ def equivalence(a) -> None:
     first, second = gradients(torch, mamba3_mimo, a, "cuda")
     finite = {k: bool(torch.isfinite(v).all()) for k, v in first.items()}
     control = {k: max(rel_fro(second[k], v), rel_fro(v.to(torch.bfloat16), v)) for k, v in first.items()}
-    if not patched:
+    if not is_patched:
         save_results(saved, meta(a), first)
         save_results(f"{saved}-control", meta(a), {k: torch.tensor(c) for k, c in control.items()})
         bad = [k for k in first if not finite[k] or rel_fro(second[k], first[k]) > BF16_FLOOR]
@@ -478,7 +818,6 @@ def tma_probe(a) -> None:
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd import mamba_mimo_bwd_bwd
     from tilelang import tvm
 
-    patched = os.environ.get("HARNESS_PATCHED") == "1"
     target = "cuda -arch=sm_90"
     if a.probe_dims == "symbolic":
         dims = (T.dynamic("B"), T.dynamic("S"), T.dynamic("H"), T.dynamic("G"))
@@ -515,7 +854,7 @@ def tma_probe(a) -> None:
     on, off = results["tma_on"], results.get("tma_off", {"ok": True, "note": "not probed here"})
     eligible = on["ok"] and on.get("tma_load", 0) > 0
     figure("tma_bulk_copy_emitted", eligible)
-    if not patched:
+    if not patched():
         verdict("BUG_ABSENT" if eligible else "BUG_REPRODUCED", tma_on=on, tma_off_ok=off["ok"])
     elif off["ok"] and eligible:
         verdict("FIX_VALIDATED", tma_load=on["tma_load"], note="TMA stays disabled in the kernel's pass configs")
@@ -526,16 +865,13 @@ def tma_probe(a) -> None:
 def main() -> None:
     a = parse_args()
     if a.warm_case:  # prewarm child: no protocol lines, one forward+backward, exit
-        import torch
-        from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo import mamba3_mimo
-
-        run_warm_case(torch, mamba3_mimo, a, json.loads(a.warm_case))
+        warm_case(a, json.loads(a.warm_case))
         return
-    if a.lane:
-        os.environ["HARNESS_LANE"] = a.lane
-    stamp("mamba-ssm", "mamba_ssm")
+    start(a, "mamba-ssm", "mamba_ssm")
     if a.tma_probe:
         tma_probe(a)
+    elif a.timing:
+        timing(a)
     else:
         equivalence(a)
 

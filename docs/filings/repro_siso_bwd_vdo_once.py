@@ -1,15 +1,19 @@
 """mamba3 siso bwd: compute V @ dO^T and its mask once per chunk: a self-contained reproducer.
 
-Needs mamba-ssm (the package under test) importable, torch, a CUDA GPU, with tilelang==0.1.8,
-apache-tvm-ffi==0.1.9, z3-solver==4.15.4.0, einops==0.8.2, psutil==7.2.2, tqdm==4.67.3,
-cloudpickle==3.1.2, packaging==26.0. Nothing else: every helper it uses is copied in below.
+Needs mamba-ssm (the package under test) importable, a CUDA GPU, with tilelang==0.1.8, apache-tvm-
+ffi==0.1.9, z3-solver==4.15.4.0, einops==0.8.2, psutil==7.2.2, tqdm==4.67.3, cloudpickle==3.1.2,
+packaging==26.0. Nothing else: every helper it uses is copied in below.
 
 Run it once per build, from one directory:
 
   1. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
        HARNESS_LANE=baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
   2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
-       HARNESS_LANE=equivalence-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
+       HARNESS_LANE=equivalence-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run HARNESS_BASELINE_SITE=$RELEASED_SITE python repro_siso_bwd_vdo_once.py
+
+RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
+made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at
+e9594ce1c7: the run compares the changed function with that one in one process.
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -28,8 +32,12 @@ One build per process, so the check spans two lanes sharing ``$HARNESS_RUN_DIR``
   CONTRACT_HELD (else CONTRACT_BROKEN). Saves the outputs, prints their sha256 as FIGUREs, and
   the timing of ``compute_dqkv`` (``_timing``: kernel time from the profiler, wall time, spreads).
 * equivalence lane (04 series): same inputs, same launch config; every output bitwise equal to
-  the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output,
-  timing and the kernel-time ratio to the baseline lane's (median, min/max over the runs).
+  the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output.
+  Timing: when the harness also hands the lane the unpatched build (``HARNESS_BASELINE_SITE``,
+  the lane's ``with_baseline``), the baseline's ``mamba3_siso_bwd.py`` is loaded beside the
+  patched one and both ``compute_dqkv`` are timed in this one process, calls interleaved
+  (``_timing.compare``): kernel time and wall time of each and their ratios, so the ratio never
+  spans two processes.
 
 Works unchanged at 2.3.2.post1 and at main (e9594ce): ``compute_dqkv`` and its Triton kernel differ
 there only in whitespace, and pack 04's series applies to both. Compile cost: one Triton variant
@@ -41,17 +49,15 @@ lanes, so both compile exactly one variant and compare the same schedule. (With 
 two lanes could pick different configs, and a different warp count may change the reduction
 order; that would not be the patch's doing.)
 
-    HARNESS_RUN_DIR=/tmp/r04 HARNESS_PATCHED=0 python pack04_siso_bwd_vdo_once.py   # then =1
+    HARNESS_RUN_DIR=/tmp/r04 python pack04_siso_bwd_vdo_once.py --unpatched   # then --patched
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-
-
 # ---- from _lane.py (verbatim) ----
+import argparse
 import json
+import os
 import platform
 import sys
 from importlib import metadata
@@ -175,6 +181,49 @@ def lane() -> str:
     return os.environ.get("HARNESS_LANE", "manual")
 
 
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
 # ---- from _mamba3.py (verbatim) ----
 import hashlib
 from pathlib import Path
@@ -222,6 +271,28 @@ def load_results(name: str, meta: dict) -> dict:
     if data["meta"] != meta:
         raise SystemExit(f"{path}: baseline results are for another problem: {data['meta']} != {meta}")
     return data["tensors"]
+
+
+def load_baseline_module(module: str, alias: str):
+    """``module`` as the unpatched build has it (``HARNESS_BASELINE_SITE``), imported as ``alias``; or None.
+
+    The patched lane of a pair that times both kernels in one process loads the baseline's copy of the
+    kernel's file beside the patched package: its own imports resolve to the patched package, so only
+    the code in that one file differs -- which is where the series changes it."""
+    import importlib.util
+
+    site = os.environ.get("HARNESS_BASELINE_SITE")
+    if not site:
+        return None
+    path = Path(site) / (module.replace(".", "/") + ".py")
+    if not path.is_file():
+        raise SystemExit(f"HARNESS_BASELINE_SITE={site}: no {path.name} for {module} there")
+    spec = importlib.util.spec_from_file_location(alias, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = mod  # dataclasses and decorators look their module up by name
+    spec.loader.exec_module(mod)
+    figure("baseline_module_file", str(path), module=module)
+    return mod
 
 
 # ---- from _timing.py (verbatim) ----
@@ -309,28 +380,58 @@ def _profile_once(torch, fn: Callable[[], object]) -> dict:
     return device_totals(records)
 
 
-def measure(fn: Callable[[], object], *, warmup: int = 3, repeat: int = 20, profile_repeat: int = 5,
-            host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
-    """Warm up, then time ``fn`` by wall clock (``repeat`` calls) and by profiled kernel time."""
-    import torch
+def _torch():
+    try:
+        import torch
+    except ImportError:  # a CPU-only check of a pure-Python callable
+        return None
+    return torch
 
-    cuda = torch.cuda.is_available()
+
+def compare(fns: dict[str, Callable[[], object]], *, reference: str | None = None, warmup: int = 3,
+            repeat: int = 20, profile_repeat: int = 5, host_bound_ratio: float = HOST_BOUND_RATIO) -> dict:
+    """``measure`` for several callables, interleaved round by round; ratios to ``reference``.
+
+    Returns ``{name: result}``; with a reference, every result also has ``ratio_to_<reference>``
+    (kernel time when both kernel times were measured, else ``None``) and
+    ``wall_ratio_to_<reference>``."""
+    if not fns:
+        raise ValueError("nothing to time")
+    if reference is not None and reference not in fns:
+        raise ValueError(f"reference {reference!r} is not one of {sorted(fns)}")
+    torch = _torch()
+    cuda = torch is not None and torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(warmup):
-        fn()
+        for fn in fns.values():
+            fn()
     sync()
-    wall = []
+    wall: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        wall.append((time.perf_counter() - start) * 1e3)
-    if not cuda:
-        return assemble(wall, None, warmup=warmup, host_bound_ratio=host_bound_ratio,
-                        note="CUDA absent: wall time only (host clock, no GPU); kernel time not measured")
-    per_call = [_profile_once(torch, fn) for _ in range(profile_repeat)]
-    return assemble(wall, per_call, warmup=warmup, host_bound_ratio=host_bound_ratio)
+        for name, fn in fns.items():
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            wall[name].append((time.perf_counter() - start) * 1e3)
+    if cuda:
+        per_call: dict[str, list[dict]] = {name: [] for name in fns}
+        for _ in range(profile_repeat):
+            for name, fn in fns.items():
+                per_call[name].append(_profile_once(torch, fn))
+        out = {name: assemble(wall[name], per_call[name], warmup=warmup, host_bound_ratio=host_bound_ratio)
+               for name in fns}
+    else:
+        note = "CUDA absent: wall time only (host clock, no GPU); kernel time not measured"
+        out = {name: assemble(wall[name], None, warmup=warmup, host_bound_ratio=host_bound_ratio, note=note)
+               for name in fns}
+    if reference is not None:
+        ref = out[reference]
+        for r in out.values():
+            r[f"ratio_to_{reference}"] = (r["kernel_ms"] / ref["kernel_ms"]
+                                          if r["kernel_ms"] is not None and ref["kernel_ms"] else None)
+            r[f"wall_ratio_to_{reference}"] = r["wall_ms"] / ref["wall_ms"] if ref["wall_ms"] else None
+    return out
 
 
 def headline(t: dict) -> tuple[float, str]:
@@ -351,9 +452,8 @@ def report(name: str, t: dict, **context) -> None:
 OUTPUTS = ("dQ", "dK", "dV", "dADT", "dQK_dot", "dD", "d_issm_state")
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lane", help="lane name; overrides HARNESS_LANE")
+def parse_args(argv=None):
+    p = parser(__doc__)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--headdim-qk", type=int, default=128)
     p.add_argument("--headdim-v", type=int, default=64)
@@ -365,7 +465,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--perf-batch", type=int, default=4)
     p.add_argument("--perf-seqlen", type=int, default=4096)
     p.add_argument("--no-perf", action="store_true")
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def pin_config(triton, module, spec: str) -> dict:
@@ -418,15 +518,6 @@ def make_inputs(torch, a, batch, seqlen, cu_seqlens, seed, device):
     }
 
 
-def timing_tensor(torch, t):
-    """[median, min, max, kernel?] of the headline time (kernel time when measured, else wall), for the file."""
-    if t is None:
-        return torch.tensor([])
-    if t["kernel_ms"] is not None:
-        return torch.tensor([t["kernel_ms"], *t["kernel_spread_ms"], 1.0], dtype=torch.float64)
-    return torch.tensor([t["wall_ms"], *t["wall_spread_ms"], 0.0], dtype=torch.float64)
-
-
 def run(compute_dqkv, inputs, a, cu_seqlens):
     out = compute_dqkv(**inputs, chunk_size=a.chunk, has_input_state=True, Cu_Seqlens=cu_seqlens)
     return dict(zip(OUTPUTS, out, strict=True))
@@ -434,20 +525,15 @@ def run(compute_dqkv, inputs, a, cu_seqlens):
 
 def main() -> None:
     a = parse_args()
-    if a.lane:
-        os.environ["HARNESS_LANE"] = a.lane
-    stamp("mamba-ssm", "mamba_ssm")
-    import torch
-
-    if not torch.cuda.is_available():
-        skip("needs a CUDA GPU (Triton kernels with TMA descriptors)")
+    start(a, "mamba-ssm", "mamba_ssm")
+    torch = require_cuda("needs a CUDA GPU (Triton kernels with TMA descriptors)")
     import triton
     from mamba_ssm.ops.triton.mamba3 import mamba3_siso_bwd
     from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import _triton_alloc_fn
 
     triton.set_allocator(_triton_alloc_fn)  # what the autograd backward does before launching
     device = "cuda"
-    patched = os.environ.get("HARNESS_PATCHED") == "1"
+    is_patched = patched()
     config = pin_config(triton, mamba3_siso_bwd, a.config)
     meta = {"heads": a.heads, "N": a.headdim_qk, "P": a.headdim_v, "chunk": a.chunk, "batch": a.batch,
             "seqlen": a.seqlen, "varlen": a.varlen, "config": config}
@@ -470,15 +556,32 @@ def main() -> None:
                 figure("run_to_run_differs", True, case=case, tensor=name)
             results[f"{case}:{name}"] = first[name]
 
-    timing = None
     if not a.no_perf:
         perf_inputs = make_inputs(torch, a, a.perf_batch, a.perf_seqlen, None, seed=24, device=device)
-        timing = measure(lambda: run(mamba3_siso_bwd.compute_dqkv, perf_inputs, a, None), warmup=3, repeat=30,
-                         profile_repeat=10)
-        report("compute_dqkv_timing", timing, batch=a.perf_batch, seqlen=a.perf_seqlen, heads=a.heads)
+        timed = {"this_build": mamba3_siso_bwd}
+        baseline = load_baseline_module("mamba_ssm.ops.triton.mamba3.mamba3_siso_bwd", "p04_baseline_siso_bwd") \
+            if is_patched else None
+        if baseline is not None:
+            pin_config(triton, baseline, a.config)
+            timed = {"baseline": baseline, "patched": mamba3_siso_bwd}
+        timings = compare({name: (lambda m=m: run(m.compute_dqkv, perf_inputs, a, None)) for name, m in timed.items()},
+                          reference="baseline" if baseline is not None else None, warmup=3, repeat=30,
+                          profile_repeat=10)
+        for name, t in timings.items():
+            report("compute_dqkv_timing", t, build=name, batch=a.perf_batch, seqlen=a.perf_seqlen, heads=a.heads)
+        if baseline is not None:
+            p, b = timings["patched"], timings["baseline"]
+            kernel = p["ratio_to_baseline"] is not None
+            figure("bwd_time_ratio_patched_over_baseline",
+                   p["ratio_to_baseline"] if kernel else p["wall_ratio_to_baseline"],
+                   basis="kernel_ms" if kernel else "wall_ms", wall_ratio=p["wall_ratio_to_baseline"],
+                   patched_kernel_ms=p["kernel_ms"], baseline_kernel_ms=b["kernel_ms"],
+                   patched_wall_ms=p["wall_ms"], baseline_wall_ms=b["wall_ms"],
+                   host_bound=[b["host_bound"], p["host_bound"]],
+                   note="both kernels timed in this process, calls interleaved (_timing.compare)")
 
-    if not patched:
-        save_results("pack04-baseline", meta, results | {"timing_ms": timing_tensor(torch, timing)})
+    if not is_patched:
+        save_results("pack04-baseline", meta, results)
         if deterministic:
             verdict("CONTRACT_HELD", contract="baseline compute_dqkv is bitwise deterministic run to run",
                     outputs=len(results))
@@ -495,17 +598,10 @@ def main() -> None:
         figure("bitwise_equal", same, output=key)
         if not same:
             differ.append(key)
-    bt, mine = base.get("timing_ms"), timing_tensor(torch, timing)
-    if bt is not None and bt.numel() == 4 and mine.numel() == 4 and int(bt[3]) == int(mine[3]):
-        basis = "kernel_ms" if int(mine[3]) else "wall_ms"
-        figure("bwd_time_ratio_patched_over_baseline", float(mine[0]) / float(bt[0]), basis=basis,
-               patched_ms=[float(mine[1]), float(mine[0]), float(mine[2])],
-               baseline_ms=[float(bt[1]), float(bt[0]), float(bt[2])], note="[min, median, max] per lane")
     if differ or not deterministic:
         verdict("EQUIVALENCE_BROKEN", differ=differ, patched_deterministic=deterministic)
     else:
         verdict("EQUIVALENCE_VERIFIED", outputs=sorted(results), cases=list(cases))
-
 
 if __name__ == "__main__":
     main()

@@ -15,7 +15,7 @@ kv_group 1), top-k 64 (the dispatcher wants a multiple of 64), bf16.
 
 Lanes (``--check``):
 
-* ``refusal`` / ``accepted`` (CUDA): the real megatron dispatcher
+* ``run`` (the default; CUDA): the real megatron dispatcher
   ``ops.tilelang_dsa.fused_sparse_mla_absorbed`` and ``SparseMLA.apply``. Baseline: the dispatcher
   returns None (the caller falls back to the unfused path) and the kernel interfaces refuse the shape
   (AssertionError) -> BUG_REPRODUCED. Patched: forward and backward run through the dispatcher and
@@ -33,7 +33,6 @@ Lanes (``--check``):
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -43,6 +42,7 @@ from pathlib import Path
 
 
 # ---- from _lane.py (verbatim) ----
+import argparse
 import json
 import platform
 from importlib import metadata
@@ -166,24 +166,66 @@ def lane() -> str:
     return os.environ.get("HARNESS_LANE", "manual")
 
 
+def patched() -> bool:
+    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+
+    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    a baseline gets reported as a fix."""
+    value = os.environ.get("HARNESS_PATCHED")
+    if value not in ("0", "1"):
+        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+                         "or pass --patched / --unpatched")
+    return value == "1"
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    build = p.add_mutually_exclusive_group()
+    build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
+                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+    build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
+                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+    return p
+
+
+def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
+    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "lane", None):
+        os.environ["HARNESS_LANE"] = args.lane
+    if getattr(args, "patched_build", None) is not None:
+        os.environ["HARNESS_PATCHED"] = args.patched_build
+    return stamp(distribution, module)
+
+
+def require_cuda(reason: str):
+    """torch, when a CUDA device is there; otherwise ``skip(reason)``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        skip(reason)
+    return torch
+
+
+# ---- from _numerics.py (verbatim) ----
+BF16_FLOOR = 2.0**-8  # bf16 unit roundoff: the smallest bf16 tolerance ever used
+
+
 # ---- the reproducer ----
 
 OPS = "megatron.core.transformer.experimental_attention_variant.ops"
 B, S, H, TOPK = 2, 128, 16, 64
 D_TOTAL, D_V = 128, 64
 DS_TOTAL, DS_V, DS_S = 576, 512, 64   # DeepSeek-V3.2 absorbed MLA, small sequence
-BF16_EPS = 2.0**-8
-TOL = 8 * BF16_EPS   # max |got - ref| / max |ref|, per tensor: 8 bf16 units of the tensor's scale
+TOL = 8 * BF16_FLOOR   # max |got - ref| / max |ref|, per tensor: 8 bf16 units of the tensor's scale
 
 
-def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args():
+    p = parser(__doc__)
     p.add_argument("--check", choices=["run", "lower"], default="run")
     return p.parse_args()
-
-
-def patched() -> bool:
-    return os.environ.get("HARNESS_PATCHED", "").lower() in ("1", "true", "yes")
 
 
 def load_baseline_ops():
@@ -286,7 +328,7 @@ def run_check(torch, ops_dsa, sparse_mla, baseline_sparse_mla):
                         "bitwise_equal": bool(torch.equal(res["patched"][i], res["baseline"][i])),
                         "baseline_vs_ref": rel_err(torch, res["baseline"][i], (rout2, rq2.grad, rkv2.grad)[i])}
             figure(f"deepseek_{name}_patched_vs_baseline", diff, None, **ds[name])
-            if not diff <= 2 * BF16_EPS:
+            if not diff <= 2 * BF16_FLOOR:
                 failures.append(f"DeepSeek shape {name}: patched differs from baseline by {diff:.3g}")
     return ("FIX_FAILED" if failures else "FIX_VALIDATED"), {
         "failures": failures, "rel_err_128_64": errs, "tol": TOL, "deepseek_576_512": ds}
@@ -424,11 +466,11 @@ def lower_check(torch, ops_dsa, sparse_mla, fwd, bwd):
 
 def main() -> int:
     args = parse_args()
-    stamp("megatron-core", "megatron.core")
+    start(args, "megatron-core", "megatron.core")
     import torch
 
-    if args.check == "run" and not torch.cuda.is_available():
-        skip("the fused SparseMLA kernels need a CUDA GPU (the 'lower' lane checks them on any host)")
+    if args.check == "run":
+        require_cuda("the fused SparseMLA kernels need a CUDA GPU (the 'lower' lane checks them on any host)")
     ops_dsa = importlib.import_module(f"{OPS}.tilelang_dsa")
     sparse_mla = importlib.import_module(f"{OPS}.sparse_mla")
     if sparse_mla.SparseMLA is None or ops_dsa.SparseMLA is None:
