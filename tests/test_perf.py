@@ -88,7 +88,8 @@ def test_markdown_table_has_one_row_per_claim(lane_repo, capsys):
 
 
 def test_a_row_can_read_the_runs_sentinel_and_its_details(lane_repo, capsys):
-    lane_repo.write_tracking(extra=CLAIM.replace('"max_err"', '"@verdict"').replace('"{value:.3f}"', '"{value} ({got})"'))
+    claim = CLAIM.replace('"max_err"', '"@verdict"').replace('"{value:.3f}"', '"{value} ({got})"')
+    lane_repo.write_tracking(extra=claim)
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
     code, out = _perf(lane_repo, capsys)
     receipt = json.loads((lane_repo.root / out["claims"][0]["receipt"]).read_text())
