@@ -429,8 +429,9 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
     results: list[EvidenceRowResult] = []
     problems: list[str] = []
     used: dict[Path, receipts.Receipt] = {}
+    latest = receipts.latest_by_lane(root, pack.target, pack.id)
     for i, row in enumerate(pack.evidence, 1):
-        rec = receipts.latest(root, pack.target, pack.id, row.lane)
+        rec = latest.get(row.lane)
         label, result, problem = resolve_row(row, rec)
         if problem:
             problems.append(f"evidence row {i} ({row.lane}, {row.figure}): {problem}")
@@ -454,7 +455,8 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         r.host = names[key]
     lines = ["| what | build | result | host |", "| --- | --- | --- | --- |"]
     for r in results:
-        lines.append(f"| {_cell(r.label)} | {_cell(r.build)} | {_cell(r.result)} | {_cell(r.host or '-')} |")
+        cells = (r.label, r.build, r.result, r.host or "-")
+        lines.append("| " + " | ".join(table_cell(c) for c in cells) + " |")
     notes = []
     hosts = {}
     for r in results:
@@ -497,7 +499,8 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
     return Evidence(text.strip(), problems, list(used.values()))
 
 
-def _cell(text: str) -> str:
+def table_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table (pipes escaped, on one line)."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 

@@ -11,7 +11,6 @@ readiness applies to a filing's lanes): a claim whose receipt went stale is show
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness import filing, readiness, receipts
 from harness.errors import ConfigError
@@ -32,11 +31,15 @@ class Claim:
     host: str | None
     started: str | None
 
+    @property
+    def current(self) -> bool:
+        """The value was read and its receipt still counts for today's lane."""
+        return self.stale is None and self.problem is None
+
     def as_json(self) -> dict:
         return {"pack": self.pack, "lane": self.lane, "base": self.base, "base_pin": self.base_pin,
-                "label": self.label, "result": self.result, "problem": self.problem, "current": self.stale is None
-                and self.problem is None, "stale": self.stale, "receipt": self.receipt, "host": self.host,
-                "started": self.started}
+                "label": self.label, "result": self.result, "problem": self.problem, "current": self.current,
+                "stale": self.stale, "receipt": self.receipt, "host": self.host, "started": self.started}
 
 
 def claims(ctx, pack: Pack) -> list[Claim]:
@@ -45,11 +48,12 @@ def claims(ctx, pack: Pack) -> list[Claim]:
     manifest = ctx.manifest(pack.target)
     lanes = {lane.name: lane for lane in pack.lanes}
     series_memo: dict[str, list | str] = {}
+    latest = receipts.latest_by_lane(root, pack.target, pack.id)
     out = []
     for row in pack.performance:
         lane = lanes[row.lane]  # tracking.load checked that the row names a lane of the pack
         base = manifest.bases.get(lane.base)
-        rec = receipts.latest(root, pack.target, pack.id, lane.name)
+        rec = latest.get(lane.name)
         label, result, problem = filing.resolve_row(row, rec)
         stale: str | None = None
         if base is None:
@@ -70,13 +74,8 @@ def claims(ctx, pack: Pack) -> list[Claim]:
         out.append(Claim(
             pack=pack.id, lane=lane.name, base=lane.base, base_pin=base.pin if base is not None else None,
             label=label, result=result, problem=problem, stale=stale,
-            receipt=_relative(path, root), host=receipts.host_description(rec) if rec is not None else None,
+            receipt=receipts.display_path(path, root) if path is not None else None,
+            host=receipts.host_description(rec) if rec is not None else None,
             started=rec.started if rec is not None else None,
         ))
     return out
-
-
-def _relative(path: Path | None, root: Path) -> str | None:
-    if path is None:
-        return None
-    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)

@@ -326,8 +326,9 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
         except ConfigError as exc:
             reasons.append(Reason(ReasonCode.SERIES, str(exc)))
     lanes = []
+    latest = receipts.latest_by_lane(root, pack.target, pack.id)
     for lane in pack.lanes:
-        rec = receipts.latest(root, pack.target, pack.id, lane.name)
+        rec = latest.get(lane.name)
         on = lane.base == fbase
         problem = lane_problem(root, pack, lane, rec, base, patches) if on and base is not None else None
         lanes.append(LaneEvidence(lane, rec, problem, on))

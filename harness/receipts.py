@@ -682,6 +682,16 @@ def latest(root: Path, target: str, pack: str, lane: str | None = None) -> Recei
     return found[-1] if found else None
 
 
+def latest_by_lane(root: Path, target: str, pack: str) -> dict[str, Receipt]:
+    """Each lane's latest receipt, from one scan of the pack's receipts (callers that loop over lanes)."""
+    return {r.lane: r for r in find(root, target, pack)}  # oldest first: the last one per lane stays
+
+
+def display_path(path: Path, root: Path) -> str:
+    """``path`` relative to the repository root when it lies inside it (as tracking.toml names receipts)."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
 def host_description(receipt: Receipt) -> str:
     """'<GPU> (cc <x.y>)', else the platform, as tracking.toml's validation entries name the host."""
     host = receipt.host
@@ -702,5 +712,5 @@ def summary(receipt: Receipt, root: Path) -> dict:
         "patched": receipt.patched,
         "host": host_description(receipt),
         "date": receipt.started,
-        "receipt": str(path.relative_to(root)) if path.is_relative_to(root) else str(path),
+        "receipt": display_path(path, root),
     }

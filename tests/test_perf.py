@@ -97,3 +97,15 @@ def test_a_row_can_read_the_runs_sentinel_and_its_details(lane_repo, capsys):
     assert code == Exit.OK
     got = receipt["sentinel_details"][sentinel]["got"]  # the details' keys are the row's placeholders
     assert out["claims"][0]["result"] == f"{sentinel} ({', '.join(format(v, 'g') for v in got)})"
+
+
+def test_latest_by_lane_is_latest_for_every_lane(lane_repo, capsys):
+    from harness import receipts
+
+    lane_repo.write_tracking()
+    for _ in range(2):  # two receipts per lane: the newer one must win
+        assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    by_lane = receipts.latest_by_lane(lane_repo.root, "fake", "01")
+    assert sorted(by_lane) == ["bug", "fix"]
+    for lane, rec in by_lane.items():
+        assert rec.path == receipts.latest(lane_repo.root, "fake", "01", lane).path

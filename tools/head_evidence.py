@@ -13,14 +13,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the harness beside it reads the receipts
 
-from harness.receipts import Receipt  # noqa: E402
+from harness.receipts import Receipt, latest  # noqa: E402
 
 
 def receipt(target: str, pack: str, lane: str) -> tuple[Receipt, str]:
-    found = sorted((ROOT / "receipts" / target / pack).glob(f"*-{lane}/receipt.json"))
-    if not found:
+    """The lane's latest receipt (its name exactly: a glob on the directory would also take '*-fix-main' for
+    'stage-fix-main') and its directory name."""
+    rec = latest(ROOT, target, pack, lane)
+    if rec is None:
         raise SystemExit(f"no receipt for {target}/{pack} lane {lane}")
-    return Receipt.load(found[-1]), found[-1].parent.name
+    return rec, rec.dir.name
 
 
 def figures(rec: Receipt, name: str) -> list[dict]:

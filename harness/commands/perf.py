@@ -11,6 +11,7 @@ from harness import performance, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
+from harness.filing import table_cell
 
 JSON_SCHEMA = 1
 
@@ -35,7 +36,7 @@ def main(args) -> int:
     packs = [ctx.tracking.pack(p) for p in args.packs] if args.packs else \
         [p for p in ctx.tracking.packs.values() if p.performance]
     rows = [c for pack in packs for c in performance.claims(ctx, pack)]
-    current = all(c.stale is None and c.problem is None for c in rows)
+    current = all(c.current for c in rows)
     if args.json:
         ui.out.file.write(json.dumps({"schema": JSON_SCHEMA, "claims": [c.as_json() for c in rows]}, indent=2) + "\n")
         return int(Exit.OK) if current else int(Exit.MISMATCH)
@@ -45,8 +46,9 @@ def main(args) -> int:
             value = c.result if c.problem is None else f"({c.problem})"
             value += f" (stale: {c.stale})" if c.stale else ""
             pin = f" ({c.base_pin[:10]})" if c.base_pin and len(c.base_pin) == 40 else ""
-            lines.append(f"| {c.pack} | {_cell(c.label)} | {_cell(value)} | {c.base}{pin} | {c.host or '-'} | "
-                         f"`{Path(c.receipt).parent.name if c.receipt else '-'}` |")
+            where = Path(c.receipt).parent.name if c.receipt else "-"
+            lines.append(f"| {c.pack} | {table_cell(c.label)} | {table_cell(value)} | {c.base}{pin} | "
+                         f"{c.host or '-'} | `{where}` |")
         ui.out.file.write("\n".join(lines) + "\n")
         return int(Exit.OK) if current else int(Exit.MISMATCH)
     table = Table()
@@ -59,7 +61,3 @@ def main(args) -> int:
         table.add_row(c.pack, c.label, value, c.base, c.host or "-", c.receipt or "-")
     ui.out.print(table)
     return int(Exit.OK) if current else int(Exit.MISMATCH)
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")

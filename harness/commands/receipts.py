@@ -148,8 +148,9 @@ def _missing_from_tracking(ctx) -> list[str]:
 
 def _show(ctx, args) -> int:
     pack = ctx.tracking.pack(args.pack)
+    latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id)
     for lane in pack.lanes:
-        rec = receipts.latest(ctx.root, pack.target, pack.id, lane.name)
+        rec = latest.get(lane.name)
         if rec is None:
             ui.data(f"{lane.name}: no receipt")
             continue
