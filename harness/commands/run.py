@@ -53,20 +53,20 @@ def main(args) -> int:
         for col in ("lane", "verdict", "why", "receipt"):
             table.add_column(col)
         for r in results:
-            where = str(r.receipt.dir.relative_to(ctx.root)) if r.receipt and r.receipt.dir.is_relative_to(ctx.root) \
-                else (str(r.receipt.dir) if r.receipt else "-")
+            where = receipts.display_path(r.receipt.dir, ctx.root) if r.receipt else "-"
             table.add_row(ui.text(r.lane), ui.text(r.verdict, _STYLE[r.verdict]), ui.text(r.reason), ui.text(where))
         ui.out.print(table)
-    for r in results:
-        if r.verdict == Verdict.SKIPPED:
-            last = receipts.latest(ctx.root, pack.target, pack.id, r.lane)
-            if last is None:
-                ui.info(f"  {r.lane}: skipped here; no receipt yet from a host that has the hardware")
-            else:
-                ui.info(f"  {r.lane}: skipped here; latest receipt {last.dir.relative_to(ctx.root)}: "
-                        f"{last.verdict} ({', '.join(last.sentinels) or 'no sentinel'}) on "
-                        f"{receipts.host_description(last)} at {last.started}")
-    if results and all(r.verdict == Verdict.SKIPPED for r in results):
+    skipped = [r for r in results if r.verdict == Verdict.SKIPPED]
+    latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id) if skipped else {}
+    for r in skipped:
+        last = latest.get(r.lane)
+        if last is None:
+            ui.info(f"  {r.lane}: skipped here; no receipt yet from a host that has the hardware")
+        else:
+            ui.info(f"  {r.lane}: skipped here; latest receipt {last.dir.relative_to(ctx.root)}: "
+                    f"{last.verdict} ({', '.join(last.sentinels) or 'no sentinel'}) on "
+                    f"{receipts.host_description(last)} at {last.started}")
+    if results and len(skipped) == len(results):
         ui.warn("no lane could run on this host: nothing was validated")
     ui.info(f"exit {int(code)} ({code.name})")
     return int(code)
