@@ -380,10 +380,10 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
                                   f"upstream may already have it: {thread_label(t.url)} ({t.role})"))
     if pack.kind == "comment":
         target = related.comment_target(pack)
-        target_thread = related.thread_of(pack, target) if target else None
-        if target_thread is not None and target_thread.state in ("closed", "merged"):
+        th = related.thread_of(pack, target) if target else None
+        if th is not None and th.state in ("closed", "merged"):
             reasons.append(Reason(ReasonCode.THREAD,
-                                  f"{thread_label(target_thread.url)} is {target_thread.state}: a comment there reaches nobody"))
+                                  f"{thread_label(th.url)} is {th.state}: a comment there reaches nobody"))
     scan = None
     if pack.state not in NOT_FILED and pack.kind in FILED_KINDS:
         scan, found = _related(ctx, pack)
