@@ -152,17 +152,18 @@ def _upstream(pack) -> str:
 
 
 def _related(state: readiness.Readiness) -> str:
-    """The related column: undecided candidates, else how many were found and decided."""
+    """The related column: 'N new' (undecided candidates), else 'N ok' (found, none waiting), 'none', or '-'
+    (not looked for: the pack is not to be filed)."""
     scan = state.related
     if scan is None:
         return "-"
     new = related.undecided(state.pack, scan.candidates)
     if new:
-        return f"{len(new)} undecided"
-    return f"{len(scan.candidates)} found" if scan.candidates else "none"
+        return f"{len(new)} new"
+    return f"{len(scan.candidates)} ok" if scan.candidates else "none"
 
 
-COLUMNS = (("pack", 4), ("target", 11), ("kind", 8), ("state", 8), ("upstream", 28), ("related", 11),
+COLUMNS = (("pack", 4), ("target", 11), ("kind", 8), ("state", 8), ("upstream", 28), ("related", 8),
            ("latest", 15))
 MIN_REASON = 24
 
