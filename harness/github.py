@@ -166,8 +166,9 @@ class Recorded:
     ``GET /repos/o/r/pulls/7`` is ``<dir>/repos/o/r/pulls/7.json``, in the shape the API returns.
     ``GET /search/issues?q=...`` is answered from ``<dir>/search/issues/<owner>+<repo>.json`` (a search
     answer holding every item recorded for that repository) by keeping the items GitHub's search would:
-    of the ``is:pr``/``is:issue`` kind asked, updated on or after an ``updated:>=`` date, and holding
-    every quoted term in the title or body (case-insensitive, like GitHub's own matching of a phrase).
+    of the ``is:pr``/``is:issue`` kind asked, updated on or after an ``updated:>=`` date, and holding the
+    quoted terms in the title or body (all of them, or any one when they are joined by ``OR``;
+    case-insensitive, like GitHub's own matching of a phrase).
     A path with no file is a ``ThreadNotFound``, as a 404 is.
     """
 
@@ -207,7 +208,7 @@ class Recorded:
                 continue
             if since and item.get("updated_at") and str(item["updated_at"])[:10] < since.group(1):
                 continue
-            if all(t in text for t in terms):
+            if (any if " OR " in q else all)(t in text for t in terms):
                 keep.append(item)
         return {"total_count": len(keep), "incomplete_results": False, "items": keep}
 

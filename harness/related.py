@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 from harness import git, pins, series
@@ -34,6 +35,8 @@ Day = date  # Candidate has a field named 'date'
 STALE_DAYS = 90  # a filing target with no activity for this long is flagged stale
 SEARCH_DAYS = 365  # "recently": PRs and issues updated within this many days are searched
 _MARGIN = 3  # lines either side of one of our hunks that still count as the same hunk
+_TERMS_PER_QUERY = 6  # GitHub's search allows five AND/OR/NOT operators in one query
+MAX_PR_FILES = 30  # pulls/{n}/files lookups per pack (newest first); the rest are ranked by their text only
 _DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 _CONTEXT_DEF = re.compile(r"(?:async\s+)?(?:def|class)\s+(\w+)")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@(.*)$")
@@ -97,9 +100,14 @@ def parse_diff(text: str) -> list[DiffHunk]:
             # -U0 style "@@ -12,0 +13 @@" inserts after line 12; otherwise the old side starts at line 12
             cur = {"line": start if (m.group(2) != "0") else start + 1, "first": None, "last": None,
                    "insert": start, "function": named.group(1) if named else "", "defines": set(), "changed": []}
+            # git names the last def *before* the hunk; a def among the context lines above the first change
+            # is the one the change sits in
             if start == 0:  # "@@ -0,0 ...": the file is created (or, in another tree, exists whole)
                 cur["first"] = cur["last"] = 0
         elif cur is not None:
+            d = _DEF.match(line[1:]) if line[:1] in " -" and not cur["changed"] else None
+            if d:
+                cur["function"] = d.group(1)
             if line.startswith("-"):
                 cur["first"] = cur["line"] if cur["first"] is None else cur["first"]
                 cur["last"] = cur["line"]
@@ -245,6 +253,7 @@ def _neg_date(text: str) -> float:
 class HistoryScan:
     candidates: tuple[Candidate, ...]
     note: str  # what was compared, or why nothing was
+    complete: bool = False  # every commit since the base was looked at (not just two trees)
 
 
 def find_mirror(repo_url: str, mirrors: tuple[Path, ...]) -> Path | None:
@@ -286,7 +295,7 @@ def history(mirror: Path, slug: str, base_commit: str, fp: Footprint, ref: str |
         return HistoryScan((), f"{mirror}: no branch heads")
     newest, when, ref = head
     if newest == base_commit:
-        return HistoryScan((), f"the base {base_commit[:9]} is the newest commit reachable ({ref})")
+        return HistoryScan((), f"the base {base_commit[:9]} is the newest commit reachable ({ref})", True)
     if not git.call(mirror, "cat-file", "-e", f"{base_commit}^{{commit}}").ok:
         return HistoryScan((), f"{mirror} does not hold the base commit {base_commit[:9]}")
     files = list(fp.files)
@@ -299,7 +308,7 @@ def history(mirror: Path, slug: str, base_commit: str, fp: Footprint, ref: str |
             overlap, where = fp.describe(hunks)
             if overlap is not None:
                 out.append(Candidate(f"{slug}@{sha}", "commit", subject, cdate, "", overlap, where, str(mirror)))
-        return HistoryScan(tuple(out), f"history {base_commit[:9]}..{newest[:9]} ({ref}) in {mirror}")
+        return HistoryScan(tuple(out), f"history {base_commit[:9]}..{newest[:9]} ({ref}) in {mirror}", True)
     # A shallow mirror: two trees, no commits between them. The change is one candidate named by the newest.
     hunks = parse_diff(git.run(mirror, "diff", "-U0", base_commit, newest, "--", *files))
     overlap, where = fp.describe(hunks)
@@ -319,7 +328,48 @@ def _has_history(mirror: Path, commit: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------- GitHub
 
-Get = Callable[[str], object]
+MAX_API_COMMITS = 20  # commits read one by one (GET /repos/{slug}/commits/{sha}) per pack
+
+
+def api_history(get: Get, slug: str, base_commit: str, fp: Footprint, source: str,
+                branch: str | None = None) -> HistoryScan:
+    """Commits since the base that touch the footprint's files, through GitHub's commits API (the mirror
+    had no history): the base's date, then ``commits?path=FILE&since=DATE`` per file, then each commit's
+    files and patches."""
+    try:
+        base = get(f"/repos/{slug}/commits/{base_commit}")
+        since = str(((base.get("commit") or {}).get("committer") or {}).get("date") or "")
+        shas: dict[str, None] = {}
+        for f in fp.files:
+            query = {"path": f, "since": since, "per_page": MAX_API_COMMITS} | ({"sha": branch} if branch else {})
+            listed = get(f"/repos/{slug}/commits?" + urlencode(query))
+            for c in listed if isinstance(listed, list) else []:
+                if isinstance(c, dict) and c.get("sha") and c["sha"] != base_commit:
+                    shas.setdefault(str(c["sha"]), None)
+        out = []
+        for sha in list(shas)[:MAX_API_COMMITS]:
+            data = get(f"/repos/{slug}/commits/{sha}")
+            if not isinstance(data, dict):
+                continue
+            hunks = []
+            for f in data.get("files") or []:
+                name, patch = str(f.get("filename") or ""), str(f.get("patch") or "")
+                hunks += parse_diff(f"diff --git a/{name} b/{name}\n{patch}\n") if patch else []
+                if name in fp.files and not patch:
+                    hunks.append(DiffHunk(name, 0, 0, "", frozenset(), ""))
+            overlap, where = fp.describe(hunks)
+            if overlap is not None:
+                commit = data.get("commit") or {}
+                out.append(Candidate(f"{slug}@{sha}", "commit", str(commit.get("message") or "").split("\n")[0],
+                                     str((commit.get("committer") or {}).get("date") or ""), "", overlap, where,
+                                     source))
+    except ThreadNotFound as exc:
+        return HistoryScan((), f"commits since {base_commit[:9]} not read from {source}: {exc}")
+    capped = f" (the newest {MAX_API_COMMITS})" if len(shas) > MAX_API_COMMITS else ""
+    return HistoryScan(tuple(out), f"commits since {base_commit[:9]} from {source}{capped}", True)
+
+
+Get = Callable[[str], Any]  # a JSON answer: a dict or a list
 
 
 def search_terms(fp: Footprint) -> list[str]:
@@ -336,17 +386,21 @@ def github_candidates(get: Get, slug: str, fp: Footprint, source: str, today: da
     """PRs and issues of ``slug`` updated in the last ``days`` that name our files, functions or error."""
     since = ((today or datetime.now(UTC).date()) - timedelta(days=days)).isoformat()
     items: dict[int, dict] = {}
-    for term in search_terms(fp):
-        q = f'repo:{slug} "{term}" updated:>={since}'
-        answer = get("/search/issues?" + urlencode({"q": q, "per_page": 50}))
+    terms = search_terms(fp)
+    for i in range(0, len(terms), _TERMS_PER_QUERY):  # one query per few terms: the search limit is per minute
+        either = " OR ".join(f'"{t}"' for t in terms[i:i + _TERMS_PER_QUERY])
+        q = f"repo:{slug} updated:>={since} ({either})"
+        answer = get("/search/issues?" + urlencode({"q": q, "per_page": 50, "sort": "updated"}))
         for item in (answer.get("items") or []) if isinstance(answer, dict) else []:
             if isinstance(item, dict) and isinstance(item.get("number"), int):
                 items.setdefault(item["number"], item)
+    newest_prs = sorted((n for n, it in items.items() if "pull_request" in it),
+                        key=lambda n: str(items[n].get("updated_at") or ""), reverse=True)[:MAX_PR_FILES]
     out = []
     for number, item in sorted(items.items()):
         is_pr = "pull_request" in item
         overlap, where = None, ""
-        if is_pr:
+        if number in newest_prs:
             try:
                 files = get(f"/repos/{slug}/pulls/{number}/files?per_page=100")
             except ThreadNotFound:
@@ -424,16 +478,24 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
         notes.append("the pack names no files and has no series: nothing to compare")
     elif not commit:
         notes.append(f"base {base} has no known upstream commit: history not compared")
-    elif (mirror := find_mirror(manifest.repo, sources.mirrors)) is None:
-        notes.append(f"no mirror of {slug} ({pins.mirror_name(manifest.repo)}): history not compared")
     else:
-        try:
-            h = history(mirror, slug, commit, fp, ref)
-        except HarnessError as exc:
-            notes.append(f"history not compared: {exc}")
+        h = None
+        if (mirror := find_mirror(manifest.repo, sources.mirrors)) is None:
+            notes.append(f"no mirror of {slug} ({pins.mirror_name(manifest.repo)})")
         else:
+            try:
+                h = history(mirror, slug, commit, fp, ref)
+            except HarnessError as exc:
+                notes.append(f"history not compared: {exc}")
+            else:
+                notes.append(h.note)
+        if (h is None or not h.complete) and sources.get is not None:
+            api = api_history(sources.get, slug, commit, fp, sources.label,
+                              ref.removeprefix("refs/heads/") if ref else None)
+            notes.append(api.note)
+            h = api if api.complete else h  # the commits themselves replace the two trees' difference
+        if h is not None:
             found += h.candidates
-            notes.append(h.note)
     if sources.get is None:
         notes.append("no GitHub answers (offline, no recorded answers): PRs and issues not searched")
     elif fp.files or fp.error:

@@ -14,6 +14,7 @@ import threading
 from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 import pytest
 from conftest import CORE_BUGGY, REPO, cli
@@ -112,6 +113,9 @@ def _hunk(start: int, function: str, text: str = "-x\n+y") -> str:
 def test_parse_diff_finds_changed_lines_and_function():
     (h,) = related.parse_diff(PACK_DIFF)
     assert (h.path, h.first, h.last, h.function) == ("m.py", 13, 13, "scale")
+    # git's header names the def before the hunk; a def among the context lines above the change wins
+    (h,) = related.parse_diff(PACK_DIFF.replace(" b\n", " def inner():\n", 1))
+    assert (h.first, h.function) == (13, "inner")
 
 
 def test_candidates_rank_same_hunk_then_function_then_file_then_mention():
@@ -285,13 +289,14 @@ def test_rate_limit_stops_with_one_line(lane_repo, upstream, capsys, status, hea
 
     server = Server(answer)
     try:
-        code = cli("related", "01", "--api-url", server.url, *lane_repo.args())
+        code = cli("related", "01", "--api-url", server.url, "--git-mirrors", str(upstream.mirrors),
+                   *lane_repo.args())
     finally:
         server.close()
     err = capsys.readouterr().err
     assert code == Exit.UPSTREAM
     assert says in err and "Traceback" not in err
-    assert any(p.startswith("/search/issues") for p in server.paths)
+    assert server.paths[0].startswith("/rate_limit") and len(server.paths) == 2  # stopped at the first refusal
 
 
 def test_a_live_answer_is_used_when_the_api_answers(lane_repo, upstream, capsys):
@@ -303,11 +308,46 @@ def test_a_live_answer_is_used_when_the_api_answers(lane_repo, upstream, capsys)
 
     server = Server(answer)
     try:
-        assert cli("related", "01", "--api-url", server.url, "--json", *lane_repo.args()) == Exit.OK
+        assert cli("related", "01", "--api-url", server.url, "--json", "--git-mirrors", str(upstream.mirrors),
+                   *lane_repo.args()) == Exit.OK
     finally:
         server.close()
     (c,) = json.loads(capsys.readouterr().out)["packs"][0]["candidates"]
     assert (c["ref"], c["kind"], c["overlap"], c["source"]) == (f"{SLUG}#3", "issue", "mention", server.url)
+    # one query for the pack's terms (the search limit is per minute), each quoted, joined by OR
+    (search,) = [unquote_plus(p) for p in server.paths if p.startswith("/search/issues")]
+    assert f"repo:{SLUG}" in search and '("scale" OR "core")' in search  # our function, our file's stem
+
+
+def test_without_history_in_the_mirror_the_commits_api_lists_the_commits(lane_repo, upstream, tmp_path, capsys):
+    new = "c" * 40
+    upstream.mirrors = tmp_path / "no-mirrors"
+    upstream.mirrors.mkdir()
+
+    def answer(path):
+        if path.startswith(f"/repos/{SLUG}/commits/{upstream.base}"):
+            return 200, {}, {"sha": upstream.base, "commit": {"committer": {"date": "2026-01-01T00:00:00Z"}}}
+        if path.startswith(f"/repos/{SLUG}/commits?"):
+            return 200, {}, [{"sha": new}, {"sha": upstream.base}]
+        if path.startswith(f"/repos/{SLUG}/commits/{new}"):
+            return 200, {}, {"sha": new, "commit": {"message": "core: weight from the end\n\nbody",
+                                                    "committer": {"date": "2026-03-01T00:00:00Z"}},
+                             "files": [{"filename": "src/fakepkg/core.py", "patch": SAME_LINES}]}
+        if path.startswith("/search/issues"):
+            return 200, {}, {"total_count": 0, "items": []}
+        return 200, {}, {"resources": {}}
+
+    server = Server(answer)
+    try:
+        assert cli("related", "01", "--api-url", server.url, "--json", "--git-mirrors", str(upstream.mirrors),
+                   *lane_repo.args()) == Exit.OK
+    finally:
+        server.close()
+    (c,) = json.loads(capsys.readouterr().out)["packs"][0]["candidates"]
+    assert (c["ref"], c["kind"], c["overlap"], c["title"]) == (f"{SLUG}@{new}", "commit", "same hunk",
+                                                                "core: weight from the end")
+    listed = [unquote_plus(p) for p in server.paths if p.startswith(f"/repos/{SLUG}/commits?")]
+    assert listed and "path=src/fakepkg/core.py" in listed[0] and "since=2026-01-01T00:00:00Z" in listed[0]
 
 
 def test_neither_network_nor_recorded_answers_is_one_clear_line(lane_repo, upstream, capsys):
