@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from harness import git, pins, series
-from harness.errors import ConfigError, HarnessError, UpstreamError
+from harness.errors import HarnessError, UpstreamError
 from harness.github import ThreadNotFound, parse_thread, repo_slug, thread_state
 from harness.tracking import RELATED_REF, Decision, Pack, Thread, Tracking
 
@@ -625,12 +625,6 @@ def already_there(pack: Pack) -> Thread | None:
         t = thread_of(pack, target) if target else None
         return t if t is not None and t.ours is not None else None
     return next((t for t in pack.threads if t.ours == "author" and t.role == "filing target"), None)
-
-
-def check_ref(ref: str) -> str:
-    if not RELATED_REF.match(ref):
-        raise ConfigError(f"{ref!r}: write owner/repo#N or owner/repo@<full sha>")
-    return ref
 
 
 def offline_line(pack_ids: list[str]) -> UpstreamError:

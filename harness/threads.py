@@ -79,11 +79,11 @@ def transition(pack: Pack, url: str, old: str, new: str) -> str | None:
 
 
 def refresh(tracking: Tracking, client, today: date | None = None, me: str | None = None,
-            packs: list[Pack] | None = None) -> Refresh:
+            packs: list[Pack] | None = None, write: bool = True) -> Refresh:
     """Read every thread of ``packs`` (all by default) through ``client`` (a ``GitHub`` or ``Recorded``);
-    then write states, dates and, with ``me``, what of ours is there."""
+    then, with ``write``, record states, dates and, with ``me``, what of ours is there."""
     today_s = (today or date.today()).isoformat()
-    fetched: list[tuple[Pack, int, ThreadStatus, str | None]] = []
+    fetched: list[tuple[Pack, int, ThreadStatus, str | None, bool]] = []
     missing, skipped = [], []
     for pack in packs if packs is not None else tracking.packs.values():
         for i, th in enumerate(pack.threads):
@@ -95,38 +95,39 @@ def refresh(tracking: Tracking, client, today: date | None = None, me: str | Non
                 data = client.get(ref.api_path)
                 status = ThreadStatus(th.url, thread_state(ref.kind, data), str(data.get("updated_at") or ""),
                                       str(data.get("title") or ""))
-                ours = _ours(client, ref, data, me) if me else None
+                ours, looked = _ours(client, ref, data, me) if me else (None, False)
             except ThreadNotFound as exc:
                 missing.append(f"pack {pack.id}: {exc}")
                 continue
-            fetched.append((pack, i, status, ours))
+            fetched.append((pack, i, status, ours, looked))
     # Every read is in: now, and only now, edit the document.
     changes, reports = [], []
-    for pack, i, status, ours in fetched:
+    for pack, i, status, ours, looked in fetched:
         old = pack.threads[i].state
         values = {"state": status.state, "verified": today_s, "updated": status.updated or None}
-        if me and ours:
+        if ours:
             values["ours"] = ours
-        tracking.update_thread(pack.id, i, values)
+        if write:
+            tracking.update_thread(pack.id, i, values)
         if old != status.state:
             changes.append(Change(pack, status.url, old, status.state, status.updated,
                                   transition(pack, status.url, old, status.state)))
-        reports.append(Report(pack.id, status.url, pack.threads[i].role, status.state, status.updated, ours,
-                              me is not None))
-    if fetched:
+        reports.append(Report(pack.id, status.url, pack.threads[i].role, status.state, status.updated, ours, looked))
+    if fetched and write:
         tracking.save()
     return Refresh(len(fetched), tuple(changes), tuple(missing), tuple(skipped), tuple(reports), me)
 
 
-def _ours(client, ref, data: dict, me: str) -> str | None:
-    """'author' when ``me`` opened the thread, 'comment' when ``me`` commented on it (first 100 comments)."""
+def _ours(client, ref, data: dict, me: str) -> tuple[str | None, bool]:
+    """('author', True) when ``me`` opened the thread, ('comment', True) when ``me`` commented on it (among
+    its first 100 comments), (None, True) when neither, (None, False) when its comments cannot be read."""
     if str((data.get("user") or {}).get("login") or "").lower() == me.lower():
-        return "author"
+        return "author", True
     try:
         comments = client.get(f"/repos/{ref.owner}/{ref.repo}/issues/{ref.number}/comments?per_page=100")
     except ThreadNotFound:
-        return None
+        return None, False
     for c in comments if isinstance(comments, list) else []:
         if str((c.get("user") or {}).get("login") or "").lower() == me.lower():
-            return "comment"
-    return None
+            return "comment", True
+    return None, True

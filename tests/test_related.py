@@ -449,26 +449,57 @@ def _recorded_threads(d: Path, comment_by: str) -> None:
                                                                       {"user": {"login": comment_by}}]))
 
 
+def _serve(rec: Path) -> Server:
+    """A local API answering from recorded files (404 for anything not recorded)."""
+    from harness.github import Recorded, ThreadNotFound
+
+    def answer(path):
+        try:
+            return 200, {}, Recorded(rec).get(path)
+        except ThreadNotFound:
+            return 404, {}, {"message": "Not Found"}
+
+    return Server(answer)
+
+
 def test_threads_refresh_finds_our_comment_and_refuses_a_second_filing(lane_repo, upstream, tmp_path, capsys):
     text = (lane_repo.root / "tracking.toml").read_text().replace('kind = "pr"  # a pull request', 'kind = "comment"')
     (lane_repo.root / "tracking.toml").write_text(text + COMMENT_PACK)
     rec = tmp_path / "recorded"
     _recorded_threads(rec, comment_by="patch-filer")
     capsys.readouterr()
-    assert cli("threads", "refresh", "--offline", "--recorded", str(rec), "--me", "patch-filer", "--json",
-               *lane_repo.args()) == Exit.OK
+    server = _serve(rec)
+    try:
+        assert cli("threads", "refresh", "--api-url", server.url, "--me", "patch-filer", "--json",
+                   *lane_repo.args()) == Exit.OK
+    finally:
+        server.close()
     data = json.loads(capsys.readouterr().out)
     assert [(r["url"][-2:], r["state"], r["merged"], r["last_activity"], r["ours"]) for r in data["threads"]] == [
         ("11", "open", False, "2026-11-20T08:00:00Z", "comment"),
         ("12", "merged", True, "2026-10-01T00:00:00Z", "author"),
     ]
     threads = Tracking.load(lane_repo.root).pack("01").threads
-    assert [t.ours for t in threads] == ["comment", "author"]
+    assert [(t.state, t.ours) for t in threads] == [("open", "comment"), ("merged", "author")]
     texts = _codes(_status(lane_repo, upstream, capsys))[ReasonCode.ALREADY_THERE.value]
     assert "acme/fake#11" in texts[0] and "second filing is refused" in texts[0]
 
 
-def test_threads_refresh_without_a_login_does_not_guess(lane_repo, upstream, tmp_path, capsys, monkeypatch):
+def test_threads_refresh_offline_reports_and_writes_nothing(lane_repo, upstream, tmp_path, capsys):
+    (lane_repo.root / "tracking.toml").write_text((lane_repo.root / "tracking.toml").read_text() + COMMENT_PACK)
+    before = (lane_repo.root / "tracking.toml").read_text()
+    rec = tmp_path / "recorded"
+    _recorded_threads(rec, comment_by="patch-filer")
+    assert cli("threads", "refresh", "--offline", "--recorded", str(rec), "--me", "patch-filer", "--json",
+               *lane_repo.args()) == Exit.OK
+    out = capsys.readouterr()
+    assert [r["ours"] for r in json.loads(out.out)["threads"]] == ["comment", "author"]
+    assert "tracking.toml not changed" in out.err
+    assert (lane_repo.root / "tracking.toml").read_text() == before
+
+
+def test_threads_refresh_without_a_login_or_comments_does_not_guess(lane_repo, upstream, tmp_path, capsys,
+                                                                   monkeypatch):
     monkeypatch.delenv("GITHUB_USER", raising=False)
     (lane_repo.root / "tracking.toml").write_text((lane_repo.root / "tracking.toml").read_text() + COMMENT_PACK)
     rec = tmp_path / "recorded"
@@ -477,7 +508,10 @@ def test_threads_refresh_without_a_login_does_not_guess(lane_repo, upstream, tmp
     out = capsys.readouterr()
     assert {r["ours"] for r in json.loads(out.out)["threads"]} == {"unknown"}
     assert "is not checked" in out.err
-    assert [t.ours for t in Tracking.load(lane_repo.root).pack("01").threads] == [None, None]
+    # a login, but #12's comments are not there to read: unknown, not "nothing of ours"
+    assert cli("threads", "refresh", "--offline", "--recorded", str(rec), "--me", "nobody", "--json",
+               *lane_repo.args()) == Exit.OK
+    assert [r["ours"] for r in json.loads(capsys.readouterr().out)["threads"]] == [None, "unknown"]
 
 
 # ---------------------------------------------------------------------------------------------- this repository

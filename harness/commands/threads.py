@@ -23,7 +23,9 @@ def register(sub) -> None:
     p.add_argument("--me", default=None, metavar="LOGIN",
                    help="the filer's GitHub login (default: $GITHUB_USER, else the token's own login)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    p.add_argument("--offline", action="store_true", help="read recorded answers instead of the API")
+    p.add_argument("--offline", action="store_true",
+                   help="read recorded answers instead of the API and only report (tracking.toml is not changed: "
+                        "recorded answers are not today's state)")
     p.add_argument("--recorded", type=Path, default=None, metavar="DIR",
                    help="recorded GitHub answers (default: $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github)")
     p.add_argument("--api-url", default=None, help="GitHub REST API root (default: https://api.github.com)")
@@ -49,7 +51,9 @@ def main(args) -> int:
     if me is None:
         ui.note("no login (--me, $GITHUB_USER or a token): whether our comment or PR is there is not checked")
     with ui.status(f"reading {sum(len(p.threads) for p in packs)} thread(s) from {client.api_url}"):
-        result = threads.refresh(ctx.tracking, client, me=me, packs=packs)
+        result = threads.refresh(ctx.tracking, client, me=me, packs=packs, write=not args.offline)
+    if args.offline:
+        ui.note(f"offline: read from {client.api_url}; tracking.toml not changed")
     code = Exit.USAGE if result.not_found else Exit.OK
     for line in result.not_found:
         ui.warn(line)
