@@ -414,12 +414,24 @@ def github_candidates(get: Get, slug: str, fp: Footprint, source: str, today: da
                     hunks.append(DiffHunk(name, 0, -1, "", frozenset(), ""))
             overlap, where = fp.describe(hunks)
         if overlap is None:
-            named = fp.mentions(f"{item.get('title') or ''}\n{item.get('body') or ''}")
-            overlap, where = Overlap.MENTION, "names " + ", ".join(named) if named else "matched the search"
+            overlap, where = text_overlap(fp, f"{item.get('title') or ''}\n{item.get('body') or ''}", is_pr)
         out.append(Candidate(f"{slug}#{number}", "pull" if is_pr else "issue", str(item.get("title") or ""),
                              str(item.get("created_at") or ""), thread_state("pull" if is_pr else "issue", item),
                              overlap, where, source, str(item.get("updated_at") or "")))
     return out
+
+
+def text_overlap(fp: Footprint, text: str, is_pr: bool) -> tuple[Overlap, str]:
+    """How close a thread comes by what it says. An issue that quotes our error or names our function is
+    about the same failure or code (ranked as the same function), one naming our file as the same file; a
+    PR's own files decide its rank, so a PR that only talks about them is a mention."""
+    named = fp.mentions(text)
+    where = "names " + ", ".join(named) if named else "matched the search"
+    if is_pr or not named:
+        return Overlap.MENTION, where
+    if "the error message" in named or any(n in fp.functions for n in named):
+        return Overlap.FUNCTION, where
+    return Overlap.FILE, where
 
 
 # ---------------------------------------------------------------------------------------------- one pack

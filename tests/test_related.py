@@ -225,6 +225,24 @@ def test_a_candidate_older_than_the_last_decision_does_not_block(lane_repo, upst
     assert ReasonCode.RELATED.value not in _codes(_status(lane_repo, upstream, capsys))
 
 
+def test_an_issue_quoting_the_error_message_counts_and_gates(lane_repo, upstream, tmp_path, capsys, monkeypatch):
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('requires = "cpu"', 'requires = "cpu"\nerror = "wrong weight used"', 1))
+    rec = tmp_path / "recorded"
+    (rec / "search" / "issues").mkdir(parents=True)
+    items = [{"number": 77, "title": "scaling is off", "state": "open", "created_at": "2026-02-01T00:00:00Z",
+              "updated_at": date.today().isoformat(), "body": "I get: Wrong weight used for element 2"},
+             {"number": 78, "title": "unrelated", "state": "open", "created_at": "2026-02-01T00:00:00Z",
+              "updated_at": date.today().isoformat(), "body": "docs typo"}]
+    (rec / "search" / "issues" / "acme+fake.json").write_text(json.dumps({"total_count": 2, "items": items}))
+    monkeypatch.setenv(related.RECORDED_ENV, str(rec))
+    pack = _status(lane_repo, upstream, capsys)
+    (c,) = pack["related"]["candidates"]  # #78 matches none of the terms
+    assert (c["ref"], c["kind"], c["overlap"], c["where"]) == (f"{SLUG}#77", "issue", "same function",
+                                                               "names the error message")
+    assert f"{SLUG}#77" in _codes(pack)[ReasonCode.RELATED.value][0]
+
+
 def test_supersedes_us_keeps_the_pack_from_being_filed(lane_repo, upstream, capsys):
     _decide(lane_repo, f"{SLUG}#9", "supersedes-us", "2026-02-01", "upstream fixed it their way")
     texts = _codes(_status(lane_repo, upstream, capsys))[ReasonCode.SUPERSEDED.value]
