@@ -449,6 +449,14 @@ def test_comment_goes_to_the_thread_the_decision_names_and_stale_targets_show(la
     t = Tracking.load(lane_repo.root)
     assert related.comment_target(t.pack("01")) == "https://github.com/acme/fake/pull/12"
     assert [h.url for h in related.target_health(t.pack("01"))][0] == "https://github.com/acme/fake/pull/12"
+    # the thread the decision names is closed: readiness refuses the comment, status shows it
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('pull/12"\nrole = "context"\nstate = "open"',
+                                             'pull/12"\nrole = "context"\nstate = "closed"'))
+    pack = _status(lane_repo, upstream, capsys)
+    assert "acme/fake#12 is closed" in _codes(pack)[ReasonCode.THREAD.value][0]
+    assert [(t["url"][-2:], t["problem"]) for t in pack["targets"]] == [
+        ("12", "closed"), ("11", "stale (no activity since 2026-01-01)")]
 
 
 def _recorded_threads(d: Path, comment_by: str) -> None:
