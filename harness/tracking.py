@@ -54,6 +54,8 @@ PACK_KEYS = frozenset({
     "title", "target", "kind", "class", "state", "files", "depends_on", "summary", "fix", "requires", "base",
     "filing_base", "reproducer", "lanes", "threads", "validation", "absorbed", "mitigation", "blocked", "held",
     "filing", "performance", "evidence", "evidence_note",
+    "related",  # [[packs.NN.related]]: a decision per upstream thread or commit that overlaps the pack
+    "error",  # the error message the pack fixes, as users see it (harness related searches upstream for it)
     # free-text notes people keep next to the data
     "note", "notes", "base_note", "patch_note", "contract_note",
     # data a contract pack's reproducer documents (pack 23)
@@ -61,7 +63,16 @@ PACK_KEYS = frozenset({
 })
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
                        "with_builds", "note"})
-THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note"})
+THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", "ours"})
+# What the person filing decided about an upstream PR, issue or commit that overlaps the pack (docs/related.md):
+# upstream's work replaces ours (the pack is not filed), ours builds on it, our body goes there as a comment,
+# the two are unrelated, or it repeats something of ours.
+RELATIONS = ("supersedes-us", "we-extend", "comment-there", "independent", "duplicate-of-ours")
+RELATED_KEYS = frozenset({"ref", "relation", "reason", "date"})
+# 'owner/repo#N' (a pull request or issue) or 'owner/repo@<full sha>' (a commit)
+RELATED_REF = re.compile(r"^(?P<slug>[\w.-]+/[\w.-]+)(?:#(?P<num>[1-9][0-9]*)|@(?P<sha>[0-9a-f]{40}))$")
+# What `harness threads refresh` found of ours on a thread: our comment on it, or we opened it.
+OURS = ("comment", "author")
 
 
 @cache
@@ -139,6 +150,25 @@ class Thread:
     state: str
     verified: str | None
     updated: str | None = None
+    ours: str | None = None  # "comment" / "author": what threads refresh found of the filer's there
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``[[packs.NN.related]]``: one upstream PR, issue or commit overlapping the pack, and what to do about it."""
+
+    ref: str  # owner/repo#N or owner/repo@<40-hex sha>
+    relation: str  # one of RELATIONS
+    reason: str
+    date: datetime.date
+
+    @property
+    def url(self) -> str:
+        m = RELATED_REF.match(self.ref)
+        assert m is not None  # checked when loaded
+        if m["sha"]:
+            return f"https://github.com/{m['slug']}/commit/{m['sha']}"
+        return f"https://github.com/{m['slug']}/issues/{m['num']}"  # GitHub redirects to the pull when it is one
 
 
 @dataclass(frozen=True)
@@ -170,6 +200,8 @@ class Pack:
     performance: tuple[EvidenceRow, ...] = ()
     evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
     fix: str = ""  # what the change does, in a line (key 'fix')
+    related: tuple[Decision, ...] = ()  # [[packs.NN.related]], in file order
+    error: str = ""  # the error message the pack fixes (key 'error')
 
     @property
     def state_reason(self) -> str | None:
@@ -346,7 +378,7 @@ def unknown_keys(path: Path, doc) -> list[str]:
         if not isinstance(table, dict):
             continue
         out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
-        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS)):
+        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS)):
             for i, entry in enumerate(table.get(kind) or []):
                 if isinstance(entry, dict):
                     out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
@@ -399,9 +431,11 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
             state=choice(th, "state", THREAD_STATES, f"{where} threads[{i}]", default="unknown"),
             verified=_date_text(field(th, "verified", (str, datetime.date), f"{where} threads[{i}]", default=None)),
             updated=field(th, "updated", str, f"{where} threads[{i}]", default=None),
+            ours=choice(th, "ours", OURS, f"{where} threads[{i}]") if "ours" in th else None,
         )
         for i, th in enumerate(t.get("threads", []))
     )
+    related = _load_related(t.get("related", []), where)
     mitigation = t.get("mitigation")
     if mitigation is not None:
         mwhere = f"{where} .mitigation"
@@ -456,7 +490,48 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         performance=performance,
         validation=validation,
         evidence_note=field(t, "evidence_note", str, where, default=""),
+        related=related,
+        error=field(t, "error", str, where, default=""),
     )
+
+
+def _load_related(entries, where: str) -> tuple[Decision, ...]:
+    """The pack's decisions about overlapping upstream work; a relation outside RELATIONS is refused."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where} .related: must be an array of tables ([[packs.NN.related]])")
+    out, seen = [], set()
+    for i, entry in enumerate(entries):
+        rwhere = f"{where} related[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{rwhere}: must be a table ([[packs.NN.related]])")
+        ref = field(entry, "ref", str, rwhere)
+        if not RELATED_REF.match(ref):
+            raise ConfigError(f"{rwhere}: key 'ref' is {ref!r}; write 'owner/repo#N' for a pull request or issue, "
+                              "'owner/repo@<full 40-hex sha>' for a commit")
+        if ref in seen:
+            raise ConfigError(f"{rwhere}: {ref} is decided twice; keep one entry (edit its date when you re-decide)")
+        seen.add(ref)
+        relation = field(entry, "relation", str, rwhere)
+        if relation not in RELATIONS:
+            raise ConfigError(f"{rwhere} ({ref}): relation '{relation}' is not one of {', '.join(RELATIONS)}")
+        reason = field(entry, "reason", str, rwhere)
+        if not reason.strip() or "\n" in reason.strip():
+            raise ConfigError(f"{rwhere} ({ref}): key 'reason' must be one line, saying why")
+        out.append(Decision(ref, relation, reason.strip(), _iso_date(entry.get("date"), f"{rwhere} ({ref})")))
+    return tuple(out)
+
+
+def _iso_date(value, where: str) -> datetime.date:
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}: key 'date' must be an ISO date such as 2026-11-24 (when it was decided)")
 
 
 def _load_validation(t, where: str) -> dict[str, Validation]:
