@@ -103,7 +103,7 @@ class EvidenceRow:
     strings over that figure's keys (``{value}``, ``{tolerance}``, ``{value.output}`` for a dict) and
     over counts across every selected figure (``{count}``, ``{n_ok}``, ``{n_finite}``, ``{n_bitwise}``,
     ``{n_true}``, ``{not_bitwise}``). ``figure = "@verdict"`` reads the run's last sentinel instead: its
-    details are the keys and ``{value}`` its name. See harness/filing.py.
+    details are the keys and ``{value}`` its name. See harness/filing/evidence.py.
     """
 
     lane: str
@@ -166,7 +166,7 @@ class Pack:
     evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
     validation: dict[str, Validation] = field_(default_factory=dict)  # per lane name: its latest receipt
     # [[packs.NN.performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
-    # lane's base, and its value is read from that lane's latest receipt (harness/filing.py resolves both)
+    # lane's base, and its value is read from that lane's latest receipt (harness/filing/evidence.py resolves both)
     performance: tuple[EvidenceRow, ...] = ()
     evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
     fix: str = ""  # what the change does, in a line (key 'fix')

@@ -228,7 +228,7 @@ def test_small_reproducer_is_pasted_and_runs_without_this_repository(ran, capsys
 
 
 def test_large_reproducer_goes_to_a_gist_the_command_creates(ran, capsys, monkeypatch):
-    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    monkeypatch.setattr(filing.body, "INLINE_LIMIT", 10)
     assert cli("body", "01", *ran.args()) == Exit.OK
     out = capsys.readouterr()
     assert f"[`repro_fake.py`]({filing.PLACEHOLDER})" in out.out and "```python" not in out.out
@@ -264,7 +264,7 @@ def test_post_refuses_without_a_terminal(ran, fake_gh, capsys, monkeypatch):
 
 
 def test_post_uploads_the_reproducer_then_files_the_body_with_its_link(ran, fake_gh, capsys, monkeypatch):
-    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    monkeypatch.setattr(filing.body, "INLINE_LIMIT", 10)
     monkeypatch.setattr(sys, "stdin", Stdin(tty=True))
     monkeypatch.setattr("builtins.input", lambda prompt: "01")
     monkeypatch.setenv("USER", "tester")
@@ -422,7 +422,7 @@ def test_evidence_from_a_lane_on_another_base_is_a_problem(ran):
 
 
 def test_all_docs_renders_every_fileable_pack_with_its_reproducer_and_receipts(ran, capsys, monkeypatch):
-    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    monkeypatch.setattr(filing.body, "INLINE_LIMIT", 10)
     assert cli("body", "--all-docs", *ran.args()) == Exit.OK
     docs = ran.root / "docs" / "filings"
     assert capsys.readouterr().out == "docs/filings/01-pr.md\n"
