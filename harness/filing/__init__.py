@@ -28,6 +28,7 @@ The package, one module per concept (imports go down this list):
 * ``evidence``: the evidence table from receipts (also read by ``performance``);
 * ``reproducer``: the self-contained script and its section of the body;
 * ``body``: ``render``, the template filled;
+* ``check``: the body check (layout, budget, anchors, evidence bases, names; lint included);
 * ``send``: the ``gh`` plan and ``post``.
 
 The names below are the package's public surface; callers use ``filing.render(...)`` and so on.
@@ -36,6 +37,8 @@ The names below are the package's public surface; callers use ``filing.render(..
 from __future__ import annotations
 
 from harness.filing.body import DIFF_LIMIT, INLINE_LIMIT, TEMPLATES, Rendered, render, template_path
+from harness.filing.check import BUDGETS, prose_words
+from harness.filing.check import check as body_check
 from harness.filing.evidence import VERDICT_FIGURE, Evidence, evaluate, resolve_row, shown, table_cell
 from harness.filing.lint import BODY_LIMIT, Finding, lint
 from harness.filing.parts import Location, Message, base_label, hunk_locations, patch_diff, patch_message
@@ -43,8 +46,9 @@ from harness.filing.reproducer import PLACEHOLDER, reproducer_script, script_nam
 from harness.filing.send import GhPlan, decider, filing_thread, gh_plan, post
 
 __all__ = [
-    "BODY_LIMIT", "DIFF_LIMIT", "INLINE_LIMIT", "PLACEHOLDER", "TEMPLATES", "VERDICT_FIGURE", "Evidence",
-    "Finding", "GhPlan", "Location", "Message", "Rendered", "base_label", "decider", "evaluate", "filing_thread",
-    "gh_plan", "hunk_locations", "lint", "patch_diff", "patch_message", "post", "render", "reproducer_script",
-    "resolve_row", "script_name", "shown", "table_cell", "template_path",
+    "BODY_LIMIT", "BUDGETS", "DIFF_LIMIT", "Evidence", "Finding", "GhPlan", "INLINE_LIMIT", "Location",
+    "Message", "PLACEHOLDER", "Rendered", "TEMPLATES", "VERDICT_FIGURE", "base_label", "body_check", "decider",
+    "evaluate", "filing_thread", "gh_plan", "hunk_locations", "lint", "patch_diff", "patch_message", "post",
+    "prose_words", "render", "reproducer_script", "resolve_row", "script_name", "shown", "table_cell",
+    "template_path",
 ]

@@ -11,7 +11,7 @@ from harness import pins, receipts, series
 from harness.errors import ConfigError
 from harness.filing.evidence import evidence
 from harness.filing.lint import Finding, lint
-from harness.filing.parts import _where, base_label, patch_diff, patch_message
+from harness.filing.parts import _where, base_label, patch_diff, patch_message, split_problem
 from harness.filing.reproducer import _reproducer_section, reproducer_script
 from harness.github import thread_label
 from harness.tracking import Pack, Tracking
@@ -32,6 +32,7 @@ class Rendered:
     findings: list[Finding]
     receipts: list[receipts.Receipt]
     filing_base: str
+    diff: str = ""  # the pack's own patches as one diff (the body check compares names and anchors with it)
 
     @property
     def needs_upload(self) -> bool:
@@ -67,8 +68,9 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     messages = [patch_message(p.path) for p in own]
     title = messages[0].subject if pack.kind == "pr" and len(messages) == 1 else pack.title
     if messages:
-        problem = messages[0].paragraphs[0] if messages[0].paragraphs else messages[0].subject
-        change_parts = list(messages[0].paragraphs[1:])
+        head, rest = split_problem(messages[0].paragraphs)
+        problem = "\n\n".join(head) or messages[0].subject
+        change_parts = rest
         for msg in messages[1:]:
             change_parts += [f"**{msg.subject}**", *msg.paragraphs]
         change = "\n\n".join(change_parts)
@@ -114,5 +116,6 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     findings = lint(body)
     if script is not None:
         findings += lint(script[1], body=False, where=script[0])
-    return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name)
+    own_diff = "".join(patch_diff(p.path) for p in own)
+    return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff)
 

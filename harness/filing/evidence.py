@@ -267,9 +267,13 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         notes.append("Also on the path: " + ", ".join(described) + ".")
     for reqs in runtimes:
         notes.append("Installed with it: " + ", ".join(f"`{r}`" for r in reqs) + ".")
+    # hosts, builds and installed packages are looked up, not read: folded under the table
+    text = "\n".join(lines)
     if pack.evidence_note:
-        notes.append(pack.evidence_note.strip())
-    text = "\n".join(lines) + "\n\n" + "\n\n".join(notes)
+        text += "\n\n" + pack.evidence_note.strip()
+    if notes:
+        text += ("\n\n<details><summary>Hosts and builds</summary>\n\n" + "\n\n".join(notes)
+                 + "\n\n</details>")
     return Evidence(text.strip(), problems, list(used.values()))
 
 

@@ -25,7 +25,8 @@ BODY_RULES = (
     ("private IP address", re.compile(r"\b127\.\d{1,3}\.\d{1,3}(?:\.\d{1,3})?\b")),
     ("private path", re.compile(r"(?<![\w.~/-])/tmp(?=[/\s`'\")\]:,]|$)")),
     ("internal vocabulary", re.compile(
-        r"\b(?:lanes?|receipts?|harness|tracking\.toml|patch-lane|HOST_STAMP|Upstream-Status|packs? ?\d{2})\b"
+        r"\b(?:lanes?|receipts?|harness|sentinels?|packs?|tracking\.toml|patch-lane|HOST_STAMP|Upstream-Status"
+        r"|packs? ?\d{2})\b"
         r"|\b(?:BUG|FIX|MEMORY_SAVE|EQUIVALENCE|REGRESSION_GUARD|CONTRACT(?:_VIOLATION)?)_"
         r"(?:REPRODUCED|ABSENT|VALIDATED|FAILED|VERIFIED|MISSING|BROKEN|PASSED|HELD|DETECTED|MISSED)\b"
         r"|^Pack: ", re.I)),

@@ -18,7 +18,8 @@ class Message:
 
 
 _TRAILER = re.compile(r"^(?:Upstream-Status|Pack):")
-_ITEM = re.compile(r"^(?:[-*]|\d+[.)])\s")
+ITEM = re.compile(r"^(?:[-*]|\d+[.)])\s")  # a list item
+
 
 
 def patch_message(path: Path) -> Message:
@@ -40,21 +41,50 @@ def patch_message(path: Path) -> Message:
             break
         if not _TRAILER.match(line):
             body.append(line)
-    paragraphs, current = [], []
+    paragraphs: list[str] = []
+    current: list[str] = []
     for line in body + [""]:
         if line.strip():
             current.append(line)
         elif current:
-            paragraphs.append(_unwrap(current))
+            if current[0][:1] in (" ", "\t") and paragraphs and _is_list(paragraphs[-1]):
+                # an indented paragraph after a list item is that item's next paragraph
+                paragraphs[-1] += "\n\n  " + _unwrap(current)
+            else:
+                paragraphs.append(_unwrap(current))
             current = []
     return Message(subject, tuple(paragraphs))
+
+
+def split_problem(paragraphs: tuple[str, ...] | list[str]) -> tuple[list[str], list[str]]:
+    """(problem, the rest) of a message's paragraphs: the first paragraph, kept together with what it
+    introduces -- a paragraph ending in ':' takes the next one, and a list runs on over the list
+    paragraphs that follow it."""
+    paras = list(paragraphs)
+    if not paras:
+        return [], []
+    n = 1
+    while n < len(paras):
+        last = paras[n - 1].rstrip()
+        if last.endswith(":") or (_is_list(paras[n - 1]) and _is_list(paras[n])):
+            n += 1
+        else:
+            break
+    return paras[:n], paras[n:]
+
+
+def _is_list(paragraph: str) -> bool:
+    """Every line an item, or an indented continuation of one."""
+    lines = [line for line in paragraph.splitlines() if line.strip()]
+    return bool(lines) and ITEM.match(lines[0]) is not None and \
+        all(ITEM.match(line) or line[:1] in (" ", "\t") for line in lines)
 
 
 def _unwrap(lines: list[str]) -> str:
     """One paragraph of a hard-wrapped message as one line; list items one per line."""
     items: list[str] = []
     for line in lines:
-        if _ITEM.match(line.lstrip()) or not items:
+        if ITEM.match(line.lstrip()) or not items:
             items.append(line.strip())
         else:
             items[-1] += " " + line.strip()
@@ -73,25 +103,37 @@ _CONTEXT_NAME = re.compile(r"(?:async\s+)?(?:def|class)\s+(\w+)")
 
 
 def hunk_locations(path: Path) -> list[Location]:
-    """For each hunk: the file, the first base line it changes (or inserts before), and its function."""
+    """For each hunk: the file, the first base line it changes (or inserts before), and its anchor.
+
+    An anchor is whole, never cut: the function or class the hunk is in (``in name``), the one a new
+    top-level block follows (``after name``), or, for top-level code after anything else (imports,
+    constants), the whole base line it follows (``after <line>``); else none. Git's hunk-header text is
+    used only when it names a ``def`` or ``class`` (git cuts that text to a fixed width).
+    """
     out: list[Location] = []
-    current, line_no, pending, context = "?", 0, False, ""
+    current, line_no, pending, context, previous = "?", 0, False, "", ""
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         if line.startswith("diff --git "):
             m = re.match(r"^diff --git a/(.+) b/(.+)$", line)
             current, pending = (m.group(2) if m else line[11:]), False
         elif (m := _HUNK.match(line)) is not None:
-            line_no, pending = int(m.group(1)), True
-            raw = m.group(2).strip()
-            named = _CONTEXT_NAME.search(raw)
-            context = named.group(1) if named else raw[:40]
+            line_no, pending, previous = int(m.group(1)), True, ""
+            named = _CONTEXT_NAME.search(m.group(2).strip())
+            context = named.group(1) if named else ""
         elif pending:
             if line.startswith(" "):
                 line_no += 1
+                previous = line[1:]
             elif line[:1] in ("-", "+"):
-                # new top-level code after a function: git names the function before it, but it is not in it
-                top_level = line[:1] == "+" and line[1:2] not in ("", " ", "\t", "#") and context
-                out.append(Location(current, line_no, f"after {context}" if top_level else context))
+                # new top-level code: git names the function before it, but it is not in it
+                top_level = line[:1] == "+" and line[1:2] not in ("", " ", "\t", "#")
+                if top_level and context:
+                    anchor = f"after {context}"
+                elif top_level and previous.strip() and previous[:1] not in (" ", "\t"):
+                    anchor = f"after {previous.strip()}"
+                else:
+                    anchor = context
+                out.append(Location(current, line_no, anchor))
                 pending = False
     return out
 

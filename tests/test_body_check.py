@@ -1,0 +1,237 @@
+"""The body check (`harness body --check`, `filing.check`): layout, budget, anchors, vocabulary, evidence
+bases, names; readiness's `body-check` reason; and docs/filings re-rendering unchanged from the receipts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+
+import pytest
+from conftest import REPO, cli
+
+from harness import filing, readiness
+from harness.errors import Exit
+from harness.filing import check as body_check
+from harness.filing.parts import hunk_locations, split_problem
+from harness.lanes import Context
+from harness.readiness import ReasonCode
+from harness.store import Store
+from harness.tracking import Tracking
+
+# A problem statement of several paragraphs: a sentence ending in ':' with its list, a second list
+# paragraph, then the change.
+MESSAGE = """\
+The scale helper multiplies every element by the first weight, so two cases go wrong:
+
+- a weight vector with a zero in front scales everything to zero;
+- a weight vector shorter than the input
+
+  raises nothing and silently reuses w[0].
+
+- the same holds for the in-place variant.
+
+Use each element's own weight. The in-place variant follows.
+"""
+
+
+@pytest.fixture
+def ran(lane_repo, capsys):
+    shutil.copytree(REPO / "templates", lane_repo.root / "templates", dirs_exist_ok=True)
+    m = lane_repo.root / "upstream" / "fake.toml"
+    m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    capsys.readouterr()
+    return lane_repo
+
+
+def _rewrite_message(repo, message: str) -> None:
+    [path] = (repo.root / "patches" / "fake" / "01").glob("*.patch")
+    text = path.read_text()
+    head, rest = text.split("\n\n", 1)
+    path.write_text(head + "\n\n" + message + "\nUpstream-Status: Pending\nPack: 01\n" + rest[rest.index("---\n"):])
+
+
+def _set_kind(repo, kind: str) -> None:
+    path = repo.root / "tracking.toml"
+    text = path.read_text().replace('kind = "pr"  # a pull request', f'kind = "{kind}"')
+    if kind == "bug-report":  # no patch of ours: the problem is the pack's summary, the fix lane goes
+        text = text.replace('title = "scale', f'summary = """{MESSAGE.split(chr(10) + chr(10) + "Use")[0]}"""\n'
+                                              'title = "scale')
+        second_row = text.index("[[packs.01.evidence]]", text.index("[[packs.01.evidence]]") + 1)
+        lanes = text.index("[[packs.01.lanes]]")
+        text = text[:second_row] + text[lanes:text.index("[[packs.01.lanes]]", lanes + 1)]
+        shutil.rmtree(repo.root / "patches")
+    if kind == "comment":
+        text += ('\n[[packs.01.threads]]\nurl = "https://github.com/acme/fake/pull/4"\n'
+                 'role = "filing target"\nstate = "open"\n')
+    path.write_text(text)
+
+
+def _render(repo) -> filing.Rendered:
+    t = Tracking.load(repo.root)
+    return filing.render(repo.root, t, t.pack("01"))
+
+
+def _rules(findings) -> list[str]:
+    return [f.rule for f in findings]
+
+
+# ---------------------------------------------------------------------------------------------- layout
+
+def test_split_problem_keeps_a_colon_sentence_with_its_lists():
+    paras = ["Two cases go wrong:", "- a\n- b", "- c", "The fix does this."]
+    assert split_problem(paras) == (["Two cases go wrong:", "- a\n- b", "- c"], ["The fix does this."])
+    assert split_problem(["One paragraph.", "The change."]) == (["One paragraph."], ["The change."])
+    assert split_problem(["Ends with:", "a paragraph it introduces", "rest"]) == \
+        (["Ends with:", "a paragraph it introduces"], ["rest"])
+
+
+@pytest.mark.parametrize("kind", ["pr", "issue", "comment", "bug-report"])
+def test_every_kind_keeps_the_problem_together_before_where_and_headings(ran, kind):
+    _rewrite_message(ran, MESSAGE)
+    _set_kind(ran, kind)
+    body = _render(ran).body
+    lines = body.splitlines()
+    colon = lines.index("The scale helper multiplies every element by the first weight, so two cases go wrong:")
+    last_item = next(i for i, ln in enumerate(lines) if ln.startswith("- the same holds for the in-place"))
+    where = next(i for i, ln in enumerate(lines) if ln.startswith(("Where, in ", "#", "What we measured")))
+    assert colon < last_item < where  # every item of the problem comes before the "Where" list or a heading
+    assert all(not lines[i].startswith("#") for i in range(colon, last_item))  # no heading inside it
+    assert not [f for f in body_check.own_findings(_render(ran)) if f.rule == "layout"]
+
+
+def test_layout_rule_names_the_heading_that_interrupts_a_colon_sentence():
+    body = "Two cases go wrong:\n\nWhere, in x 1.0:\n\n- `a.py` line 3\n\n### Proposed fix\n\n- case one\n"
+    found = body_check._layout(body_check.blocks(body))
+    assert [(f.line, f.rule) for f in found] == [(3, "layout")]
+    assert "line 1" in found[0].text
+    ok = "Two cases go wrong:\n\n- one\n- two\n\n### Proposed fix\n\nDo this:\n\n```python\nx = 1\n```\n"
+    assert body_check._layout(body_check.blocks(ok)) == []
+
+
+# ---------------------------------------------------------------------------------------------- budget
+
+def test_prose_words_skip_code_tables_details_links_and_checklists():
+    body = ("One two three.\n\n```python\nnot counted at all\n```\n\n| a | b |\n| --- | --- |\n| c | d |\n\n"
+            "<details><summary>x</summary>\n\nfolded words\n\n</details>\n\n"
+            "- [`f.py` line 3](https://github.com/a/b/blob/c/f.py#L3), in `g`\n- [ ] I have added tests\n")
+    assert body_check.prose_words(body) == 3 + 6
+
+
+def test_a_body_over_budget_fails_with_its_count(ran):
+    rendered = _render(ran)
+    assert "budget" not in _rules(body_check.own_findings(rendered))
+    long = dataclasses.replace(rendered, body=rendered.body + "\n" + "word " * 400 + "\n")
+    [f] = [f for f in body_check.own_findings(long) if f.rule == "budget"]
+    assert re.match(r"\d+ words of prose \(at most 350 ", f.text)
+    middle = dataclasses.replace(rendered, body=rendered.body + "\n" + "word " * 240 + "\n")
+    assert 250 < body_check.prose_words(middle.body) <= 350
+    assert "budget" not in _rules(body_check.own_findings(middle))  # within a PR's 350
+    comment = dataclasses.replace(middle, pack=dataclasses.replace(rendered.pack, kind="comment"))
+    assert "budget" in _rules(body_check.own_findings(comment))  # over a comment's 250
+
+
+# ---------------------------------------------------------------------------------------------- anchors, names
+
+PATCH = """\
+diff --git a/pkg/mod.py b/pkg/mod.py
+--- a/pkg/mod.py
++++ b/pkg/mod.py
+@@ -1,3 +1,4 @@ from pkg.very.long.module.name.that.git.cuts import somethi
+ import os
+ from pkg.very.long.module.name.that.git.cuts import something_long
++from pkg.other import keep_in_fp32_params
+ 
+@@ -10,3 +11,4 @@ class Thing(Base):
+     def f(self):
+         return 1
++    keep_in_fp32_params = ()
+"""
+
+
+def test_anchors_are_whole_lines_or_symbols_never_git_s_cut_header(tmp_path):
+    path = tmp_path / "x.patch"
+    path.write_text(PATCH)
+    locs = hunk_locations(path)
+    assert [loc.context for loc in locs] == [
+        "after from pkg.very.long.module.name.that.git.cuts import something_long", "Thing"]
+
+
+def test_a_cut_anchor_and_a_misspelt_name_are_named_by_line(ran):
+    rendered = dataclasses.replace(_render(ran), diff=PATCH)
+    body = rendered.body + ("\n- [`pkg/mod.py` line 2](https://x), new code after `from pkg.very.long.module.na`\n"
+                            "- [`pkg/mod.py` line 12](https://x), in `Thing`\n\n"
+                            "A host names them in keep_fp32_params; mark_keep_in_fp32 stays.\n")
+    lines = body.splitlines()
+    found = body_check.own_findings(dataclasses.replace(rendered, body=body))
+    by_rule = {f.rule: f for f in found}
+    assert set(by_rule) == {"cut anchor", "name"}
+    assert lines[by_rule["cut anchor"].line - 1].endswith("`from pkg.very.long.module.na`")
+    assert "`keep_fp32_params`" in by_rule["name"].text and "`keep_in_fp32_params`" in by_rule["name"].text
+    assert by_rule["name"].line == len(lines)
+
+
+@pytest.mark.parametrize("word", ["pack", "sentinel", "lane", "receipts", "harness"])
+def test_our_vocabulary_in_a_body_is_a_lint_finding(word):
+    assert _rules(filing.lint(f"ok\nthe {word} shows it\n")) == ["internal vocabulary"]
+    assert filing.lint("packed and unpacked tensors\n") == []
+
+
+def test_evidence_from_another_base_is_named_at_its_table_row(ran):
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('base = "1.0"\nreproducer', 'base = "1.0"\nfiling_base = "1.1"\n'
+                                                                         'reproducer'))
+    ran.add_base("1.1", (ran.root / "repros" / "fake" / "pack01.py").read_text())
+    rendered = _render(ran)
+    found = [f for f in body_check.own_findings(rendered) if f.rule == "evidence base"]
+    lines = rendered.body.splitlines()
+    assert [lines[f.line - 1].split(" | ")[0] for f in found] == \
+        ["| scale([1, 2, 3], [1, 0, 2]) vs the exact result", "| the same"]
+
+
+# ---------------------------------------------------------------------------------------------- CLI, readiness
+
+def test_check_cli_passes_a_clean_body_and_fails_an_injected_fault(ran, capsys):
+    assert cli("body", "--check", "01", "--json", *ran.args()) == Exit.OK
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["ok"] and result["findings"] == [] and result["budget"] == 350
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('label = "the same"', 'label = "the same sentinel"'))
+    assert cli("body", "--check", "01", "--json", *ran.args()) == Exit.LINT
+    out = capsys.readouterr()
+    [result] = json.loads(out.out)
+    assert [f["rule"] for f in result["findings"]] == ["internal vocabulary"]
+    assert re.search(r"pack 01 body:\d+: internal vocabulary: 'sentinel'", out.err)
+    assert cli("body", "--check", *ran.args()) == Exit.USAGE  # neither PACK nor --all
+
+
+def test_status_is_ready_only_when_the_body_check_passes(ran):
+    ctx = Context(root=ran.root, tracking=Tracking.load(ran.root), store=Store(ran.cache))
+    assert readiness.readiness(ctx, ctx.tracking.pack("01")).ready
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('[[packs.01.evidence]]', 'evidence_note = "' + "word " * 400 + '"\n\n'
+                             '[[packs.01.evidence]]', 1))
+    ctx = Context(root=ran.root, tracking=Tracking.load(ran.root), store=Store(ran.cache))
+    r = readiness.readiness(ctx, ctx.tracking.pack("01"))
+    assert [x.code for x in r.reasons] == [ReasonCode.BODY_CHECK]
+    assert ReasonCode.BODY_CHECK.value == "body-check" and ReasonCode.BODY_CHECK in readiness.REASON_CODES
+
+
+# ---------------------------------------------------------------------------------------------- docs/filings
+
+def test_docs_filings_re_render_unchanged_from_the_receipts(tmp_path, monkeypatch):
+    """docs/filings/ is what `harness body --all-docs` writes from this repository's receipts today."""
+    from harness.commands.body import render_docs
+
+    monkeypatch.setenv("PATCHLANE_HOME", str(tmp_path / "cache"))
+    ctx = Context(root=REPO, tracking=Tracking.load(REPO), store=Store(tmp_path / "cache"))
+    out = tmp_path / "filings"
+    assert render_docs(ctx, out) == 0
+    docs = REPO / "docs" / "filings"
+    want = {p.name: p.read_text() for p in docs.iterdir() if p.is_file()}
+    got = {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
+    assert sorted(got) == sorted(want), "docs/filings/ has files a render does not write, or misses some"
+    drifted = [name for name in want if got[name] != want[name]]
+    assert drifted == [], f"re-run `harness body --all-docs`: {', '.join(drifted)} differ from a fresh render"
