@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import REPO, cli
@@ -19,6 +21,10 @@ from harness.lanes import Context
 from harness.readiness import ReasonCode
 from harness.store import Store
 from harness.tracking import Tracking
+
+# Upstream mirrors: the docs' PR bodies read the upstream's PR template from its tree (read before the
+# autouse fixture clears the variable; else ../shared/mirrors beside the clone, as .ci/run uses).
+MIRRORS = os.environ.get("PATCHLANE_GIT_MIRRORS") or str(REPO.parent / "shared" / "mirrors")
 
 # A problem statement of several paragraphs: a sentence ending in ':' with its list, a second list
 # paragraph, then the change.
@@ -225,7 +231,10 @@ def test_docs_filings_re_render_unchanged_from_the_receipts(tmp_path, monkeypatc
     """docs/filings/ is what `harness body --all-docs` writes from this repository's receipts today."""
     from harness.commands.body import render_docs
 
+    if not all(Path(d).is_dir() for d in MIRRORS.split(os.pathsep)):
+        pytest.skip(f"no upstream mirrors at {MIRRORS} (the PR template is read from them)")
     monkeypatch.setenv("PATCHLANE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATCHLANE_GIT_MIRRORS", MIRRORS)
     ctx = Context(root=REPO, tracking=Tracking.load(REPO), store=Store(tmp_path / "cache"))
     out = tmp_path / "filings"
     assert render_docs(ctx, out) == 0
@@ -235,3 +244,50 @@ def test_docs_filings_re_render_unchanged_from_the_receipts(tmp_path, monkeypatc
     assert sorted(got) == sorted(want), "docs/filings/ has files a render does not write, or misses some"
     drifted = [name for name in want if got[name] != want[name]]
     assert drifted == [], f"re-run `harness body --all-docs`: {', '.join(drifted)} differ from a fresh render"
+
+
+# ---------------------------------------------------------------------------------------------- upstream's PR template
+
+TEMPLATE = """\
+- [ ] I reviewed every line myself.
+
+# What does this PR do?
+<!-- one line -->
+
+Instructions to the author that go.
+
+## Issue tracking
+
+Linked issue: <!-- e.g. Fixes #1 -->
+
+### Pre-checks
+
+- [ ] I have added relevant unit tests
+- [ ] I have added relevant documentation
+
+### Process
+
+1. a step for the author
+"""
+
+
+def test_the_upstream_template_is_filled_and_a_box_is_ticked_only_from_a_fact():
+    from harness.filing import pr_template
+
+    filled = pr_template.fill(TEMPLATE, "The problem.\n\n### The change\n\nIt.", pr_template.Facts())
+    assert filled.splitlines()[:5] == ["- [ ] I reviewed every line myself.", "", "# What does this PR do?", "",
+                                       "The problem."]
+    assert "Linked issue: none" in filled and "<!--" not in filled and "Instructions" not in filled
+    assert "- [ ] I have added relevant unit tests" in filled and "### Process" not in filled
+    facts = pr_template.Facts(adds_tests=True, linked="Fixes acme/fake#3")
+    filled = pr_template.fill(TEMPLATE, "The problem.", facts)
+    assert "- [x] I have added relevant unit tests" in filled and "- [ ] I have added relevant documentation" in filled
+    assert "- [ ] I reviewed every line myself." in filled and "Linked issue: Fixes acme/fake#3" in filled
+
+
+def test_a_test_file_in_the_series_is_the_fact_behind_the_unit_test_box():
+    from harness.filing.pr_template import touches_tests
+
+    assert touches_tests("diff --git a/tests/unit_tests/x/test_y.py b/tests/unit_tests/x/test_y.py\n")
+    assert touches_tests("diff --git a/pkg/test_ops.py b/pkg/test_ops.py\n")
+    assert not touches_tests("diff --git a/megatron/core/latest.py b/megatron/core/latest.py\n")

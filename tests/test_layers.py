@@ -35,7 +35,7 @@ RANK = {name: rank for rank, names in LAYERS.items() for name in names}
 # Inside a sub-package: its modules by sub-layer; "" is the package's __init__ (its public surface).
 SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "filing": {
-        0: {"lint", "parts"},  # what must not leave; commit message, hunks, diff, base labels
+        0: {"lint", "parts", "pr_template"},  # what must not leave; message, hunks, diff; the upstream's template
         1: {"evidence", "reproducer"},  # the table from receipts; the self-contained script
         2: {"body"},  # render: the template filled
         3: {"check", "send"},  # the body check; gh plan and post

@@ -9,6 +9,7 @@ from string import Template
 
 from harness import pins, receipts, series
 from harness.errors import ConfigError
+from harness.filing import pr_template
 from harness.filing.evidence import evidence
 from harness.filing.lint import Finding, lint
 from harness.filing.parts import _where, base_label, patch_diff, patch_message, split_problem
@@ -113,9 +114,24 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     body = re.sub(r"\n{3,}", "\n\n", body)
     body = re.sub(r"^#+ [^\n]*\n\n(?=#|\Z)", "", body.strip() + "\n", flags=re.M)  # a heading over nothing
     body = body.strip() + "\n"
+    own_diff = "".join(patch_diff(p.path) for p in own)
+    if pack.kind == "pr":
+        body = _upstream_template(manifest, base, body, own_diff, pack, problems)
     findings = lint(body)
     if script is not None:
         findings += lint(script[1], body=False, where=script[0])
-    own_diff = "".join(patch_diff(p.path) for p in own)
     return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff)
 
+
+
+def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack: Pack, problems: list[str]) -> str:
+    """``body`` inside the upstream's own PR template at the filing base, when it has one."""
+    found = pr_template.read_template(manifest, base)
+    if found.problem:
+        problems.append(found.problem)
+    if found.text is None:
+        return body
+    fixes = [thread_label(t.url) for t in pack.threads if t.role == "fixes" and "/issues/" in t.url]
+    facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff),
+                              linked=", ".join(f"Fixes {label}" for label in fixes))
+    return pr_template.fill(found.text, body, facts)
