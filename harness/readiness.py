@@ -289,18 +289,19 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
             return LaneProblem(LaneProblemCode.SERIES,
                                f"latest receipt applied another series than the one for {lane.base} "
                                f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
-    if pack.reproducer:
-        path = root / pack.reproducer
+    script = pack.lane_script(lane)
+    if script:
+        path = root / script
         if path.is_file() and sha256_file(path) != rec.reproducer.sha256:
             return LaneProblem(LaneProblemCode.REPRODUCER,
-                               f"latest receipt ran an older {pack.reproducer} (it changed since)")
+                               f"latest receipt ran an older {script} (it changed since)")
         if rec.reproducer.helpers is not None:  # receipts before helpers were pinned: the file alone, as above
-            now = receipts.helper_digests(root, pack.reproducer)
+            now = receipts.helper_digests(root, pack.lane_runner(lane) or script)
             changed_helpers = sorted(name for name in set(now) | set(rec.reproducer.helpers)
                                      if now.get(name) != rec.reproducer.helpers.get(name))
             if changed_helpers:
                 return LaneProblem(LaneProblemCode.HELPERS,
-                                   f"latest receipt ran {pack.reproducer} with other helper modules than today's "
+                                   f"latest receipt ran {script} with other helper modules than today's "
                                    f"({', '.join(changed_helpers)} changed, added or removed since)")
     return None
 

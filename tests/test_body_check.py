@@ -291,3 +291,100 @@ def test_a_test_file_in_the_series_is_the_fact_behind_the_unit_test_box():
     assert touches_tests("diff --git a/tests/unit_tests/x/test_y.py b/tests/unit_tests/x/test_y.py\n")
     assert touches_tests("diff --git a/pkg/test_ops.py b/pkg/test_ops.py\n")
     assert not touches_tests("diff --git a/megatron/core/latest.py b/megatron/core/latest.py\n")
+
+
+# ---------------------------------------------------------------------------------------------- minimal reproducer
+
+MINIMAL = '''\
+"""scale uses the first weight for every element."""
+import sys
+
+from fakepkg.core import scale
+
+got = scale([1.0, 2.0, 3.0], [1.0, 0.0, 2.0])
+print("expected: [1.0, 0.0, 6.0]")
+print(f"got: {got}")
+sys.exit(0 if got == [1.0, 0.0, 6.0] else 1)
+'''
+
+MINIMAL_LANES = '''
+[[packs.01.lanes]]
+name = "minimal-bug"
+base = "1.0"
+patched = false
+minimal = true
+expect = "BUG_REPRODUCED"
+args = ["--distribution", "fakepkg", "--module", "fakepkg.core"]
+
+[[packs.01.lanes]]
+name = "minimal-fix"
+base = "1.0"
+patched = true
+minimal = true
+expect = "FIX_VALIDATED"
+args = ["--distribution", "fakepkg", "--module", "fakepkg.core"]
+'''
+
+
+def _with_minimal(repo, script: str = MINIMAL, kind: str = "issue") -> None:
+    (repo.root / "repros" / "kit").mkdir(exist_ok=True)
+    shutil.copy(REPO / "repros" / "kit" / "_minimal.py", repo.root / "repros" / "kit" / "_minimal.py")
+    (repo.root / "repros" / "fake" / "minimal").mkdir(exist_ok=True)
+    (repo.root / "repros" / "fake" / "minimal" / "pack01_scale.py").write_text(script)
+    path = repo.root / "tracking.toml"
+    text = path.read_text().replace('reproducer = "repros/fake/pack01.py"\n', 'reproducer = "repros/fake/pack01.py"\n'
+                                    'minimal_repro = "repros/fake/minimal/pack01_scale.py"\n')
+    path.write_text(text + MINIMAL_LANES)
+    _set_kind(repo, kind)
+
+
+def test_minimal_lanes_run_the_plain_script_unchanged_and_map_its_exit_status(ran, capsys):
+    _with_minimal(ran)
+    assert cli("run", "01", "--lane", "minimal-bug", "--lane", "minimal-fix", "--quiet", *ran.args()) == Exit.OK
+    capsys.readouterr()
+    from harness import receipts
+
+    latest = receipts.latest_by_lane(ran.root, "fake", "01")
+    bug, fix = latest["minimal-bug"], latest["minimal-fix"]
+    assert [s.value for s in bug.sentinels] == ["BUG_REPRODUCED"] and [s.value for s in fix.sentinels] == \
+        ["FIX_VALIDATED"]
+    assert bug.sentinel_details["BUG_REPRODUCED"]["got"] == "[1.0, 2.0, 3.0]"
+    assert bug.reproducer.path == "repros/fake/minimal/pack01_scale.py"  # the receipt pins the plain script
+    assert "repros/kit/_minimal.py" in bug.reproducer.helpers
+    ctx = Context(root=ran.root, tracking=Tracking.load(ran.root), store=Store(ran.cache))
+    assert readiness.readiness(ctx, ctx.tracking.pack("01")).ready
+    (ran.root / "repros" / "fake" / "minimal" / "pack01_scale.py").write_text(MINIMAL + "# edited\n")
+    ctx = Context(root=ran.root, tracking=Tracking.load(ran.root), store=Store(ran.cache))
+    r = readiness.readiness(ctx, ctx.tracking.pack("01"))
+    assert {e.lane.name for e in r.lanes if e.problem is not None} == {"minimal-bug", "minimal-fix"}
+
+
+def test_a_crashing_minimal_script_is_a_crash_not_a_verdict(ran, capsys):
+    _with_minimal(ran, MINIMAL.replace("sys.exit(0 if", "raise SystemExit(3)  # "))
+    assert cli("run", "01", "--lane", "minimal-bug", "--quiet", *ran.args()) == Exit.CRASH
+
+
+def test_an_issue_inlines_its_minimal_reproducer_and_the_check_holds_it_to_40_lines(ran):
+    _with_minimal(ran)
+    rendered = _render(ran)
+    assert "```python\n" + MINIMAL.rstrip() + "\n```" in rendered.body
+    assert "`python repro.py` (no GPU needed) prints what it expected" in rendered.body
+    assert rendered.problems == []
+    long = MINIMAL + "import numpy\n" + "x = 1\n" * 40
+    (ran.root / "repros" / "fake" / "minimal" / "pack01_scale.py").write_text(long)
+    problems = _render(ran).problems
+    assert any("has 50 lines (at most 40)" in p for p in problems)
+    assert any("imports numpy" in p for p in problems)
+
+
+def test_minimal_keys_are_a_closed_schema(lane_repo):
+    from harness.errors import ConfigError
+
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text() + MINIMAL_LANES)
+    with pytest.raises(ConfigError, match="minimal = true but key 'minimal_repro' is missing"):
+        Tracking.load(lane_repo.root)
+    path.write_text(path.read_text().replace('reproducer = "repros/fake/pack01.py"\n',
+                                             'reproducer = "repros/fake/pack01.py"\nminimal_repro = "nope.py"\n'))
+    with pytest.raises(ConfigError, match="key 'minimal_repro': nope.py does not exist"):
+        Tracking.load(lane_repo.root)

@@ -13,7 +13,13 @@ from harness.filing import pr_template
 from harness.filing.evidence import evidence
 from harness.filing.lint import Finding, lint
 from harness.filing.parts import _where, base_label, patch_diff, patch_message, split_problem
-from harness.filing.reproducer import _reproducer_section, reproducer_script
+from harness.filing.reproducer import (
+    PLACEHOLDER,
+    _reproducer_section,
+    minimal_problems,
+    minimal_section,
+    reproducer_script,
+)
 from harness.github import thread_label
 from harness.tracking import Pack, Tracking
 
@@ -93,6 +99,16 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         if len(text) <= DIFF_LIMIT:
             diff = (f"<details><summary>The change, as a diff against {base_label(manifest, base)}</summary>\n\n"
                     f"```diff\n{text.rstrip()}\n```\n\n</details>")
+    reproducer_text = _reproducer_section(script, inline, needs_gpu)
+    if script is not None and not inline:  # as an attachment under the minimal one
+        reproducer_text = (f"The script behind the measurements above: [`{script[0]}`]({PLACEHOLDER}) "
+                           f"({len(script[1].splitlines())} lines).")
+    minimal = minimal_section(root, pack, base_name, reproducer_text if script is not None else "")
+    if minimal is not None:
+        problems += [f"minimal reproducer: {text}" for _, text in minimal_problems(root, pack, manifest.import_names)]
+        reproducer_text = minimal
+    else:
+        reproducer_text = _reproducer_section(script, inline, needs_gpu)
     related = [thread_label(t.url) for t in pack.threads
                if t.role == "context" and thread_label(t.url) != t.url]
     values = {
@@ -101,7 +117,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         "where": _where(manifest, base, own),
         "change": change,
         "evidence": ev.text or "No measurements yet.",
-        "reproducer": _reproducer_section(script, inline, needs_gpu),
+        "reproducer": reproducer_text,
         "diff": diff,
         "related": ("Related: " + ", ".join(related)) if related else "",
         "base": base_label(manifest, base),
@@ -111,7 +127,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         body = template.substitute(values)
     except (KeyError, ValueError) as exc:
         raise ConfigError(f"{path}: bad placeholder {exc} (known: {', '.join(sorted(values))})") from None
-    body = re.sub(r"\n{3,}", "\n\n", body)
+    body = _outside_code(body, lambda text: re.sub(r"\n{3,}", "\n\n", text))
     body = re.sub(r"^#+ [^\n]*\n\n(?=#|\Z)", "", body.strip() + "\n", flags=re.M)  # a heading over nothing
     body = body.strip() + "\n"
     own_diff = "".join(patch_diff(p.path) for p in own)
@@ -135,3 +151,9 @@ def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack
     facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff),
                               linked=", ".join(f"Fixes {label}" for label in fixes))
     return pr_template.fill(found.text, body, facts)
+
+
+def _outside_code(body: str, edit) -> str:
+    """``edit`` applied to the text between fenced code blocks; the blocks stay as they are."""
+    parts = re.split(r"(^```[^\n]*\n.*?^```[ \t]*$)", body, flags=re.M | re.S)
+    return "".join(part if i % 2 else edit(part) for i, part in enumerate(parts))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+import sys
 import textwrap
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def script_name(pack: Pack) -> str:
 
 def _runs(manifest: pins.Manifest, pack: Pack, base_name: str, name: str, change_name: str) -> list[str]:
     """The commands of the header: one per lane on the filed base, with the environment the harness sets."""
-    lanes = [lane for lane in pack.lanes if lane.base == base_name]
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal]
     shared = len(lanes) > 1
     out = []
     for i, lane in enumerate(lanes, 1):
@@ -55,7 +56,7 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
     needs = [f"{manifest.distribution} (the package under test) importable"]
     if re.search(r"^\s*(?:import|from) torch\b", path.read_text(encoding="utf-8"), re.M):
         needs.append("torch")
-    lanes = [lane for lane in pack.lanes if lane.base == base_name]
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal]
     if any(pack.lane_requires(lane) == "cuda" for lane in lanes):
         needs.append("a CUDA GPU")
     for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):
@@ -95,3 +96,45 @@ def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs_gpu:
         return f"`{name}` {rest}\n\n```python\n{text.rstrip()}\n```"
     return f"[`{name}`]({PLACEHOLDER}) ({len(text.splitlines())} lines) {rest}"
 
+
+
+MINIMAL_KINDS = ("issue", "bug-report")  # bodies that inline the pack's minimal reproducer
+MINIMAL_LINES = 40
+
+
+def minimal_section(root: Path, pack: Pack, base_name: str, attachment: str) -> str | None:
+    """The inline minimal reproducer of an issue or bug report (``minimal_repro``), with the long script
+    as an attachment after it; None when the pack declares none or its kind does not inline one."""
+    if pack.kind not in MINIMAL_KINDS or not pack.minimal_repro:
+        return None
+    text = (root / pack.minimal_repro).read_text(encoding="utf-8").rstrip()
+    lanes = [lane for lane in pack.lanes if lane.minimal and lane.base == base_name]
+    where = "on a GPU" if any(pack.lane_requires(lane) == "cuda" for lane in lanes) else "(no GPU needed)"
+    out = (f"`python repro.py` {where} prints what it expected and what it got; it exits 1 while the problem "
+           f"is there.\n\n```python\n{text}\n```")
+    if attachment:
+        out += f"\n\n{attachment}"
+    return out
+
+
+def minimal_problems(root: Path, pack: Pack, import_names: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, problem) of a minimal reproducer: too long, or importing more than upstream, torch and stdlib."""
+    if not pack.minimal_repro:
+        return []
+    text = (root / pack.minimal_repro).read_text(encoding="utf-8")
+    found = []
+    if len(text.splitlines()) > MINIMAL_LINES:
+        found.append((0, f"{pack.minimal_repro} has {len(text.splitlines())} lines (at most {MINIMAL_LINES})"))
+    allowed = set(sys.stdlib_module_names) | {"torch", *(n.split(".")[0] for n in import_names)}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] not in allowed:
+                found.append((node.lineno, f"{pack.minimal_repro} imports {name} (only the upstream package, "
+                                           "torch and the standard library)"))
+    return found
