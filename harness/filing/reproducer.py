@@ -23,24 +23,77 @@ def script_name(pack: Pack) -> str:
     return f"repro_{rest or pack.target.replace('-', '_')}.py"
 
 
+# Run first in the self-contained script: its command-line flags set what a lane's runner sets in the
+# environment, so a reader runs `python repro.py --unpatched` with nothing of ours to export.
+FLAGS_PROLOGUE = '''
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+'''
+_ENV_FLAG = {"HARNESS_RUN_DIR": "--run-dir", "HARNESS_BASELINE_SITE": "--baseline-site", "HARNESS_LANE": "--lane"}
+_COMMAND = re.compile(r"^(\s*)((?:HARNESS_\w+=\S+\s+)+)(python\b.*)$", re.M)
+
+
+def plain_flags(text: str) -> str:
+    """Commands in ``text`` that set HARNESS_* variables rewritten with the script's flags instead."""
+    def one(m: re.Match) -> str:
+        flags = []
+        for name, value in re.findall(r"(HARNESS_\w+)=(\S+)", m.group(2)):
+            if name == "HARNESS_PATCHED":
+                flags.append("--patched" if value == "1" else "--unpatched")
+            elif name in _ENV_FLAG:
+                flags.append(f"{_ENV_FLAG[name]} {value}")
+            else:
+                return m.group(0)  # a variable without a flag: left as written
+        command, hashed, comment = m.group(3).partition(" #")
+        return f"{m.group(1)}{command.rstrip()} {' '.join(flags)}" + (f"  #{comment}" if hashed else "")
+    return _COMMAND.sub(one, text)
+
+
+def _mentions(requirement: str, code: str) -> bool:
+    """Whether ``code`` names the distribution ``requirement`` pins (by its name or a distinctive part)."""
+    name = re.split(r"[=<>!~ \[]", requirement, maxsplit=1)[0].lower()
+    words = {name.replace("-", "_")} | {w for w in name.split("-") if w not in ("apache", "solver", "python", "py")}
+    return any(re.search(rf"\b{re.escape(w)}\b", code) for w in words if w)
+
+
 def _runs(manifest: pins.Manifest, pack: Pack, base_name: str, name: str, change_name: str) -> list[str]:
-    """The commands of the header: one per lane on the filed base, with the environment the harness sets."""
+    """The commands of the header: one per lane on the filed base, with the flags the script takes."""
     lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal]
-    shared = len(lanes) > 1
     out = []
     for i, lane in enumerate(lanes, 1):
-        env = [f"HARNESS_LANE={lane.name}", f"HARNESS_PATCHED={1 if lane.patched else 0}"]
-        if shared:
-            env.append("HARNESS_RUN_DIR=./repro-run")
+        env = []
         if lane.with_baseline:
-            env.append("HARNESS_BASELINE_SITE=$RELEASED_SITE")
+            env.append("--baseline-site $RELEASED_SITE")
         launch = "python" if lane.nproc == 1 else f"python -m torch.distributed.run --standalone " \
                                                  f"--nproc_per_node={lane.nproc}"
         base = manifest.bases[base_name]
         build = (f"{base_label(manifest, base)} with {change_name}" if lane.patched
                  else unchanged_label(manifest, base)) \
             + (" (CUDA GPU)" if pack.lane_requires(lane) == "cuda" else " (CPU is enough)")
-        cmd = " ".join([*env, launch, name, *map(shlex.quote, lane.args)])
+        cmd = " ".join([launch, name, "--patched" if lane.patched else "--unpatched", *env,
+                        *map(shlex.quote, lane.args)])
         out.append(f"{i}. {build}:\n       {cmd}")
     return out
 
@@ -62,7 +115,9 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
     for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):
         other = pins.load_manifest(root, target)
         needs.append(f"{other.distribution} {other.base(extra).version}")
-    runtime = manifest.bases[base_name].runtime_requires
+    # the base's runtime requirements that the script's own code names (04's Triton script needs no TileLang)
+    code = standalone.amalgamate(path, [root / "repros"], "")
+    runtime = [r for r in manifest.bases[base_name].runtime_requires if _mentions(r, code)]
     runs = _runs(manifest, pack, base_name, name, change_name)
     wrap = textwrap.TextWrapper(width=100)
     header = [f"{title}: a self-contained reproducer.", "",
@@ -78,8 +133,8 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
                                 f"with {how}: the run compares the changed function with that one in one "
                                 "process.") + [""]
         header += ["Each run prints one JSON line per measurement and ends with a line naming what it observed."]
-    header += ["", "Method notes:", "", original]
-    text = standalone.amalgamate(path, [root / "repros"], "\n".join(header))
+    header += ["", "Method notes:", "", plain_flags(original)]
+    text = standalone.amalgamate(path, [root / "repros"], "\n".join(header), FLAGS_PROLOGUE)
     return name, text
 
 
