@@ -388,3 +388,18 @@ def test_minimal_keys_are_a_closed_schema(lane_repo):
                                              'reproducer = "repros/fake/pack01.py"\nminimal_repro = "nope.py"\n'))
     with pytest.raises(ConfigError, match="key 'minimal_repro': nope.py does not exist"):
         Tracking.load(lane_repo.root)
+
+
+def test_check_ready_selects_packs_ready_but_for_their_body_and_fails_on_theirs(ran, capsys):
+    assert cli("body", "--check", "--ready", "--json", *ran.args()) == Exit.OK
+    assert [r["pack"] for r in json.loads(capsys.readouterr().out)] == ["01"]
+    path = ran.root / "tracking.toml"
+    path.write_text(path.read_text().replace('[[packs.01.evidence]]', 'evidence_note = "' + "word " * 400 + '"\n\n'
+                                             '[[packs.01.evidence]]', 1))
+    assert cli("body", "--check", "--ready", "--json", *ran.args()) == Exit.LINT
+    [result] = json.loads(capsys.readouterr().out)
+    assert [f["rule"] for f in result["findings"]] == ["budget"]
+    (ran.root / "repros" / "fake" / "pack01.py").write_text(
+        (ran.root / "repros" / "fake" / "pack01.py").read_text() + "# changed\n")  # now a lane is stale too
+    assert cli("body", "--check", "--ready", "--json", *ran.args()) == Exit.OK
+    assert json.loads(capsys.readouterr().out) == []  # not ready for another reason: not selected
