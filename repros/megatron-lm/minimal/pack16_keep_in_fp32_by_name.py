@@ -4,12 +4,9 @@ mark_keep_in_fp32 tags a tensor; a module that re-creates the parameter (as init
 routines do) loses the tag, and a module cannot name the parameters it keeps in fp32. Exits 1
 while the parameter comes out bf16.
 """
-import os
 import sys
 
 import torch
-import torch.distributed as dist
-from megatron.core import parallel_state
 from megatron.core.transformer.module import Float16Module, mark_keep_in_fp32
 from megatron.core.transformer.transformer_config import TransformerConfig
 
@@ -27,10 +24,6 @@ class Mixer(torch.nn.Module):
         self.dt_bias = torch.nn.Parameter(torch.rand(32))  # a new tensor: the tag is gone
 
 
-os.environ.setdefault("MASTER_ADDR", "localhost")
-os.environ.setdefault("MASTER_PORT", "29516")
-dist.init_process_group("gloo", rank=0, world_size=1)
-parallel_state.initialize_model_parallel()
 config = TransformerConfig(num_layers=1, hidden_size=32, num_attention_heads=1, bf16=True)
 wrapped = Float16Module(config, Mixer().to("cuda" if torch.cuda.is_available() else "cpu"))
 got = wrapped.module.dt_bias.dtype
