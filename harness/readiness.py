@@ -16,7 +16,8 @@ A pack is **ready** when all of these hold:
 * every lane on the filing base has a latest receipt that passed, ran on the artefact (or commit)
   pinned today, ran the reproducer file as it is now, and -- patched lanes -- applied exactly the
   series files of the filing base (their sha256s); at least one lane runs there;
-* the filing body renders from receipts, its evidence rows all resolve, and body and reproducer lint;
+* the filing body renders from receipts, its evidence rows all resolve, body and reproducer lint, and
+  the body passes the body check (``filing.check``: layout, budget, anchors, evidence bases, names);
 * nothing says upstream absorbed it: every patch reverse-applies on the filing base, a passing
   ``BUG_ABSENT`` lane on it (a superseded fix), or a thread whose role says it is absorbed or fixed;
 * every dependency is ready, filed, or absorbed (at that base).
@@ -69,6 +70,7 @@ class ReasonCode(StrEnum):
     EVIDENCE = "evidence"
     BODY = "body"
     LINT = "lint"
+    BODY_CHECK = "body-check"
     DEPENDENCY = "dependency"
     THREAD = "thread"
     RELATED = "related-undecided"
@@ -89,6 +91,7 @@ REASON_CODES = {
     ReasonCode.EVIDENCE: "an evidence row of the body does not resolve from the receipts",
     ReasonCode.BODY: "the body cannot be rendered",
     ReasonCode.LINT: "the body or its reproducer fails the lint",
+    ReasonCode.BODY_CHECK: "the body fails the body check (layout, budget, anchors, names; harness body --check)",
     ReasonCode.DEPENDENCY: "a dependency is not ready, filed or absorbed",
     ReasonCode.THREAD: "the thread a comment would go to is closed or merged",
     ReasonCode.RELATED: "upstream work overlapping the pack, newer than its last decision, is undecided "
@@ -322,18 +325,19 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
             return LaneProblem(LaneProblemCode.SERIES,
                                f"latest receipt applied another series than the one for {lane.base} "
                                f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
-    if pack.reproducer:
-        path = root / pack.reproducer
+    script = pack.lane_script(lane)
+    if script:
+        path = root / script
         if path.is_file() and sha256_file(path) != rec.reproducer.sha256:
             return LaneProblem(LaneProblemCode.REPRODUCER,
-                               f"latest receipt ran an older {pack.reproducer} (it changed since)")
+                               f"latest receipt ran an older {script} (it changed since)")
         if rec.reproducer.helpers is not None:  # receipts before helpers were pinned: the file alone, as above
-            now = receipts.helper_digests(root, pack.reproducer)
+            now = receipts.helper_digests(root, pack.lane_runner(lane) or script)
             changed_helpers = sorted(name for name in set(now) | set(rec.reproducer.helpers)
                                      if now.get(name) != rec.reproducer.helpers.get(name))
             if changed_helpers:
                 return LaneProblem(LaneProblemCode.HELPERS,
-                                   f"latest receipt ran {pack.reproducer} with other helper modules than today's "
+                                   f"latest receipt ran {script} with other helper modules than today's "
                                    f"({', '.join(changed_helpers)} changed, added or removed since)")
     return None
 
@@ -418,6 +422,10 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
                 first = rendered.findings[0]
                 reasons.append(Reason(ReasonCode.LINT, f"body fails lint: {len(rendered.findings)} finding(s), first "
                                               f"{first.describe()}"))
+            checked = filing.check.own_findings(rendered)
+            if checked:
+                reasons.append(Reason(ReasonCode.BODY_CHECK, f"body fails the body check: {len(checked)} finding(s), "
+                                                             f"first {checked[0].describe()}"))
     for dep in pack.depends_on:
         dp = tracking.packs[dep]
         if dp.state in DONE_STATES or series.absorbed_at(dp, fbase):

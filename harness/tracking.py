@@ -53,7 +53,7 @@ TOP_KEYS = frozenset({"schema", "packs"})
 PACK_KEYS = frozenset({
     "title", "target", "kind", "class", "state", "files", "depends_on", "summary", "fix", "requires", "base",
     "filing_base", "reproducer", "lanes", "threads", "validation", "absorbed", "mitigation", "blocked", "held",
-    "filing", "performance", "evidence", "evidence_note",
+    "filing", "performance", "evidence", "evidence_note", "minimal_repro",
     "related",  # [[packs.NN.related]]: a decision per upstream thread or commit that overlaps the pack
     "error",  # the error message the pack fixes, as users see it (harness related searches upstream for it)
     # free-text notes people keep next to the data
@@ -62,7 +62,10 @@ PACK_KEYS = frozenset({
     "explicit_pre_norm", "uses_identity_norm",
 })
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
-                       "with_builds", "note"})
+                       "with_builds", "minimal", "note"})
+# The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
+# script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
+MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
 THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", "ours"})
 # What the person filing decided about an upstream PR, issue or commit that overlaps the pack (docs/related.md):
 # upstream's work replaces ours (the pack is not filed), ours builds on it, our body goes there as a comment,
@@ -98,6 +101,7 @@ class Lane:
     with_baseline: bool = False  # the reproducer also gets the unpatched build (HARNESS_BASELINE_SITE)
     nproc: int = 1  # >1: launched with torch.distributed.run, one process per rank (per GPU on cuda lanes)
     extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
+    minimal: bool = False  # runs the pack's minimal_repro through MINIMAL_RUNNER instead of its reproducer
 
 
 # How an evidence row picks among the figures it matches (see EvidenceRow).
@@ -114,7 +118,7 @@ class EvidenceRow:
     strings over that figure's keys (``{value}``, ``{tolerance}``, ``{value.output}`` for a dict) and
     over counts across every selected figure (``{count}``, ``{n_ok}``, ``{n_finite}``, ``{n_bitwise}``,
     ``{n_true}``, ``{not_bitwise}``). ``figure = "@verdict"`` reads the run's last sentinel instead: its
-    details are the keys and ``{value}`` its name. See harness/filing.py.
+    details are the keys and ``{value}`` its name. See harness/filing/evidence.py.
     """
 
     lane: str
@@ -196,9 +200,12 @@ class Pack:
     evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
     validation: dict[str, Validation] = field_(default_factory=dict)  # per lane name: its latest receipt
     # [[packs.NN.performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
-    # lane's base, and its value is read from that lane's latest receipt (harness/filing.py resolves both)
+    # lane's base, and its value is read from that lane's latest receipt (harness/filing/evidence.py resolves both)
     performance: tuple[EvidenceRow, ...] = ()
     evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
+    # a plain script (upstream API and torch, at most 40 lines, `python repro.py`, exit 1 while the bug shows)
+    # that issue and bug-report bodies inline; lanes with ``minimal = true`` run it unchanged
+    minimal_repro: str | None = None
     fix: str = ""  # what the change does, in a line (key 'fix')
     related: tuple[Decision, ...] = ()  # [[packs.NN.related]], in file order
     error: str = ""  # the error message the pack fixes (key 'error')
@@ -207,6 +214,14 @@ class Pack:
     def state_reason(self) -> str | None:
         """The recorded reason of a blocked or held pack (keys ``blocked`` / ``held``), if any."""
         return {"blocked": self.blocked, "held": self.held}.get(self.state)
+
+    def lane_script(self, lane: Lane) -> str | None:
+        """The script a lane runs and its receipt pins: the minimal reproducer, or the pack's reproducer."""
+        return self.minimal_repro if lane.minimal else self.reproducer
+
+    def lane_runner(self, lane: Lane) -> str | None:
+        """The script a lane launches (its helper modules are pinned too): the minimal kit, or the reproducer."""
+        return MINIMAL_RUNNER if lane.minimal else self.reproducer
 
     def lane_requires(self, lane: Lane) -> str:
         """What hardware ``lane`` needs: its own ``requires``, else the pack's."""
@@ -418,6 +433,11 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
     if lanes and reproducer is None:
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
+    minimal_repro = field(t, "minimal_repro", str, where, default=None)
+    if minimal_repro is not None and not (root / minimal_repro).is_file():
+        raise ConfigError(f"{where}: key 'minimal_repro': {minimal_repro} does not exist")
+    if minimal_repro is None and any(lane.minimal for lane in lanes):
+        raise ConfigError(f"{where}: a lane has minimal = true but key 'minimal_repro' is missing")
     kind = choice(t, "kind", KINDS, where)
     _check_lanes_fit_kind(kind, lanes, where)
     names = [lane.name for lane in lanes]
@@ -492,6 +512,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         evidence_note=field(t, "evidence_note", str, where, default=""),
         related=related,
         error=field(t, "error", str, where, default=""),
+        minimal_repro=minimal_repro,
     )
 
 
@@ -621,9 +642,12 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
         if extra_base not in other.bases:
             raise ConfigError(f"{where}: key 'with_builds': {other.path.name} has no base '{extra_base}'")
         extra.append((target, extra_base))
+    minimal = field(t, "minimal", bool, where, default=False)
+    if minimal and (with_baseline or nproc > 1):
+        raise ConfigError(f"{where}: key 'minimal' runs a plain script: no with_baseline, nproc 1")
     return Lane(name=name, base=base, patched=patched, expect=expect,
                 args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
-                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra))
+                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal)
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:
