@@ -27,8 +27,16 @@ from typing import Any
 from urllib.parse import urlencode
 
 from harness import git, pins, series
+from harness.decisions import (  # noqa: F401  (re-exported: callers use related.comment_target etc.)
+    comment_target,
+    decision_for,
+    last_decision,
+    superseded_by,
+    targets,
+    thread_of,
+)
 from harness.errors import HarnessError, UpstreamError
-from harness.github import ThreadNotFound, parse_thread, repo_slug, thread_state
+from harness.github import ThreadNotFound, repo_slug, thread_state
 from harness.tracking import RELATED_REF, Decision, Pack, Thread, Tracking
 
 Day = date  # Candidate has a field named 'date'
@@ -518,18 +526,6 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
 
 # ---------------------------------------------------------------------------------------------- decisions
 
-def last_decision(pack: Pack) -> date | None:
-    return max((d.date for d in pack.related), default=None)
-
-
-def decision_for(pack: Pack, ref: str) -> Decision | None:
-    return next((d for d in pack.related if _same_ref(d.ref, ref)), None)
-
-
-def _same_ref(a: str, b: str) -> bool:
-    return a.lower() == b.lower()
-
-
 def undecided(pack: Pack, candidates: Iterable[Candidate], gating: Overlap = Overlap.FILE) -> list[Candidate]:
     """Candidates at least ``gating`` close with no decision of their own, newer than the pack's last decision
     (an older one was there to see when the person last decided)."""
@@ -541,42 +537,6 @@ def undecided(pack: Pack, candidates: Iterable[Candidate], gating: Overlap = Ove
         if last is None or c.day is None or c.day > last:
             out.append(c)
     return out
-
-
-def superseded_by(pack: Pack) -> Decision | None:
-    return next((d for d in pack.related if d.relation == "supersedes-us"), None)
-
-
-def comment_target(pack: Pack) -> str | None:
-    """The thread a comment pack is filed on: its ``comment-there`` decision's, else its ``filing target``.
-
-    Note for the filing code (harness/filing.py ``filing_thread``): it picks the ``filing target`` thread;
-    it should call this, so a comment goes where the decision says.
-    """
-    d = next((d for d in pack.related if d.relation == "comment-there" and "#" in d.ref), None)
-    if d is not None:
-        listed = next((t.url for t in pack.threads if _label(t.url) == d.ref.lower()), None)
-        return listed or d.url
-    return next((t.url for t in pack.threads if t.role == "filing target"), None)
-
-
-def _label(url: str) -> str:
-    ref = parse_thread(url)
-    return f"{ref.owner}/{ref.repo}#{ref.number}".lower() if ref else url
-
-
-def thread_of(pack: Pack, url: str) -> Thread | None:
-    ref = _label(url)
-    return next((t for t in pack.threads if _label(t.url) == ref), None)
-
-
-def targets(pack: Pack) -> list[str]:
-    """Where the pack would be filed or is discussed as its own: the comment target and 'filing target' threads."""
-    urls = [t.url for t in pack.threads if t.role == "filing target"]
-    target = comment_target(pack) if pack.kind == "comment" else None
-    if target and all(_label(u) != _label(target) for u in urls):
-        urls.insert(0, target)
-    return urls
 
 
 @dataclass(frozen=True)
@@ -609,25 +569,6 @@ def target_health(pack: Pack, today: date | None = None, stale_days: int = STALE
                 problem = f"stale (no activity since {last.isoformat()})"
         out.append(TargetHealth(url, state, updated, problem))
     return out
-
-
-_SENTENCES = {
-    "supersedes-us": "upstream's {what} replaces this change, so it is not filed",
-    "we-extend": "this change builds on {what}",
-    "comment-there": "this is posted on {what}",
-    "independent": "{what} touches the same code but is a separate matter",
-    "duplicate-of-ours": "{what} repeats this change",
-}
-
-
-def body_lines(tracking: Tracking, pack: Pack) -> list[str]:
-    """The filing body's related section: one line per decided thread or commit, its relation in a sentence."""
-    lines = []
-    for d in pack.related:
-        what = d.ref if "#" in d.ref else d.ref[: d.ref.index("@") + 13]  # a commit: owner/repo@<12 hex>
-        sentence = _SENTENCES[d.relation].format(what=what)
-        lines.append(f"- {sentence[0].upper()}{sentence[1:]}: {d.reason.rstrip('.')}.")
-    return lines
 
 
 def already_there(pack: Pack) -> Thread | None:

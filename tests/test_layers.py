@@ -22,7 +22,7 @@ LAYERS: dict[int, set[str]] = {
         "git"},  # git: raises the GitError family of errors
     2: {"pins", "runtime", "receipts"},
     3: {"tracking", "builds"},
-    4: {"series", "threads"},
+    4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data
     5: {"context"},
     # workflows: peers, none imports another
     6: {"lanes", "edit", "rebase", "export", "provenance", "filing", "related"},

@@ -19,7 +19,7 @@ from urllib.parse import unquote_plus
 import pytest
 from conftest import CORE_BUGGY, REPO, cli
 
-from harness import related
+from harness import decisions, related
 from harness.errors import ConfigError, Exit
 from harness.readiness import ReasonCode
 from harness.tracking import Tracking
@@ -415,10 +415,13 @@ def test_an_unknown_key_in_a_decision_is_warned(lane_repo, capsys):
 def test_body_lines_say_each_relation_in_one_sentence(lane_repo):
     _decide(lane_repo, "acme/fake#3", "comment-there", "2026-01-01", "the thread where the bug is discussed")
     _decide(lane_repo, "acme/fake@" + "b" * 40, "we-extend", "2026-01-02", "adds the helper we call.")
+    _decide(lane_repo, "acme/fake#4", "we-extend", "2026-01-02", "adds the marker (see our run 2026-01-01)")
+    _decide(lane_repo, "acme/fake#5", "independent", "2026-01-02", "same file, other function")
     t = Tracking.load(lane_repo.root)
-    assert related.body_lines(t, t.pack("01")) == [
-        "- This is posted on acme/fake#3: the thread where the bug is discussed.",
-        f"- This change builds on acme/fake@{'b' * 12}: adds the helper we call.",
+    # the thread commented on and commits are not listed; our reasons stay in tracking.toml
+    assert decisions.body_lines(t.pack("01")) == [
+        "- This change builds on acme/fake#4.",
+        "- acme/fake#5 touches the same code; it is a separate change.",
     ]
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from harness import pins, receipts, series
+from harness import decisions, pins, receipts, series
 from harness.errors import ConfigError
 from harness.filing import pr_template
 from harness.filing.evidence import evidence
@@ -109,8 +109,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         reproducer_text = minimal
     else:
         reproducer_text = _reproducer_section(script, inline, needs_gpu)
-    related = [thread_label(t.url) for t in pack.threads
-               if t.role == "context" and thread_label(t.url) != t.url]
+    related = decisions.body_lines(pack)
     values = {
         "title": title,
         "problem": problem,
@@ -119,7 +118,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         "evidence": ev.text or "No measurements yet.",
         "reproducer": reproducer_text,
         "diff": diff,
-        "related": ("Related: " + ", ".join(related)) if related else "",
+        "related": ("Related upstream work:\n\n" + "\n".join(related)) if related else "",
         "base": base_label(manifest, base),
         "repo": manifest.repo,
     }

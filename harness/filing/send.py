@@ -10,7 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import git, pins, receipts
+from harness import decisions, git, pins, receipts
 from harness.errors import ConfigError, UpstreamError, UsageError
 from harness.filing.body import Rendered
 from harness.filing.reproducer import PLACEHOLDER
@@ -19,10 +19,12 @@ from harness.tracking import Pack, Tracking
 
 
 def filing_thread(pack: Pack) -> str:
-    for t in pack.threads:
-        if t.role == "filing target":
-            return t.url
-    raise ConfigError(f"pack {pack.id}: a comment needs a thread with role = \"filing target\"")
+    """Where a comment is posted: the thread its ``comment-there`` decision names, else its filing target."""
+    url = decisions.comment_target(pack)
+    if url is None:
+        raise ConfigError(f"pack {pack.id}: a comment needs a [[packs.{pack.id}.related]] decision "
+                          f"'comment-there' or a thread with role = \"filing target\"")
+    return url
 
 
 @dataclass(frozen=True)
