@@ -181,6 +181,7 @@ class Manifest:
     stubs: dict[str, str] = field(default_factory=dict)
     # how the upstream takes contributions (no [policy] table: no sign-off asked, no checks of its own)
     policy: Policy = field(default_factory=Policy)
+    python: str = ""  # the interpreter version the target needs ("3.12"); "" when any will do
 
     def base(self, name: str | None) -> Base:
         name = name or self.default_base
@@ -236,6 +237,7 @@ def load_manifest(root: Path, target: str) -> Manifest:
         filing_base=get(doc, "filing_base", str, where, default=""),
         stubs=_load_stubs(doc, where),
         policy=_load_policy(doc, where),
+        python=python or "",
     )
     if manifest.stubs and manifest.build != "overlay":
         raise ConfigError(f"{where}: [stubs] only applies to build = \"overlay\"")
