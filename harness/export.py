@@ -57,11 +57,11 @@ def parse_identity(text: str, source: str = "--identity") -> Identity:
 def _checked(name: str, email: str, source: str) -> Identity:
     if not name.strip():
         raise IdentityError(f"{source}: no name (it must read 'Name <email>')")
-    if not _EMAIL.match(email):
-        raise IdentityError(f"{source}: {email!r} does not look like an email address")
     if email.lower() in PLACEHOLDERS or name.strip().lower() in ("patch lane", "patch-lane"):
         raise IdentityError(f"{source}: {name} <{email}> is this repository's placeholder, not a person; "
                             "file under your own name")
+    if not _EMAIL.match(email):
+        raise IdentityError(f"{source}: {email!r} does not look like an email address")
     return Identity(name.strip(), email, source)
 
 
