@@ -54,9 +54,10 @@ def main(args) -> int:
     for finding in result.checks.findings:
         ui.warn(str(finding))
     ran = [r.name for r in result.checks.ran if r.files]
+    checks = (", ".join(ran) if ran else "none on these files" if result.checks.ran else "none recorded")
     signed = " and signed off" if result.signed_off else ""
     ui.note(f"{len(result.files)} patch(es) for {result.target} {result.base} ({result.commit[:12]}), authored"
-            f"{signed} by {result.identity}; upstream checks run: {', '.join(ran) or 'none apply'}, "
+            f"{signed} by {result.identity}; upstream checks: {checks} (and whitespace), "
             f"{len(result.checks.findings)} finding(s); apply with: git am {out}/*.patch")
     ui.out.print(str(out), markup=False, highlight=False)
     return 0
