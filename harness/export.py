@@ -40,7 +40,7 @@ _TRAILER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*: ")
 class Identity:
     name: str
     email: str
-    source: str  # "--identity" or "git config"
+    source: str  # where it came from: "--identity" or "git config user.name/user.email"
 
     def __str__(self) -> str:
         return f"{self.name} <{self.email}>"
