@@ -12,11 +12,13 @@ saying which; a thread that does not exist is a ``ThreadNotFound``.
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import urlsplit
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from harness import __version__
 from harness.errors import ConfigError, UpstreamError, UsageError
@@ -29,6 +31,10 @@ _REPO = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(
 
 class ThreadNotFound(ConfigError):
     """The API answered 404 for a thread URL named in tracking.toml."""
+
+
+class Unreachable(UpstreamError):
+    """The API could not be reached at all (no network): callers may fall back to recorded answers."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ class GitHub:
         try:
             resp = self._session.get(url, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise UpstreamError(f"cannot reach {self.api_url} (offline?): {type(exc).__name__}",
+            raise Unreachable(f"cannot reach {self.api_url} (offline?): {type(exc).__name__}",
                                 hint="nothing was written; retry when the network is back") from None
         if resp.status_code == 404:
             raise ThreadNotFound(f"{url}: not found (404)")
@@ -123,20 +129,95 @@ class GitHub:
             raise UpstreamError(f"{url}: answer is not JSON") from None
 
     def thread(self, url: str) -> ThreadStatus:
-        ref = parse_thread(url)
-        if ref is None:
-            raise ConfigError(f"{url}: not a github.com pull request or issue URL")
-        data = self.get(ref.api_path)
-        if ref.kind == "pull":
-            if data.get("merged") or data.get("merged_at"):
-                state = "merged"
-            elif data.get("state") == "closed":
-                state = "closed"
-            else:
-                state = "draft" if data.get("draft") else "open"
-        else:
-            state = "closed" if data.get("state") == "closed" else "open"
-        return ThreadStatus(url, state, str(data.get("updated_at") or ""), str(data.get("title") or ""))
+        return thread_status(self.get, url)
+
+    def login(self) -> str | None:
+        """The token's own GitHub login (``GET /user``); None without a token."""
+        if "Authorization" not in self._session.headers:
+            return None
+        data = self.get("/user")
+        return str(data.get("login") or "") or None
+
+
+def thread_state(kind: str, data: dict) -> str:
+    """open, draft, merged or closed, from a pull request's or issue's REST answer."""
+    if kind == "pull" or "pull_request" in data:
+        if data.get("merged") or data.get("merged_at") or (data.get("pull_request") or {}).get("merged_at"):
+            return "merged"
+        if data.get("state") == "closed":
+            return "closed"
+        return "draft" if data.get("draft") else "open"
+    return "closed" if data.get("state") == "closed" else "open"
+
+
+def thread_status(get, url: str) -> ThreadStatus:
+    """A thread's state through ``get`` (a ``GitHub`` or a ``Recorded`` source: the same REST paths)."""
+    ref = parse_thread(url)
+    if ref is None:
+        raise ConfigError(f"{url}: not a github.com pull request or issue URL")
+    data = get(ref.api_path)
+    return ThreadStatus(url, thread_state(ref.kind, data), str(data.get("updated_at") or ""),
+                        str(data.get("title") or ""))
+
+
+class Recorded:
+    """GitHub REST answers recorded as files, for machines without the network (CI) and for tests.
+
+    ``GET /repos/o/r/pulls/7`` is ``<dir>/repos/o/r/pulls/7.json``, in the shape the API returns.
+    ``GET /search/issues?q=...`` is answered from ``<dir>/search/issues/<owner>+<repo>.json`` (a search
+    answer holding every item recorded for that repository) by keeping the items GitHub's search would:
+    of the ``is:pr``/``is:issue`` kind asked, updated on or after an ``updated:>=`` date, and holding the
+    quoted terms in the title or body (all of them, or any one when they are joined by ``OR``;
+    case-insensitive, like GitHub's own matching of a phrase).
+    A path with no file is a ``ThreadNotFound``, as a 404 is.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.api_url = f"recorded answers in {root}"
+
+    def get(self, path: str):
+        parts = urlsplit(path)
+        if parts.path == "/search/issues":
+            return self._search(parse_qs(parts.query).get("q", [""])[0])
+        file = self.root / (parts.path.strip("/") + ".json")
+        if not file.is_file():
+            raise ThreadNotFound(f"{path}: not recorded ({file} missing)")
+        return _read_json(file)
+
+    def thread(self, url: str) -> ThreadStatus:
+        return thread_status(self.get, url)
+
+    def login(self) -> str | None:
+        return None
+
+    def _search(self, q: str) -> dict:
+        repo = re.search(r"\brepo:(\S+)", q)
+        if repo is None:
+            raise UsageError(f"recorded search needs a repo: qualifier ({q!r})")
+        file = self.root / "search" / "issues" / (repo.group(1).replace("/", "+") + ".json")
+        items = _read_json(file).get("items", []) if file.is_file() else []
+        terms = [t.lower() for t in re.findall(r'"([^"]+)"', q)]
+        kind = re.search(r"\bis:(pr|issue)\b", q)
+        since = re.search(r"\bupdated:>=(\S+)", q)
+        keep = []
+        for item in items:
+            text = f"{item.get('title') or ''}\n{item.get('body') or ''}".lower()
+            is_pr = "pull_request" in item
+            if kind and (kind.group(1) == "pr") != is_pr:
+                continue
+            if since and item.get("updated_at") and str(item["updated_at"])[:10] < since.group(1):
+                continue
+            if (any if " OR " in q else all)(t in text for t in terms):
+                keep.append(item)
+        return {"total_count": len(keep), "incomplete_results": False, "items": keep}
+
+
+def _read_json(file: Path):
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{file}: not a recorded GitHub answer ({exc})") from None
 
 
 def _refuse_plain_http(api_url: str) -> None:

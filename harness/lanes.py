@@ -159,7 +159,11 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     pack, lane = prep.pack, prep.lane
     if pack.reproducer is None:  # tracking.load refuses lanes without a reproducer
         raise ConfigError(f"tracking.toml [packs.{pack.id}]: lane {lane.name} but no key 'reproducer'")
-    script = ctx.root / pack.reproducer
+    pinned = pack.lane_script(lane) or pack.reproducer  # the script the receipt pins
+    script = ctx.root / pinned
+    runner, args = script, list(lane.args)
+    if lane.minimal:  # the plain script runs unchanged under the kit that speaks the lane protocol
+        runner, args = ctx.root / str(pack.lane_runner(lane)), [str(script), *lane.args]
     started = receipts.utc_now()
     env = runtime.with_library_path(dict(os.environ), prep.runtime_site)
     env.update({
@@ -179,7 +183,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
-    cmd = runs.launch_command(ctx.python, lane.nproc, script, list(lane.args))
+    cmd = runs.launch_command(ctx.python, lane.nproc, runner, args)
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
@@ -211,8 +215,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         ranks=tuple(receipts.Host(s) for s in outcome.stamps) if lane.nproc > 1 else None,
         runtime_requires=tuple(prep.runtime_requires),
         imported=dict(prep.imported),
-        reproducer=receipts.ReproducerRecord(pack.reproducer, sha256_file(script), tuple(lane.args),
-                                             receipts.helper_digests(ctx.root, pack.reproducer)),
+        reproducer=receipts.ReproducerRecord(pinned, sha256_file(script), tuple(lane.args),
+                                             receipts.helper_digests(ctx.root, str(pack.lane_runner(lane)))),
         harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
         host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
         expected=receipts.Sentinel(lane.expect),

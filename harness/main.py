@@ -24,7 +24,12 @@ ENVIRONMENT = (
     ("XDG_CACHE_HOME", "see PATCHLANE_HOME"),
     ("PATCHLANE_REPO_COMMIT", "the repository commit receipts name when the copy has no .git (a GPU host)"),
     ("PATCHLANE_PYPI_URL", "PyPI JSON API root for 'rebase --to-version' (default https://pypi.org/pypi)"),
-    ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh' (sent only in the request header)"),
+    ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh', 'related', 'threads refresh' (sent only in the "
+                               "request header)"),
+    ("GITHUB_USER", "the filer's GitHub login for 'threads refresh' (default: the token's own)"),
+    ("PATCHLANE_GITHUB_RECORDED", "recorded GitHub answers for 'related', readiness and 'threads refresh --offline' "
+                                  "(default: tests/fixtures/github)"),
+    ("PATCHLANE_GIT_MIRRORS", "directories of bare upstream mirrors (owner+name.git), tried before GitHub"),
     ("HARNESS_RUN_DIR", "scratch directory shared by the lanes of one run (default: a new temporary one)"),
     ("PYTHONPATH", "kept after a lane's own build directories"),
     ("CI", "when set, no spinners or bars: plain progress lines"),
@@ -38,7 +43,8 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 
 COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
-            "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf"]
+            "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "related",
+            "threads"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -16,7 +16,8 @@ A pack is **ready** when all of these hold:
 * every lane on the filing base has a latest receipt that passed, ran on the artefact (or commit)
   pinned today, ran the reproducer file as it is now, and -- patched lanes -- applied exactly the
   series files of the filing base (their sha256s); at least one lane runs there;
-* the filing body renders from receipts, its evidence rows all resolve, and body and reproducer lint;
+* the filing body renders from receipts, its evidence rows all resolve, body and reproducer lint, and
+  the body passes the body check (``filing.check``: layout, budget, anchors, evidence bases, names);
 * nothing says upstream absorbed it: every patch reverse-applies on the filing base, a passing
   ``BUG_ABSENT`` lane on it (a superseded fix), or a thread whose role says it is absorbed or fixed;
 * every dependency is ready, filed, or absorbed (at that base).
@@ -35,7 +36,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from harness import filing, git, pins, rebase, receipts, series
+from harness import filing, git, pins, rebase, receipts, related, series
 from harness.errors import ConfigError, HarnessError
 from harness.github import thread_label
 from harness.hashing import sha256_file
@@ -69,8 +70,12 @@ class ReasonCode(StrEnum):
     EVIDENCE = "evidence"
     BODY = "body"
     LINT = "lint"
+    BODY_CHECK = "body-check"
     DEPENDENCY = "dependency"
     THREAD = "thread"
+    RELATED = "related-undecided"
+    SUPERSEDED = "superseded"
+    ALREADY_THERE = "already-there"
 
 
 REASON_CODES = {
@@ -86,8 +91,13 @@ REASON_CODES = {
     ReasonCode.EVIDENCE: "an evidence row of the body does not resolve from the receipts",
     ReasonCode.BODY: "the body cannot be rendered",
     ReasonCode.LINT: "the body or its reproducer fails the lint",
+    ReasonCode.BODY_CHECK: "the body fails the body check (layout, budget, anchors, names; harness body --check)",
     ReasonCode.DEPENDENCY: "a dependency is not ready, filed or absorbed",
     ReasonCode.THREAD: "the thread a comment would go to is closed or merged",
+    ReasonCode.RELATED: "upstream work overlapping the pack, newer than its last decision, is undecided "
+                        "(harness related PACK; decide it in [[packs.NN.related]])",
+    ReasonCode.SUPERSEDED: "a decision says upstream work supersedes the pack (relation supersedes-us)",
+    ReasonCode.ALREADY_THERE: "our comment or PR is already on the thread (threads refresh found it)",
 }
 # codes that mean the pack is not to be filed at all (nothing else is worth checking)
 NOT_FILEABLE = frozenset({ReasonCode.STATE, ReasonCode.KIND, ReasonCode.FILING_BASE})
@@ -163,6 +173,7 @@ class Readiness:
     lanes: tuple[LaneEvidence, ...]
     reasons: tuple[Reason, ...]  # why it is not ready; empty when ready
     apply: ApplyCheck | None = None
+    related: related.Scan | None = None  # the upstream work found overlapping it (None: not looked for)
 
     @property
     def ready(self) -> bool:
@@ -257,6 +268,34 @@ def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch]) -> tu
     return APPLIES, ("with offsets: " + "; ".join(moved)) if moved else ""
 
 
+# ---------------------------------------------------------------------------------------------- related work
+
+def _related(ctx, pack: Pack) -> tuple[related.Scan | None, list[Reason]]:
+    """Upstream work overlapping the pack (mirrors and recorded answers only, never the network), and what
+    about it keeps the pack from being filed."""
+    reasons = []
+    d = related.superseded_by(pack)
+    if d is not None:
+        reasons.append(Reason(ReasonCode.SUPERSEDED, f"{d.ref} supersedes it (decided {d.date}): {d.reason}"))
+    there = related.already_there(pack)
+    if there is not None:
+        what = "our comment is" if there.ours == "comment" else "our own thread is"
+        reasons.append(Reason(ReasonCode.ALREADY_THERE, f"{what} already on {thread_label(there.url)}: "
+                                                        "a second filing is refused"))
+    try:
+        scan = related.scan(ctx.root, ctx.tracking, pack,
+                            related.offline_sources(ctx.root, ctx.options.git_mirrors))
+    except HarnessError as exc:
+        return None, reasons + [Reason(ReasonCode.RELATED, f"cannot look for overlapping upstream work: {exc}")]
+    for c in related.undecided(pack, scan.candidates):
+        last = related.last_decision(pack)
+        since = f"newer than the last decision ({last})" if last else "no decision recorded"
+        reasons.append(Reason(ReasonCode.RELATED, f"{c.ref} ({c.kind}{', ' + c.state if c.state else ''}, "
+                                                  f"{c.date[:10]}, {c.overlap.label}: {c.where}) is undecided, "
+                                                  f"{since}"))
+    return scan, reasons
+
+
 # ---------------------------------------------------------------------------------------------- readiness
 
 def parse_time(text: str | None) -> datetime | None:
@@ -286,18 +325,19 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
             return LaneProblem(LaneProblemCode.SERIES,
                                f"latest receipt applied another series than the one for {lane.base} "
                                f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
-    if pack.reproducer:
-        path = root / pack.reproducer
+    script = pack.lane_script(lane)
+    if script:
+        path = root / script
         if path.is_file() and sha256_file(path) != rec.reproducer.sha256:
             return LaneProblem(LaneProblemCode.REPRODUCER,
-                               f"latest receipt ran an older {pack.reproducer} (it changed since)")
+                               f"latest receipt ran an older {script} (it changed since)")
         if rec.reproducer.helpers is not None:  # receipts before helpers were pinned: the file alone, as above
-            now = receipts.helper_digests(root, pack.reproducer)
+            now = receipts.helper_digests(root, pack.lane_runner(lane) or script)
             changed_helpers = sorted(name for name in set(now) | set(rec.reproducer.helpers)
                                      if now.get(name) != rec.reproducer.helpers.get(name))
             if changed_helpers:
                 return LaneProblem(LaneProblemCode.HELPERS,
-                                   f"latest receipt ran {pack.reproducer} with other helper modules than today's "
+                                   f"latest receipt ran {script} with other helper modules than today's "
                                    f"({', '.join(changed_helpers)} changed, added or removed since)")
     return None
 
@@ -342,10 +382,16 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
         if any(word in t.role for word in ABSORBING_ROLES):
             reasons.append(Reason(ReasonCode.ABSORBED,
                                   f"upstream may already have it: {thread_label(t.url)} ({t.role})"))
-    for t in pack.threads:
-        if pack.kind == "comment" and t.role == "filing target" and t.state in ("closed", "merged"):
+    if pack.kind == "comment":
+        target = related.comment_target(pack)
+        th = related.thread_of(pack, target) if target else None
+        if th is not None and th.state in ("closed", "merged"):
             reasons.append(Reason(ReasonCode.THREAD,
-                                  f"{thread_label(t.url)} is {t.state}: a comment there reaches nobody"))
+                                  f"{thread_label(th.url)} is {th.state}: a comment there reaches nobody"))
+    scan = None
+    if pack.state not in NOT_FILED and pack.kind in FILED_KINDS:
+        scan, found = _related(ctx, pack)
+        reasons += found
     for e in lanes:
         if e.on_filing_base and not e.lane.patched and e.lane.expect == Sentinel.BUG_ABSENT \
                 and e.receipt is not None and e.receipt.verdict == Verdict.PASS:
@@ -376,12 +422,16 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
                 first = rendered.findings[0]
                 reasons.append(Reason(ReasonCode.LINT, f"body fails lint: {len(rendered.findings)} finding(s), first "
                                               f"{first.describe()}"))
+            checked = filing.check.own_findings(rendered)
+            if checked:
+                reasons.append(Reason(ReasonCode.BODY_CHECK, f"body fails the body check: {len(checked)} finding(s), "
+                                                             f"first {checked[0].describe()}"))
     for dep in pack.depends_on:
         dp = tracking.packs[dep]
         if dp.state in DONE_STATES or series.absorbed_at(dp, fbase):
             continue
         if not readiness(ctx, dp, allow_download, memo).ready:
             reasons.append(Reason(ReasonCode.DEPENDENCY, f"depends on {dep}, which is not ready"))
-    result = Readiness(pack, fbase, tuple(lanes), tuple(reasons), check)
+    result = Readiness(pack, fbase, tuple(lanes), tuple(reasons), check, scan)
     memo[pack.id] = result
     return result

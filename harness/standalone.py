@@ -138,11 +138,12 @@ class Amalgamator:
                     todo.append(used)
 
 
-def amalgamate(reproducer: Path, search: list[Path], docstring: str) -> str:
+def amalgamate(reproducer: Path, search: list[Path], docstring: str, prologue: str = "") -> str:
     """The reproducer as one file: local helper imports replaced by the definitions they bring in.
 
     ``search`` are the directories local helpers are found in (the reproducer's own directory first);
-    ``docstring`` replaces the reproducer's module docstring (keep the original text in it if wanted).
+    ``docstring`` replaces the reproducer's module docstring (keep the original text in it if wanted);
+    ``prologue`` is code run first (after ``from __future__``), before the reproducer's own imports.
     """
     am = Amalgamator([reproducer.parent, *search])
     main = am.load("__main__", reproducer)
@@ -226,6 +227,8 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str) -> str:
     out: list[str] = ['"""' + docstring.replace('"""', "'''").rstrip() + '\n"""']
     if future:
         out.append("\nfrom __future__ import annotations")
+    if prologue:
+        out.append("\n" + prologue.strip("\n") + "\n")
     text_lines: list[str] = []
     for no, line in enumerate(src_lines, 1):
         if no == first_local and helper_block:

@@ -53,15 +53,29 @@ TOP_KEYS = frozenset({"schema", "packs"})
 PACK_KEYS = frozenset({
     "title", "target", "kind", "class", "state", "files", "depends_on", "summary", "fix", "requires", "base",
     "filing_base", "reproducer", "lanes", "threads", "validation", "absorbed", "mitigation", "blocked", "held",
-    "filing", "performance", "evidence", "evidence_note",
+    "filing", "performance", "evidence", "evidence_note", "minimal_repro",
+    "related",  # [[packs.NN.related]]: a decision per upstream thread or commit that overlaps the pack
+    "error",  # the error message the pack fixes, as users see it (harness related searches upstream for it)
     # free-text notes people keep next to the data
     "note", "notes", "base_note", "patch_note", "contract_note",
     # data a contract pack's reproducer documents (pack 23)
     "explicit_pre_norm", "uses_identity_norm",
 })
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
-                       "with_builds", "note"})
-THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note"})
+                       "with_builds", "minimal", "note"})
+# The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
+# script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
+MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
+THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", "ours"})
+# What the person filing decided about an upstream PR, issue or commit that overlaps the pack (docs/related.md):
+# upstream's work replaces ours (the pack is not filed), ours builds on it, our body goes there as a comment,
+# the two are unrelated, or it repeats something of ours.
+RELATIONS = ("supersedes-us", "we-extend", "comment-there", "independent", "duplicate-of-ours")
+RELATED_KEYS = frozenset({"ref", "relation", "reason", "date"})
+# 'owner/repo#N' (a pull request or issue) or 'owner/repo@<full sha>' (a commit)
+RELATED_REF = re.compile(r"^(?P<slug>[\w.-]+/[\w.-]+)(?:#(?P<num>[1-9][0-9]*)|@(?P<sha>[0-9a-f]{40}))$")
+# What `harness threads refresh` found of ours on a thread: our comment on it, or we opened it.
+OURS = ("comment", "author")
 
 
 @cache
@@ -87,6 +101,7 @@ class Lane:
     with_baseline: bool = False  # the reproducer also gets the unpatched build (HARNESS_BASELINE_SITE)
     nproc: int = 1  # >1: launched with torch.distributed.run, one process per rank (per GPU on cuda lanes)
     extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
+    minimal: bool = False  # runs the pack's minimal_repro through MINIMAL_RUNNER instead of its reproducer
 
 
 # How an evidence row picks among the figures it matches (see EvidenceRow).
@@ -103,7 +118,7 @@ class EvidenceRow:
     strings over that figure's keys (``{value}``, ``{tolerance}``, ``{value.output}`` for a dict) and
     over counts across every selected figure (``{count}``, ``{n_ok}``, ``{n_finite}``, ``{n_bitwise}``,
     ``{n_true}``, ``{not_bitwise}``). ``figure = "@verdict"`` reads the run's last sentinel instead: its
-    details are the keys and ``{value}`` its name. See harness/filing.py.
+    details are the keys and ``{value}`` its name. See harness/filing/evidence.py.
     """
 
     lane: str
@@ -139,6 +154,25 @@ class Thread:
     state: str
     verified: str | None
     updated: str | None = None
+    ours: str | None = None  # "comment" / "author": what threads refresh found of the filer's there
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``[[packs.NN.related]]``: one upstream PR, issue or commit overlapping the pack, and what to do about it."""
+
+    ref: str  # owner/repo#N or owner/repo@<40-hex sha>
+    relation: str  # one of RELATIONS
+    reason: str
+    date: datetime.date
+
+    @property
+    def url(self) -> str:
+        m = RELATED_REF.match(self.ref)
+        assert m is not None  # checked when loaded
+        if m["sha"]:
+            return f"https://github.com/{m['slug']}/commit/{m['sha']}"
+        return f"https://github.com/{m['slug']}/issues/{m['num']}"  # GitHub redirects to the pull when it is one
 
 
 @dataclass(frozen=True)
@@ -166,15 +200,28 @@ class Pack:
     evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
     validation: dict[str, Validation] = field_(default_factory=dict)  # per lane name: its latest receipt
     # [[packs.NN.performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
-    # lane's base, and its value is read from that lane's latest receipt (harness/filing.py resolves both)
+    # lane's base, and its value is read from that lane's latest receipt (harness/filing/evidence.py resolves both)
     performance: tuple[EvidenceRow, ...] = ()
     evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
+    # a plain script (upstream API and torch, at most 40 lines, `python repro.py`, exit 1 while the bug shows)
+    # that issue and bug-report bodies inline; lanes with ``minimal = true`` run it unchanged
+    minimal_repro: str | None = None
     fix: str = ""  # what the change does, in a line (key 'fix')
+    related: tuple[Decision, ...] = ()  # [[packs.NN.related]], in file order
+    error: str = ""  # the error message the pack fixes (key 'error')
 
     @property
     def state_reason(self) -> str | None:
         """The recorded reason of a blocked or held pack (keys ``blocked`` / ``held``), if any."""
         return {"blocked": self.blocked, "held": self.held}.get(self.state)
+
+    def lane_script(self, lane: Lane) -> str | None:
+        """The script a lane runs and its receipt pins: the minimal reproducer, or the pack's reproducer."""
+        return self.minimal_repro if lane.minimal else self.reproducer
+
+    def lane_runner(self, lane: Lane) -> str | None:
+        """The script a lane launches (its helper modules are pinned too): the minimal kit, or the reproducer."""
+        return MINIMAL_RUNNER if lane.minimal else self.reproducer
 
     def lane_requires(self, lane: Lane) -> str:
         """What hardware ``lane`` needs: its own ``requires``, else the pack's."""
@@ -346,7 +393,7 @@ def unknown_keys(path: Path, doc) -> list[str]:
         if not isinstance(table, dict):
             continue
         out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
-        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS)):
+        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS)):
             for i, entry in enumerate(table.get(kind) or []):
                 if isinstance(entry, dict):
                     out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
@@ -386,6 +433,11 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
     if lanes and reproducer is None:
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
+    minimal_repro = field(t, "minimal_repro", str, where, default=None)
+    if minimal_repro is not None and not (root / minimal_repro).is_file():
+        raise ConfigError(f"{where}: key 'minimal_repro': {minimal_repro} does not exist")
+    if minimal_repro is None and any(lane.minimal for lane in lanes):
+        raise ConfigError(f"{where}: a lane has minimal = true but key 'minimal_repro' is missing")
     kind = choice(t, "kind", KINDS, where)
     _check_lanes_fit_kind(kind, lanes, where)
     names = [lane.name for lane in lanes]
@@ -399,9 +451,11 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
             state=choice(th, "state", THREAD_STATES, f"{where} threads[{i}]", default="unknown"),
             verified=_date_text(field(th, "verified", (str, datetime.date), f"{where} threads[{i}]", default=None)),
             updated=field(th, "updated", str, f"{where} threads[{i}]", default=None),
+            ours=choice(th, "ours", OURS, f"{where} threads[{i}]") if "ours" in th else None,
         )
         for i, th in enumerate(t.get("threads", []))
     )
+    related = _load_related(t.get("related", []), where)
     mitigation = t.get("mitigation")
     if mitigation is not None:
         mwhere = f"{where} .mitigation"
@@ -456,7 +510,49 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         performance=performance,
         validation=validation,
         evidence_note=field(t, "evidence_note", str, where, default=""),
+        related=related,
+        error=field(t, "error", str, where, default=""),
+        minimal_repro=minimal_repro,
     )
+
+
+def _load_related(entries, where: str) -> tuple[Decision, ...]:
+    """The pack's decisions about overlapping upstream work; a relation outside RELATIONS is refused."""
+    if not isinstance(entries, list):
+        raise ConfigError(f"{where} .related: must be an array of tables ([[packs.NN.related]])")
+    out, seen = [], set()
+    for i, entry in enumerate(entries):
+        rwhere = f"{where} related[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{rwhere}: must be a table ([[packs.NN.related]])")
+        ref = field(entry, "ref", str, rwhere)
+        if not RELATED_REF.match(ref):
+            raise ConfigError(f"{rwhere}: key 'ref' is {ref!r}; write 'owner/repo#N' for a pull request or issue, "
+                              "'owner/repo@<full 40-hex sha>' for a commit")
+        if ref in seen:
+            raise ConfigError(f"{rwhere}: {ref} is decided twice; keep one entry (edit its date when you re-decide)")
+        seen.add(ref)
+        relation = field(entry, "relation", str, rwhere)
+        if relation not in RELATIONS:
+            raise ConfigError(f"{rwhere} ({ref}): relation '{relation}' is not one of {', '.join(RELATIONS)}")
+        reason = field(entry, "reason", str, rwhere)
+        if not reason.strip() or "\n" in reason.strip():
+            raise ConfigError(f"{rwhere} ({ref}): key 'reason' must be one line, saying why")
+        out.append(Decision(ref, relation, reason.strip(), _iso_date(entry.get("date"), f"{rwhere} ({ref})")))
+    return tuple(out)
+
+
+def _iso_date(value, where: str) -> datetime.date:
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return datetime.date.fromisoformat(value)
+        except ValueError:
+            pass
+    raise ConfigError(f"{where}: key 'date' must be an ISO date such as 2026-11-24 (when it was decided)")
 
 
 def _load_validation(t, where: str) -> dict[str, Validation]:
@@ -546,9 +642,12 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
         if extra_base not in other.bases:
             raise ConfigError(f"{where}: key 'with_builds': {other.path.name} has no base '{extra_base}'")
         extra.append((target, extra_base))
+    minimal = field(t, "minimal", bool, where, default=False)
+    if minimal and (with_baseline or nproc > 1):
+        raise ConfigError(f"{where}: key 'minimal' runs a plain script: no with_baseline, nproc 1")
     return Lane(name=name, base=base, patched=patched, expect=expect,
                 args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
-                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra))
+                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal)
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:

@@ -221,14 +221,27 @@ def test_small_reproducer_is_pasted_and_runs_without_this_repository(ran, capsys
     alone = tmp_path / "elsewhere" / "repro_fake.py"
     alone.parent.mkdir()
     shutil.copy(script, alone)
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site.parent), "HARNESS_PATCHED": "0"}
-    proc = subprocess.run([sys.executable, str(alone)], env=env, capture_output=True, text=True, cwd=alone.parent)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1].startswith("BUG_REPRODUCED")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site.parent)}  # nothing of ours: plain flags
+    assert "HARNESS_" not in text.split('"""', 2)[1]  # the header's commands use flags, not our variables
+    assert "python repro_fake.py --unpatched" in text and "python repro_fake.py --patched" in text
+    for flag, want in (("--unpatched", "BUG_REPRODUCED"), ("--patched", "FIX_FAILED")):
+        proc = subprocess.run([sys.executable, str(alone), flag], env=env, capture_output=True, text=True,
+                              cwd=alone.parent)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[-1].startswith(want)  # the buggy core under either flag
+
+
+def test_commands_in_method_notes_use_the_script_s_flags():
+    notes = "    HARNESS_RUN_DIR=/tmp/r04 python pack04.py --unpatched   # then --patched\n" \
+            "HARNESS_PATCHED=1 HARNESS_BASELINE_SITE=$SITE python x.py --device cuda\nHARNESS_OTHER=1 python y.py\n"
+    assert filing.reproducer.plain_flags(notes).splitlines() == [
+        "    python pack04.py --unpatched --run-dir /tmp/r04  # then --patched",
+        "python x.py --device cuda --patched --baseline-site $SITE",
+        "HARNESS_OTHER=1 python y.py"]
 
 
 def test_large_reproducer_goes_to_a_gist_the_command_creates(ran, capsys, monkeypatch):
-    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    monkeypatch.setattr(filing.body, "INLINE_LIMIT", 10)
     assert cli("body", "01", *ran.args()) == Exit.OK
     out = capsys.readouterr()
     assert f"[`repro_fake.py`]({filing.PLACEHOLDER})" in out.out and "```python" not in out.out
@@ -264,7 +277,7 @@ def test_post_refuses_without_a_terminal(ran, fake_gh, capsys, monkeypatch):
 
 
 def test_post_uploads_the_reproducer_then_files_the_body_with_its_link(ran, fake_gh, capsys, monkeypatch):
-    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    monkeypatch.setattr(filing.body, "INLINE_LIMIT", 10)
     monkeypatch.setattr(sys, "stdin", Stdin(tty=True))
     monkeypatch.setattr("builtins.input", lambda prompt: "01")
     monkeypatch.setenv("USER", "tester")
@@ -422,7 +435,7 @@ def test_evidence_from_a_lane_on_another_base_is_a_problem(ran):
 
 
 def test_all_docs_renders_every_fileable_pack_with_its_reproducer_and_receipts(ran, capsys, monkeypatch):
-    monkeypatch.setattr(filing, "INLINE_LIMIT", 10)
+    monkeypatch.setattr(filing.body, "INLINE_LIMIT", 10)
     assert cli("body", "--all-docs", *ran.args()) == Exit.OK
     docs = ran.root / "docs" / "filings"
     assert capsys.readouterr().out == "docs/filings/01-pr.md\n"

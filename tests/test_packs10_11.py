@@ -73,7 +73,12 @@ def test_pack11_lanes(tracking, repro11, monkeypatch):
         "fix-dev": ("cuda", True, "FIX_VALIDATED", "M*-", (("mamba", "2.3.2.post1"),)),
     }
     got = {}
+    minimal = {lane.name: (pack.lane_requires(lane), lane.patched, lane.expect) for lane in pack.lanes if lane.minimal}
+    assert minimal == {"minimal-bug-dev": ("cuda", False, "BUG_REPRODUCED"),  # the inline script, unchanged
+                       "minimal-fix-dev": ("cuda", True, "FIX_VALIDATED")}
     for lane in pack.lanes:
+        if lane.minimal:
+            continue
         monkeypatch.setattr(sys, "argv", [str(REPRO11), *lane.args])
         args = repro11.parse_args()
         assert args.device == pack.lane_requires(lane), lane.name

@@ -6,17 +6,17 @@ helper it uses is copied in below.
 Run it once per build, from one directory:
 
   1. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CPU is enough):
-       HARNESS_LANE=bug-dev-cpu HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_flce_unfused_fallback.py --device cpu
+       python repro_flce_unfused_fallback.py --unpatched --device cpu
   2. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CPU is enough):
-       HARNESS_LANE=fix-dev-cpu HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_flce_unfused_fallback.py --device cpu
+       python repro_flce_unfused_fallback.py --patched --device cpu
   3. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CPU is enough):
-       HARNESS_LANE=fix-dev-cpu-tp2 HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --device cpu
+       python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --patched --device cpu
   4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CUDA GPU):
-       HARNESS_LANE=bug-dev HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_flce_unfused_fallback.py --device cuda
+       python repro_flce_unfused_fallback.py --unpatched --device cuda
   5. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
-       HARNESS_LANE=fix-dev HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_flce_unfused_fallback.py --device cuda
+       python repro_flce_unfused_fallback.py --patched --device cuda
   6. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
-       HARNESS_LANE=memory-dev HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_flce_unfused_fallback.py --device cuda --stage memory
+       python repro_flce_unfused_fallback.py --patched --device cuda --stage memory
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -72,11 +72,37 @@ below the logits; the fallback materializes them (and a float32 softmax), so on 
 a kernel the truthful sentinel is MEMORY_SAVE_MISSING (working set > 1/4 of the logits);
 MEMORY_SAVE_VERIFIED would mean the working set stayed under that.
 
-    HARNESS_PATCHED=1 python pack10_flce_unfused_fallback.py --device cpu
+    python pack10_flce_unfused_fallback.py --device cpu --patched
     torchrun --standalone --nproc_per_node=2 pack10_flce_unfused_fallback.py --device cpu
 """
 
 from __future__ import annotations
+
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+
 
 import contextlib
 import os

@@ -6,13 +6,13 @@ Nothing else: every helper it uses is copied in below.
 Run it once per build, from one directory:
 
   1. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CPU is enough):
-       HARNESS_LANE=bug-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
+       python repro_float16module_fp32_contract.py --unpatched
   2. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with the change (CPU is enough):
-       HARNESS_LANE=fix-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py
+       python repro_float16module_fp32_contract.py --patched
   3. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CUDA GPU):
-       HARNESS_LANE=mamba3-stage-bug-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py --stage mamba3
+       python repro_float16module_fp32_contract.py --unpatched --stage mamba3
   4. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with the change (CUDA GPU):
-       HARNESS_LANE=mamba3-stage-fix-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_float16module_fp32_contract.py --stage mamba3
+       python repro_float16module_fp32_contract.py --patched --stage mamba3
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -71,10 +71,36 @@ Float16Module-wrapped module:
   re-cast (dtype, object and data_ptr stable) -> FIX_VALIDATED, else FIX_FAILED.
 
     python pack16_float16module_fp32_contract.py --unpatched [--lane NAME]
-    HARNESS_PATCHED=0 python pack16_float16module_fp32_contract.py --stage mamba3  # mamba_ssm on the path
+    python pack16_float16module_fp32_contract.py --stage mamba3 --unpatched  # mamba_ssm on the path
 """
 
 from __future__ import annotations
+
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+
 
 import copy
 import os

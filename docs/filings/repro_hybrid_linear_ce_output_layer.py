@@ -6,13 +6,13 @@ Nothing else: every helper it uses is copied in below.
 Run it once per build, from one directory:
 
   1. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CPU is enough):
-       HARNESS_LANE=bug-dev-cpu HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_hybrid_linear_ce_output_layer.py --device cpu
+       python repro_hybrid_linear_ce_output_layer.py --unpatched --device cpu
   2. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CPU is enough):
-       HARNESS_LANE=fix-dev-cpu HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_hybrid_linear_ce_output_layer.py --device cpu
+       python repro_hybrid_linear_ce_output_layer.py --patched --device cpu
   3. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CUDA GPU):
-       HARNESS_LANE=bug-dev HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_hybrid_linear_ce_output_layer.py --device cuda --pattern 'M*-'
+       python repro_hybrid_linear_ce_output_layer.py --unpatched --device cuda --pattern 'M*-'
   4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
-       HARNESS_LANE=fix-dev HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_hybrid_linear_ce_output_layer.py --device cuda --pattern 'M*-'
+       python repro_hybrid_linear_ce_output_layer.py --patched --device cuda --pattern 'M*-'
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
@@ -62,10 +62,36 @@ On a GPU without a fused kernel (H100/H200: compute capability 9.0) the patched
 made to see a compute capability 9.0 device while the platform is created (capability queries
 simulated, tensors on the CPU), so the same path runs.
 
-    HARNESS_PATCHED=1 python pack11_hybrid_linear_ce_output_layer.py --device cpu --pattern=--
+    python pack11_hybrid_linear_ce_output_layer.py --device cpu --pattern=-- --patched
 """
 
 from __future__ import annotations
+
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+
 
 import contextlib
 import os

@@ -1,21 +1,20 @@
 """mamba3 mimo bwd: stage qk_dot and K as 2-D shared buffers: a self-contained reproducer.
 
 Needs mamba-ssm (the package under test) importable, torch, a CUDA GPU, with tilelang==0.1.8,
-apache-tvm-ffi==0.1.9, z3-solver==4.15.4.0, einops==0.8.2, psutil==7.2.2, tqdm==4.67.3,
-cloudpickle==3.1.2, packaging==26.0. Nothing else: every helper it uses is copied in below.
+apache-tvm-ffi==0.1.9. Nothing else: every helper it uses is copied in below.
 
 Run it once per build, from one directory:
 
   1. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
-       HARNESS_LANE=baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --groups 2
+       python repro_mimo_bwd_flat_smem.py --unpatched --groups 2
   2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
-       HARNESS_LANE=equivalence-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --groups 2
+       python repro_mimo_bwd_flat_smem.py --patched --groups 2
   3. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
-       HARNESS_LANE=timing-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run HARNESS_BASELINE_SITE=$RELEASED_SITE python repro_mimo_bwd_flat_smem.py --timing --heads 128 --groups 8 --batch 2 --seqlen 4096
+       python repro_mimo_bwd_flat_smem.py --patched --baseline-site $RELEASED_SITE --timing --heads 128 --groups 8 --batch 2 --seqlen 4096
   4. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CPU is enough):
-       HARNESS_LANE=tma-probe-baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe --probe-dims static --groups 2
+       python repro_mimo_bwd_flat_smem.py --unpatched --tma-probe --probe-dims static --groups 2
   5. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CPU is enough):
-       HARNESS_LANE=tma-probe-patched-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run python repro_mimo_bwd_flat_smem.py --tma-probe --probe-dims static --groups 2
+       python repro_mimo_bwd_flat_smem.py --patched --tma-probe --probe-dims static --groups 2
 
 RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
 made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at
@@ -81,6 +80,32 @@ varlen case in parallel. TMA probe: lowering only, ~2-3 min of CPU per variant.
 """
 
 from __future__ import annotations
+
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+
 
 import argparse
 import json

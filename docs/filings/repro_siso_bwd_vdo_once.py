@@ -1,15 +1,14 @@
 """mamba3 siso bwd: compute V @ dO^T and its mask once per chunk: a self-contained reproducer.
 
-Needs mamba-ssm (the package under test) importable, a CUDA GPU, with tilelang==0.1.8, apache-tvm-
-ffi==0.1.9, z3-solver==4.15.4.0, einops==0.8.2, psutil==7.2.2, tqdm==4.67.3, cloudpickle==3.1.2,
-packaging==26.0. Nothing else: every helper it uses is copied in below.
+Needs mamba-ssm (the package under test) importable, a CUDA GPU. Nothing else: every helper it uses
+is copied in below.
 
 Run it once per build, from one directory:
 
   1. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
-       HARNESS_LANE=baseline-main HARNESS_PATCHED=0 HARNESS_RUN_DIR=./repro-run python repro_siso_bwd_vdo_once.py
+       python repro_siso_bwd_vdo_once.py --unpatched
   2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
-       HARNESS_LANE=equivalence-main HARNESS_PATCHED=1 HARNESS_RUN_DIR=./repro-run HARNESS_BASELINE_SITE=$RELEASED_SITE python repro_siso_bwd_vdo_once.py
+       python repro_siso_bwd_vdo_once.py --patched --baseline-site $RELEASED_SITE
 
 RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
 made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at
@@ -49,10 +48,36 @@ lanes, so both compile exactly one variant and compare the same schedule. (With 
 two lanes could pick different configs, and a different warp count may change the reduction
 order; that would not be the patch's doing.)
 
-    HARNESS_RUN_DIR=/tmp/r04 python pack04_siso_bwd_vdo_once.py --unpatched   # then --patched
+    python pack04_siso_bwd_vdo_once.py --unpatched --run-dir /tmp/r04  # then --patched
 """
 
 from __future__ import annotations
+
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+
 
 # ---- from _lane.py (verbatim) ----
 import argparse

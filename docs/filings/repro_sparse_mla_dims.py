@@ -33,6 +33,32 @@ Lanes (``--check``):
 
 from __future__ import annotations
 
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+
+
 import importlib
 import os
 import sys

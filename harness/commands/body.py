@@ -1,7 +1,9 @@
-"""``harness body``: render and lint a pack's filing text and its reproducer; with --post, file them."""
+"""``harness body``: render and lint a pack's filing text and its reproducer; with --post, file them;
+with --check, run the body check over one or more packs (``--all``: every pack whose body docs/filings shows)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -21,7 +23,7 @@ def register(sub) -> None:
                     "at the base it is filed against), the evidence rows declared in tracking.toml (values read "
                     "from the latest receipts) and a single-file reproducer. stdout carries only the body; "
                     "the files written, readiness and the gh command go to stderr.")
-    p.add_argument("pack", nargs="?", help="pack id (09, pack09, liger_pack09)")
+    p.add_argument("pack", nargs="*", help="pack id (09, pack09, liger_pack09); --check takes several")
     p.add_argument("-o", "--out", type=Path, default=None,
                    help="where to write the body (default: dist/filing/<pack>-<kind>.md; the reproducer goes "
                         "beside it)")
@@ -33,18 +35,41 @@ def register(sub) -> None:
     p.add_argument("--all-docs", action="store_true",
                    help=f"render every pack that can be filed and has receipts into {DOCS_DIR}/ (body, "
                         "reproducer, and an index of the receipts each figure comes from)")
+    p.add_argument("--check", action="store_true",
+                   help="run the body check (layout, word budget, anchors, evidence bases, names, lint) on each "
+                        "PACK or --all; exit 10 on any finding; see docs/body-check.md")
+    p.add_argument("--all", action="store_true",
+                   help="with --check: every pack whose body docs/filings shows (a filed kind, a state that can "
+                        "be filed, receipts)")
+    p.add_argument("--ready", action="store_true",
+                   help="with --check: every pack that is ready but for its body (what CI runs: a ready pack's "
+                        "body must pass)")
+    p.add_argument("--json", action="store_true", help="with --check: the findings as JSON on stdout")
     _args.common(p)
 
 
 def main(args) -> int:
     ctx = context(args)
+    if args.check:
+        if args.post or args.out or args.all_docs:
+            raise UsageError("--check only reads; it takes no --post, --out or --all-docs")
+        if [bool(args.all), bool(args.ready), bool(args.pack)].count(True) != 1:
+            raise UsageError("--check needs one of PACK ..., --all or --ready")
+        if args.ready:
+            packs = [p for p in docs_packs(ctx)
+                     if all(r.code == readiness.ReasonCode.BODY_CHECK for r in readiness.readiness(ctx, p).reasons)]
+        else:
+            packs = docs_packs(ctx) if args.all else [ctx.tracking.pack(p) for p in args.pack]
+        return check_bodies(ctx, packs, args.json)
+    if args.all or args.ready or args.json:
+        raise UsageError("--all, --ready and --json go with --check")
     if args.all_docs:
         if args.pack or args.post or args.out:
             raise UsageError("--all-docs renders every pack into docs/filings/; it takes no PACK, --out or --post")
         return render_docs(ctx, ctx.root / DOCS_DIR)
-    if not args.pack:
-        raise UsageError("body needs a PACK (or --all-docs)")
-    pack = ctx.tracking.pack(args.pack)
+    if len(args.pack) != 1:
+        raise UsageError("body needs one PACK (or --all-docs, or --check PACK ...)")
+    pack = ctx.tracking.pack(args.pack[0])
     rendered = filing.render(ctx.root, ctx.tracking, pack)
     ui.out.file.write(rendered.body)
     ui.out.file.flush()
@@ -80,6 +105,31 @@ def main(args) -> int:
     return 0
 
 
+def check_bodies(ctx, packs: list, as_json: bool) -> int:
+    """The body check over ``packs``: each finding on one line naming pack, file part and line; JSON with --json."""
+    results = []
+    for pack in packs:
+        rendered = filing.render(ctx.root, ctx.tracking, pack)
+        findings = filing.body_check(rendered)
+        results.append({"pack": pack.id, "kind": pack.kind, "filing_base": rendered.filing_base,
+                        "words": filing.prose_words(rendered.body), "budget": filing.BUDGETS.get(pack.kind),
+                        "ok": not findings,
+                        "findings": [{"where": f.where, "line": f.line, "rule": f.rule, "text": f.text}
+                                     for f in findings]})
+        for f in findings:
+            ui.err.print(f.describe(f"pack {pack.id} {f.where}"), markup=False)
+        if not findings:
+            ui.info(f"pack {pack.id}: body check passes ({results[-1]['words']} words of prose, budget "
+                    f"{results[-1]['budget']})")
+    if as_json:
+        ui.data(json.dumps(results, indent=2))
+    failed = [r["pack"] for r in results if not r["ok"]]
+    if failed:
+        raise LintError(f"pack(s) {', '.join(failed)}: the body check failed "
+                        f"({sum(len(r['findings']) for r in results)} finding(s))")
+    return 0
+
+
 def docs_packs(ctx) -> list:
     """Packs whose body the docs show: a filed kind, a state that can be filed, and at least one receipt."""
     from harness import receipts
@@ -99,10 +149,12 @@ def render_docs(ctx, out_dir: Path) -> int:
              "| pack | kind | files against | body | reproducer | receipts the figures come from |",
              "| --- | --- | --- | --- | --- | --- |"]
     failed = []
+    written_names: set[str] = set()
     for pack in docs_packs(ctx):
         rendered = filing.render(ctx.root, ctx.tracking, pack)
         if rendered.findings:
             failed.append(pack.id)
+            written_names.update({f"{pack.id}-{pack.kind}.md", filing.script_name(pack)})  # kept: not stale
             for f in rendered.findings:
                 ui.err.print(f.describe(f"pack {pack.id} {f.where}"), markup=False)
             continue
@@ -114,6 +166,7 @@ def render_docs(ctx, out_dir: Path) -> int:
             (out_dir / script).write_text(rendered.script[1], encoding="utf-8")
             body = body.replace(filing.PLACEHOLDER, script)
         (out_dir / name).write_text(body, encoding="utf-8")
+        written_names.update({name, script} - {""})
         used = "<br>".join(f"`{r.dir.relative_to(ctx.root)}`" for r in rendered.receipts) or "-"
         index.append(f"| {pack.id} | {pack.kind} | {rendered.filing_base} | [{name}]({name}) | "
                      + (f"[{script}]({script})" if script else "-") + f" | {used} |")
@@ -122,6 +175,10 @@ def render_docs(ctx, out_dir: Path) -> int:
         written = out_dir / name
         ui.data(str(written.relative_to(ctx.root) if written.is_relative_to(ctx.root) else written))
     (out_dir / "README.md").write_text("\n".join(index) + "\n", encoding="utf-8")
+    for stale in sorted(set(out_dir.glob("[0-9][0-9]-*.md")) | set(out_dir.glob("repro_*.py"))):
+        if stale.name not in written_names:  # a pack that is no longer filed (absorbed, retired): its body goes
+            stale.unlink()
+            ui.info(f"removed {stale.name}: no pack files it any more")
     if failed:
         raise LintError(f"pack(s) {', '.join(failed)}: body or reproducer failed lint; not written")
     return 0

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from harness import readiness, receipts, ui
+from harness import readiness, receipts, related, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
@@ -120,6 +120,10 @@ def pack_json(ctx, state: readiness.Readiness) -> dict:
         "mitigation": (pack.mitigation or {}).get("status", "active") if pack.mitigation else None,
         "ready": state.ready,
         "reasons": [{"code": r.code.value, "text": r.text} for r in state.reasons],
+        # upstream work overlapping the pack (None: not looked for, e.g. a pack that is not to be filed)
+        "related": state.related.as_json() if state.related is not None else None,
+        # where it would be filed: closed, merged or stale (no activity in related.STALE_DAYS days) targets
+        "targets": [h.as_json() for h in related.target_health(pack)],
     }
 
 
@@ -143,10 +147,24 @@ def _upstream(pack) -> str:
     target = next((t for t in pack.threads if t.role == "filing target"), None)
     others = len(pack.threads) - (target is not None)
     text = f"{thread_label(target.url)} {target.state}" if target else "-"
-    return text + (f" +{others}" if others else "")
+    stale = any(h.problem and h.problem.startswith("stale") for h in related.target_health(pack))
+    return text + (" stale" if stale else "") + (f" +{others}" if others else "")
 
 
-COLUMNS = (("pack", 4), ("target", 11), ("kind", 8), ("state", 8), ("upstream", 28), ("latest", 15))
+def _related(state: readiness.Readiness) -> str:
+    """The related column: 'N new' (undecided candidates), else 'N ok' (found, none waiting), 'none', or '-'
+    (not looked for: the pack is not to be filed)."""
+    scan = state.related
+    if scan is None:
+        return "-"
+    new = related.undecided(state.pack, scan.candidates)
+    if new:
+        return f"{len(new)} new"
+    return f"{len(scan.candidates)} ok" if scan.candidates else "none"
+
+
+COLUMNS = (("pack", 4), ("target", 11), ("kind", 8), ("state", 8), ("upstream", 28), ("related", 8),
+           ("latest", 15))
 MIN_REASON = 24
 
 
@@ -169,7 +187,7 @@ def overview(ctx, states, width: int | None = None) -> list[Text]:
         else:
             started = rec.started_at
             latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.verdict}"
-        cells = (pack.id, pack.target, pack.kind, pack.state, _upstream(pack), latest)
+        cells = (pack.id, pack.target, pack.kind, pack.state, _upstream(pack), _related(state), latest)
         line = Text("  ".join(_fit(str(c), w).ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)) + "  ")
         if state.ready:
             line.append("ready", style="green")
@@ -198,6 +216,17 @@ def story(ctx, state: readiness.Readiness) -> None:
         lines.append("  threads:")
         lines += [f"    {thread_label(t.url)}  {t.role}  {t.state}" + (f" (verified {t.verified})" if t.verified
                                                                           else "") for t in pack.threads]
+    for h in related.target_health(pack):
+        if h.problem:
+            lines.append(f"  filing target {thread_label(h.url)}: {h.problem}")
+    if state.related is not None:
+        lines.append("  related upstream work (harness related " + pack.id + "):")
+        if not state.related.candidates:
+            lines.append("    none found")
+        for c in state.related.candidates:
+            d = related.decision_for(pack, c.ref)
+            lines.append(f"    [{c.overlap.label}] {c.ref} {c.kind}{' ' + c.state if c.state else ''}: "
+                         + (f"{d.relation} ({d.date})" if d else "not decided"))
     if state.apply is not None:
         a = state.apply
         lines.append(f"  series on {a.base}: {a.describe()}" + (f" (checked {a.checked_at})" if a.checked_at else ""))

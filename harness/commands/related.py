@@ -1,0 +1,105 @@
+"""``harness related PACK|--all``: upstream commits, PRs and issues overlapping a pack, ranked, with decisions.
+
+The GitHub API is asked when reachable (token from GITHUB_TOKEN / GH_TOKEN); ``--offline``, or no network,
+reads recorded answers instead (``--recorded DIR``, $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github).
+Rate limits stop the command with one line (exit 9). See docs/related.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness import related, ui
+from harness.commands import _args
+from harness.commands._context import context
+from harness.errors import Exit, UsageError
+
+JSON_SCHEMA = 1
+
+
+def register(sub) -> None:
+    p = sub.add_parser("related", help="upstream commits, PRs and issues that overlap a pack, ranked (same hunk > "
+                                        "same function > same file > mention), and the decisions recorded on them")
+    p.add_argument("pack", nargs="?", help="the pack (or --all)")
+    p.add_argument("--all", action="store_true", help="every pack that is still to be filed")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.add_argument("--offline", action="store_true", help="do not ask GitHub: use recorded answers only")
+    p.add_argument("--recorded", type=Path, default=None, metavar="DIR",
+                   help="recorded GitHub answers (default: $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github)")
+    p.add_argument("--api-url", default=None, help="GitHub REST API root (default: https://api.github.com)")
+    p.add_argument("--timeout", type=float, default=15.0, help="seconds per API request (default: %(default)s)")
+    p.add_argument("--days", type=int, default=related.SEARCH_DAYS,
+                   help="search PRs and issues updated in the last DAYS days (default: %(default)s)")
+    _args.artifacts(p)
+    _args.common(p)
+
+
+def _packs(ctx, args):
+    if args.all == bool(args.pack):
+        raise UsageError("name one pack, or --all")
+    if args.pack:
+        return [ctx.tracking.pack(args.pack)]
+    return [p for p in ctx.tracking.packs.values() if p.state not in ("absorbed", "retired")
+            and p.kind not in ("contract", "regression-guard")]
+
+
+def sources(ctx, args, pack_ids: list[str]) -> related.Sources:
+    from harness import github  # requests is imported only here
+
+    mirrors = ctx.options.git_mirrors
+    rec = related.recorded_dir(ctx.root, args.recorded)
+    if args.recorded is not None and rec is None:
+        raise UsageError(f"--recorded {args.recorded}: no recorded search answers there (search/issues/)")
+    recorded = related.Sources(mirrors, github.Recorded(rec).get, str(rec), days=args.days) if rec else None
+    if args.offline:
+        if recorded is None:
+            raise related.offline_line(pack_ids)
+        return recorded
+    client = github.GitHub(args.api_url or github.DEFAULT_API, github.token_from_env(), args.timeout)
+    try:
+        client.get("/rate_limit")  # costs nothing against the limit; tells whether the API is there at all
+    except github.Unreachable as exc:
+        if recorded is None:
+            raise related.offline_line(pack_ids) from exc
+        ui.note(f"{exc}; using the recorded answers in {rec}")
+        return recorded
+    return related.Sources(mirrors, client.get, client.api_url, days=args.days)
+
+
+def main(args) -> int:
+    ctx = context(args)
+    packs = _packs(ctx, args)
+    src = sources(ctx, args, [p.id for p in packs])
+    scans = []
+    with ui.status(f"looking for upstream work overlapping {len(packs)} pack(s)"):
+        for pack in packs:
+            scans.append(related.scan(ctx.root, ctx.tracking, pack, src))
+    if args.json:
+        ui.out.file.write(json.dumps({"schema": JSON_SCHEMA, "packs": [s.as_json() for s in scans]}, indent=2) + "\n")
+        return int(Exit.OK)
+    for s in scans:
+        for line in lines(s):
+            ui.data(line)
+    return int(Exit.OK)
+
+
+def lines(s: related.Scan) -> list[str]:
+    pack = s.pack
+    open_ = {c.ref for c in related.undecided(pack, s.candidates)}
+    out = [f"pack {pack.id}: {pack.title} (compared from base {s.base})"]
+    if not s.candidates:
+        out.append("  no overlapping upstream work found")
+    for c in s.candidates:
+        d = related.decision_for(pack, c.ref)
+        state = f" {c.state}" if c.state else ""
+        decided = (f"decided {d.relation} ({d.date})" if d else "UNDECIDED" if c.ref in open_
+                   else "not decided (older than the last decision)" if c.overlap >= related.Overlap.FILE
+                   else "not decided (mention only)")
+        out.append(f"  [{c.overlap.label}] {c.ref} {c.kind}{state} {c.date[:10] or 'date?'}: {c.title}")
+        out.append(f"      {c.where}; {decided}")
+    for d in pack.related:
+        if not any(related.decision_for(pack, c.ref) is d for c in s.candidates):
+            out.append(f"  decided {d.ref}: {d.relation} ({d.date}): {d.reason}")
+    out += [f"  ({note})" for note in s.notes]
+    return out

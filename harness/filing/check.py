@@ -1,0 +1,199 @@
+"""The body check: what a maintainer needs to read a body in two minutes, each failure named by its line.
+
+Rules (``docs/body-check.md`` explains them; ``check`` returns every finding, ``lint`` findings included):
+
+* ``layout``: a sentence ending in ':' is followed by what it introduces (a list, code, a table, a quote, a
+  folded block), never by a heading or another paragraph;
+* ``budget``: words of prose at most ``BUDGETS[kind]`` (code blocks, tables, ``<details>`` blocks, link
+  targets and the upstream template's checklist lines are not counted);
+* ``cut anchor``: a "Where" item names a whole symbol or a whole line of the diff, never a cut one;
+* ``evidence base``: every evidence row is read from a lane on the filing base;
+* ``name``: an identifier in the prose that the diff spells differently (a near miss of a name the change
+  adds, itself absent from the diff);
+* the lint rules (``filing.lint``): nothing private, none of this repository's vocabulary.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from harness.filing.body import Rendered
+from harness.filing.lint import Finding
+from harness.filing.parts import ITEM
+
+BUDGETS = {"pr": 350, "issue": 350, "bug-report": 350, "comment": 250}  # words of prose
+NEAR_MISS = 0.85  # difflib ratio from which two distinct names count as one misspelt
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^#{1,6}\s")
+_CHECKBOX = re.compile(r"^\s*[-*]\s\[[ xX]\]\s")
+_LINK = re.compile(r"\]\([^)\s]*\)")
+_ANCHOR = re.compile(r", (?:new code after|in) `([^`]+)`")
+_IDENT = re.compile(r"(?<![\w.:/-])([A-Za-z_][A-Za-z0-9_]*)(?![\w(:/-])")
+_SYMBOL = re.compile(r"[A-Za-z_][\w.]*")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A run of body lines of one kind: prose, list, heading, code, table, details, quote."""
+
+    kind: str
+    start: int  # 1-based line of its first line
+    lines: tuple[str, ...]
+    info: str = ""  # a code block's language
+
+
+def blocks(body: str) -> list[Block]:
+    """``body`` cut into blocks; blank lines separate them and belong to none."""
+    lines = body.splitlines()
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            continue
+        start = i
+        if (fence := _FENCE.match(line)) is not None:
+            i += 1
+            while i < len(lines) and not lines[i].lstrip().startswith(fence.group(1)):
+                i += 1
+            out.append(Block("code", start + 1, tuple(lines[start:i + 1]), line.strip()[3:].strip()))
+            i += 1
+            continue
+        if line.lstrip().startswith("<details"):
+            while i < len(lines) and "</details>" not in lines[i]:
+                i += 1
+            out.append(Block("details", start + 1, tuple(lines[start:i + 1])))
+            i += 1
+            continue
+        if _HEADING.match(line):
+            out.append(Block("heading", i + 1, (line,)))
+            i += 1
+            continue
+        kind = ("table" if line.lstrip().startswith("|") else "quote" if line.lstrip().startswith(">")
+                else "list" if ITEM.match(line.lstrip()) else "prose")
+        while i < len(lines) and lines[i].strip() and not _FENCE.match(lines[i]) and not _HEADING.match(lines[i]):
+            if i > start and kind == "prose" and ITEM.match(lines[i].lstrip()):
+                break  # a list right under its sentence
+            i += 1
+        out.append(Block(kind, start + 1, tuple(lines[start:i])))
+    return out
+
+
+def prose_words(body: str) -> int:
+    """Words a reader reads as prose: not code, tables, folded blocks, link targets or checklist lines."""
+    count = 0
+    for b in blocks(body):
+        if b.kind in ("code", "table", "details"):
+            continue
+        for line in b.lines:
+            if _CHECKBOX.match(line):
+                continue
+            count += len(_LINK.sub("]", line).replace("#", " ").split())
+    return count
+
+
+def _layout(bs: list[Block]) -> list[Finding]:
+    found = []
+    for here, after in zip(bs, bs[1:], strict=False):
+        if here.kind == "prose" and here.lines[-1].rstrip().endswith(":") and after.kind in ("heading", "prose"):
+            what = "a heading" if after.kind == "heading" else "another paragraph"
+            found.append(Finding(after.start, "layout", f"{what} interrupts the sentence ending in ':' at line "
+                                 f"{here.start + len(here.lines) - 1}: {after.lines[0][:60]}"))
+    return found
+
+
+def _diff_lines(diff: str) -> tuple[set[str], set[str], set[str]]:
+    """(whole code lines of the diff, every identifier in it, identifiers on its added lines)."""
+    whole, known, added = set(), set(), set()
+    for line in diff.splitlines():
+        if line.startswith(("diff --git", "--- ", "+++ ")):  # file names: a module named in the prose
+            known |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", line))
+            continue
+        if line.startswith(("index ", "@@")) or not line:
+            continue
+        code = line[1:]
+        whole.add(code.strip())
+        names = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", code))
+        known |= names
+        if line.startswith("+"):
+            added |= names
+    return whole, known, added
+
+
+def _anchors(body: str, whole: set[str]) -> list[Finding]:
+    found = []
+    for no, line in enumerate(body.splitlines(), 1):
+        if not ITEM.match(line.lstrip()):
+            continue
+        for m in _ANCHOR.finditer(line):
+            anchor = m.group(1)
+            if not _SYMBOL.fullmatch(anchor) and anchor.strip() not in whole:
+                found.append(Finding(no, "cut anchor", f"`{anchor}` is neither a symbol nor a whole line of the "
+                                                       "diff"))
+    return found
+
+
+def _looks_like_a_name(token: str) -> bool:
+    return len(token) >= 6 and ("_" in token.strip("_") or re.search(r"[a-z][A-Z]", token) is not None)
+
+
+def _names(bs: list[Block], known: set[str], added: set[str]) -> list[Finding]:
+    found = []
+    candidates = sorted(a for a in added if _looks_like_a_name(a))
+    for b in bs:
+        if b.kind in ("code", "details"):
+            continue
+        for offset, line in enumerate(b.lines):
+            for m in _IDENT.finditer(_LINK.sub("]", line)):
+                token = m.group(1)
+                if token in known or not _looks_like_a_name(token):
+                    continue
+                close = difflib.get_close_matches(token, candidates, n=1, cutoff=NEAR_MISS)
+                if close:
+                    found.append(Finding(b.start + offset, "name", f"the prose says `{token}`, the diff spells it "
+                                                                   f"`{close[0]}`"))
+    return found
+
+
+def _evidence_bases(rendered: Rendered, body: str) -> list[Finding]:
+    pack = rendered.pack
+    lane_base = {lane.name: lane.base for lane in pack.lanes}
+    lines = body.splitlines()
+    header = next((i for i, ln in enumerate(lines, 1) if ln.startswith("| what |")), 0)
+    found = []
+    for i, row in enumerate(pack.evidence, 1):
+        base = lane_base.get(row.lane)
+        if base is not None and base != rendered.filing_base:
+            found.append(Finding(header + 1 + i if header else 0, "evidence base",
+                                 f"row {i} is measured at {base}, the body is filed against {rendered.filing_base}"))
+    return found
+
+
+RULES = ("layout", "budget", "cut anchor", "evidence base", "name")  # the check's own; lint's are its rule names
+
+
+def check(rendered: Rendered) -> list[Finding]:
+    """Every finding of the body check on ``rendered`` (lint findings included), body first, by line."""
+    found = rendered.findings + own_findings(rendered)
+    return sorted(found, key=lambda f: (f.where != "body", f.line))
+
+
+def own_findings(rendered: Rendered) -> list[Finding]:
+    """The findings of the check's own rules (``RULES``), without the lint's."""
+    body = rendered.body
+    bs = blocks(body)
+    whole, known, added = _diff_lines(rendered.diff)
+    found = _layout(bs)
+    budget = BUDGETS.get(rendered.pack.kind)
+    words = prose_words(body)
+    if budget is not None and words > budget:
+        found.append(Finding(0, "budget", f"{words} words of prose (at most {budget} in a body of kind "
+                                          f"{rendered.pack.kind})"))
+    found += _anchors(body, whole)
+    found += _evidence_bases(rendered, body)
+    found += _names(bs, known, added)
+    return sorted(found, key=lambda f: f.line)

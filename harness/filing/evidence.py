@@ -1,0 +1,283 @@
+"""The evidence table of a body: ``[[packs.NN.evidence]]`` rows resolved against the lanes' latest receipts,
+plus the hosts and builds they ran on. Never typed: every figure is read from a receipt."""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import pins, receipts
+from harness.github import repo_slug
+from harness.tracking import EvidenceRow, Pack
+
+
+def number(v: float) -> str:
+    if v == 0:
+        return "0"
+    if not math.isfinite(v):
+        return str(v)
+    if abs(v) < 1e-2 or abs(v) >= 1e6:
+        mantissa, exp = f"{v:.1e}".split("e")
+        return f"{mantissa}e{int(exp)}"
+    return f"{v:.3g}"
+
+
+def shown(v, unit: str | None = None) -> str:
+    """A figure value as a maintainer reads it: 6.6e-8, 0.957, 31.5 GiB, 682 ms, 192.0 KiB, yes/no."""
+    if isinstance(v, bool):
+        text = "yes" if v else "no"
+    elif isinstance(v, (int, float)) and unit == "B":
+        from harness.ui import human_bytes
+
+        return human_bytes(v)
+    elif isinstance(v, int):
+        text = str(v)
+    elif isinstance(v, float):
+        text = number(v)
+    elif v is None:
+        text = "n/a"
+    elif isinstance(v, (list, tuple)):
+        if len(v) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            text = f"{shown(v[0])}-{shown(v[1])}"
+        else:
+            text = ", ".join(shown(x) for x in v)
+    elif isinstance(v, dict):
+        text = ", ".join(f"{k} {shown(x)}" for k, x in v.items())
+    else:
+        text = str(v)
+    return f"{text} {unit}" if unit and not isinstance(v, (bool, str)) else text
+
+
+class _Shown:
+    def __init__(self, value, unit):
+        self.value, self.unit = value, unit
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec) if spec else shown(self.value, self.unit)
+
+
+class _FigureFormatter(string.Formatter):
+    """``{key}``, ``{key.sub}`` (into dicts) over one figure; ``{value}`` carries the figure's unit."""
+
+    def get_field(self, field_name, args, kwargs):
+        head, *rest = field_name.split(".")
+        if head not in kwargs:
+            raise KeyError(head)
+        obj = kwargs[head]
+        for part in rest:
+            if not isinstance(obj, dict) or part not in obj:
+                raise KeyError(field_name)
+            obj = obj[part]
+        return _Shown(obj, _unit(field_name, kwargs)), field_name
+
+
+_SUFFIX_UNITS = (("_bytes", "B"), ("_ms", "ms"), ("_gib", "GiB"), ("_seconds", "s"))
+
+
+def _unit(field_name: str, figure: dict) -> str | None:
+    """``value`` carries the figure's unit; other keys name theirs by suffix (``result_bytes``, ``baseline_ms``)."""
+    if field_name == "value":
+        return figure.get("unit")
+    last = field_name.rsplit(".", 1)[-1]
+    return next((unit for suffix, unit in _SUFFIX_UNITS if last.endswith(suffix) or last == suffix[1:]), None)
+
+
+_FORMATTER = _FigureFormatter()
+
+
+@dataclass
+class EvidenceRowResult:
+    row: EvidenceRow
+    label: str
+    result: str
+    host: str | None
+    build: str
+    receipt: receipts.Receipt | None
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | None, str | None]:
+    """The placeholders of ``row`` from ``rec`` (the picked figure's keys plus counts), or a problem."""
+    if rec is None:
+        return None, "no receipt"
+    if row.figure == VERDICT_FIGURE:  # the sentinel the run ended with, its details as the figure's keys
+        last = rec.sentinels[-1] if rec.sentinels else None
+        pool = [] if last is None else [{**rec.sentinel_details.get(last, {}), "name": VERDICT_FIGURE, "value": last}]
+    else:
+        pool = [f.data for f in rec.figures]
+    figs = [f for f in pool if f.get("name") == row.figure and all(f.get(k) == v for k, v in row.where)]
+    if not figs:
+        where = ", ".join(f"{k} = {v!r}" for k, v in row.where)
+        return None, f"no figure '{row.figure}'" + (f" with {where}" if where else "") + f" in {rec.dir.name}"
+    if row.pick != "first":
+        values = [f.get("value") for f in figs]
+        if not all(_numeric(v) for v in values):
+            return None, f"pick = '{row.pick}' needs numeric values of '{row.figure}'"
+        picked = (max if row.pick == "max" else min)(figs, key=lambda f: f["value"])
+    else:
+        picked = figs[0]
+    fields = dict(picked)
+    name_key = next((k for k in ("tensor", "case", "param", "name") if k in picked), "name")
+    fields.update(
+        count=len(figs),
+        n_ok=sum(f.get("ok") is True for f in figs),
+        n_finite=sum(f.get("finite") is True for f in figs),
+        n_bitwise=sum(f.get("bitwise_equal") is True for f in figs),
+        n_true=sum(f.get("value") is True for f in figs),
+        not_bitwise=", ".join(f"{f.get(name_key)} {shown(f.get('value'))}" for f in figs
+                              if f.get("bitwise_equal") is False) or "none",
+    )
+    return fields, None
+
+
+# An evidence row's figure name that reads the run's last sentinel instead of a FIGURE line: its details
+# (what the reproducer observed, e.g. the error text) become the placeholders, its name ``{value}``.
+VERDICT_FIGURE = "@verdict"
+
+
+def resolve_row(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[str, str, str | None]:
+    """(label, result, problem) of an evidence or performance row against ``rec``; result "(no result)" on a problem."""
+    fields, problem = evaluate(row, rec)
+    label, result = row.label, "(no result)"
+    if fields is not None:
+        try:
+            label = _FORMATTER.format(row.label, **fields)
+            result = _FORMATTER.format(row.show, **fields)
+        except (KeyError, ValueError, TypeError) as exc:
+            problem = f"placeholder {exc} not in the figure (keys: {', '.join(sorted(fields))})"
+    return label, result, problem
+
+
+def host_key(rec: receipts.Receipt) -> tuple:
+    h = rec.host or receipts.Host({})
+    return (h.gpu, h.compute_capability, h.driver, h.torch_cuda if h.gpu else None, h.torch, h.triton,
+            h.host_python, _platform(h))
+
+
+def _platform(h: receipts.Host) -> str:
+    plat = h.platform or ""
+    system = plat.split("-", 1)[0] or "?"
+    machine = next((p for p in ("x86_64", "aarch64", "arm64") if p in plat), "")
+    glibc = re.search(r"glibc(\d+\.\d+)", plat)
+    return " ".join(x for x in (system, machine, f"(glibc {glibc.group(1)})" if glibc else "") if x)
+
+
+def _host_short(rec: receipts.Receipt) -> str:
+    gpu = rec.host.gpu if rec.host is not None else None
+    return re.sub(r"^NVIDIA\s+", "", gpu) if gpu else "CPU"
+
+
+def _host_long(rec: receipts.Receipt) -> str:
+    h = rec.host or receipts.Host({})
+    parts = []
+    if h.gpu:
+        extra = ", ".join(x for x in (f"compute capability {h.compute_capability}" if h.compute_capability
+                                      else "", f"driver {h.driver}" if h.driver else "") if x)
+        parts.append(f"{h.gpu}" + (f" ({extra})" if extra else ""))
+        if h.torch_cuda:
+            parts.append(f"CUDA {h.torch_cuda}")
+    else:
+        parts.append(f"no GPU, {_platform(h)}")
+    for value, name in ((h.torch, "torch"), (h.triton, "triton"), (h.host_python, "Python")):
+        if value:
+            parts.append(f"{name} {value}")
+    return ", ".join(parts)
+
+
+@dataclass
+class Evidence:
+    text: str
+    problems: list[str] = field(default_factory=list)
+    receipts: list[receipts.Receipt] = field(default_factory=list)
+
+
+def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, dep_subjects: list[str]) -> Evidence:
+    if not pack.evidence:
+        return Evidence("", [f"no evidence declared ([[packs.{pack.id}.evidence]] in tracking.toml)"])
+    results: list[EvidenceRowResult] = []
+    problems: list[str] = []
+    used: dict[Path, receipts.Receipt] = {}
+    latest = receipts.latest_by_lane(root, pack.target, pack.id)
+    for i, row in enumerate(pack.evidence, 1):
+        rec = latest.get(row.lane)
+        label, result, problem = resolve_row(row, rec)
+        if problem:
+            problems.append(f"evidence row {i} ({row.lane}, {row.figure}): {problem}")
+        build = "?"
+        if rec is not None:
+            if rec.path is not None:
+                used[rec.path] = rec
+            patched = rec.patched if row.build is None else row.build == "change"
+            build = str(rec.base.version or rec.base.name or "?") + (f" + {change_name}" if patched else "")
+        results.append(EvidenceRowResult(row, label, result, None, build, rec))
+    # one short name per distinct host, numbered when two distinct hosts share a GPU name
+    names: dict[tuple, str] = {}
+    for r in results:
+        if r.receipt is None:
+            continue
+        key = host_key(r.receipt)
+        if key not in names:
+            short = _host_short(r.receipt)
+            taken = [n for n in names.values() if n == short or n.startswith(short + " (")]
+            names[key] = short if not taken else f"{short} ({len(taken) + 1})"
+        r.host = names[key]
+    lines = ["| what | build | result | host |", "| --- | --- | --- | --- |"]
+    for r in results:
+        cells = (r.label, r.build, r.result, r.host or "-")
+        lines.append("| " + " | ".join(table_cell(c) for c in cells) + " |")
+    notes = []
+    hosts = {}
+    for r in results:
+        if r.receipt is not None and r.host not in hosts:
+            hosts[r.host] = _host_long(r.receipt)
+    if hosts:
+        notes.append("Hosts: " + "; ".join(f"**{name}**: {desc}" for name, desc in hosts.items()) + ".")
+    bases: dict[str, str] = {}
+    runtimes: dict[tuple[str, ...], None] = {}
+    for r in results:
+        if r.receipt is None:
+            continue
+        b = r.receipt.base
+        version = str(b.version or b.name)
+        if b.artifact:
+            bases.setdefault(version, f"`{version}` is {manifest.distribution} {version} as published "
+                                      f"(`{b.artifact}`)")
+        elif b.commit:
+            bases.setdefault(version, f"`{version}` is {repo_slug(manifest.repo) or manifest.repo} at "
+                                      f"{b.commit[:10]}")
+        reqs = r.receipt.runtime_requires
+        if reqs:
+            runtimes.setdefault(tuple(reqs), None)
+    if bases:
+        after = (", after " + ", ".join(f'"{s}"' for s in dep_subjects)) if dep_subjects else ""
+        notes.append("Builds: " + "; ".join(bases.values()) + f"; `+ {change_name}` is that build with "
+                     + ("this PR" if change_name == "this PR" else "the change below") + " applied" + after + ".")
+    extras = sorted({b for r in results for lane in pack.lanes if lane.name == r.row.lane for b in lane.extra_builds})
+    if extras:
+        described = []
+        for target, extra in extras:
+            other = pins.load_manifest(root, target)
+            described.append(f"{other.distribution} {other.base(extra).version} as published")
+        notes.append("Also on the path: " + ", ".join(described) + ".")
+    for reqs in runtimes:
+        notes.append("Installed with it: " + ", ".join(f"`{r}`" for r in reqs) + ".")
+    # hosts, builds and installed packages are looked up, not read: folded under the table
+    text = "\n".join(lines)
+    if pack.evidence_note:
+        text += "\n\n" + pack.evidence_note.strip()
+    if notes:
+        text += ("\n\n<details><summary>Hosts and builds</summary>\n\n" + "\n\n".join(notes)
+                 + "\n\n</details>")
+    return Evidence(text.strip(), problems, list(used.values()))
+
+
+def table_cell(text: str) -> str:
+    """``text`` as one cell of a Markdown table (pipes escaped, on one line)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+

@@ -1,0 +1,127 @@
+"""The upstream's own pull-request template, read from the filing base's tree and filled.
+
+``template_location`` is the one place that says where a target keeps its template (today the
+conventional ``.github/pull_request_template.md``; the manifest's ``[policy] pr_template`` key can take
+over there). ``read_template`` reads it at the base's commit from a local mirror (``$PATCHLANE_GIT_MIRRORS``),
+never from the network. ``fill`` keeps the template's headings, checklist and ``Label:`` fields, puts the
+body under its "what does this PR do" heading, and drops its instructions to the author (HTML comments,
+process notes). A box is ticked only from a fact the tool has (``Facts``), never by default.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import pins
+
+CONVENTIONAL_PATH = ".github/pull_request_template.md"
+
+
+def template_location(manifest: pins.Manifest) -> str:
+    """Where ``manifest``'s upstream keeps its PR template in its tree."""
+    return CONVENTIONAL_PATH
+
+
+@dataclass(frozen=True)
+class Lookup:
+    text: str | None  # the template, or None when the upstream has none at that base
+    problem: str | None = None  # why it could not be read (no mirror, unknown commit)
+
+
+def read_template(manifest: pins.Manifest, base) -> Lookup:
+    """The PR template in the tree of ``base`` (a git base: read from a mirror; a release: none is read)."""
+    pin = getattr(base, "git", None)
+    if pin is None:
+        return Lookup(None)
+    path = template_location(manifest)
+    sources, _missing = pins.git_sources(pin)
+    mirrors = [s for s in sources if Path(s).is_dir()]
+    if not mirrors:
+        return Lookup(None, f"the PR template ({path}) of {manifest.target} at {pin.commit[:10]} was not read: no "
+                            f"mirror of {pin.url} (${pins.MIRRORS_ENV})")
+    for mirror in mirrors:
+        has = subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
+                             capture_output=True)
+        if has.returncode != 0:
+            continue
+        shown = subprocess.run(["git", "--git-dir", mirror, "show", f"{pin.commit}:{path}"],
+                               capture_output=True, text=True)
+        return Lookup(shown.stdout if shown.returncode == 0 else None)
+    return Lookup(None, f"the PR template ({path}) of {manifest.target} was not read: no mirror holds "
+                        f"{pin.commit[:10]}")
+
+
+def touches_tests(diff: str) -> bool:
+    """Whether ``diff`` adds or changes a file of a test tree (``tests/``, ``test_*.py``, ``*_test.py``)."""
+    for m in re.finditer(r"^diff --git a/\S+ b/(\S+)$", diff, re.M):
+        parts = m.group(1).split("/")
+        if any(p in ("tests", "test") for p in parts[:-1]) or re.match(r"test_.*\.py$|.*_test\.py$", parts[-1]):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the tool knows about a PR, each able to tick one kind of box."""
+
+    adds_tests: bool = False  # the series adds or changes a file of the upstream's test tree
+    linked: str = ""  # "Fixes #N" / "Related to #N", or empty
+
+
+# (box text pattern, the fact that ticks it); a box no pattern names stays unticked
+TICKS = ((re.compile(r"\bunit tests?\b", re.I), "adds_tests"),)
+_BOX = re.compile(r"^(\s*[-*]\s)\[[ xX]\](\s.*)$")
+_WHAT = re.compile(r"^#+\s+what does this pr do", re.I)
+_FIELD = re.compile(r"^([A-Z][\w ]{0,40}):\s*(?:<!--.*?-->)?\s*$")
+_HEADING = re.compile(r"^#+\s")
+
+
+def fill(template: str, body: str, facts: Facts) -> str:
+    """``template`` with ``body`` under its "what does this PR do" heading (else first), boxes ticked from
+    ``facts``, ``Label:`` fields filled, and its instructions to the author dropped."""
+    text = re.sub(r"<!--.*?-->", "", template, flags=re.S)
+    out: list[str] = []
+    placed = False
+    for line in text.splitlines():
+        if (m := _BOX.match(line)) is not None:
+            ticked = any(p.search(m.group(2)) and getattr(facts, fact) for p, fact in TICKS)
+            out.append(f"{m.group(1)}[{'x' if ticked else ' '}]{m.group(2)}")
+        elif _WHAT.match(line):
+            out += ["", line, "", body.strip(), ""]
+            placed = True
+        elif _HEADING.match(line):
+            out += ["", line, ""]
+        elif (m := _FIELD.match(line.strip())) is not None and "issue" in m.group(1).lower():
+            out.append(f"{m.group(1)}: {facts.linked or 'none'}")
+    filled = "\n".join(out)
+    if not placed:
+        filled = body.strip() + "\n\n" + filled
+    filled = re.sub(r"\n{3,}", "\n\n", filled)
+    return _drop_empty_headings(filled).strip() + "\n"  # a heading whose instructions were dropped goes
+
+
+def _drop_empty_headings(text: str) -> str:
+    """Remove each heading whose section (up to the next heading of its level or higher) is empty."""
+    lines = text.splitlines()
+    keep = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(#+)\s", line)
+        if m:
+            level = len(m.group(1))
+            j = i + 1
+            empty = True
+            while j < len(lines):
+                n = re.match(r"^(#+)\s", lines[j])
+                if n and len(n.group(1)) <= level:
+                    break
+                if lines[j].strip() and not n:
+                    empty = False
+                    break
+                j += 1
+            if empty:
+                continue
+        keep.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(keep))

@@ -1,0 +1,195 @@
+"""The self-contained reproducer that goes with a body (``harness/standalone.py`` amalgamates it) and the
+body's section that inlines or links it."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+
+from harness import pins, standalone
+from harness.filing.parts import base_label, is_release, unchanged_label
+from harness.tracking import Pack
+
+PLACEHOLDER = "@@REPRODUCER_URL@@"  # replaced by the gist URL when the gh command runs
+
+
+def script_name(pack: Pack) -> str:
+    stem = Path(pack.reproducer or "reproducer.py").stem
+    rest = re.sub(r"^(?:pack|contract)\d+_?", "", stem)
+    return f"repro_{rest or pack.target.replace('-', '_')}.py"
+
+
+# Run first in the self-contained script: its command-line flags set what a lane's runner sets in the
+# environment, so a reader runs `python repro.py --unpatched` with nothing of ours to export.
+FLAGS_PROLOGUE = '''
+# Command-line flags: --patched / --unpatched (which build this process holds), --run-dir DIR (the
+# directory the runs of one comparison share; default ./repro-run), --baseline-site DIR (a directory
+# holding the unchanged release, for the runs that compare against it in one process).
+import os as _os
+import sys as _sys
+
+_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+
+
+def _take_flags(argv):
+    rest, args = [], iter(argv)
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        if flag in _FLAG_ENV:
+            _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
+        elif arg in ("--patched", "--unpatched"):
+            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+        else:
+            rest.append(arg)
+    return rest
+
+
+_sys.argv[1:] = _take_flags(_sys.argv[1:])
+_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+'''
+_ENV_FLAG = {"HARNESS_RUN_DIR": "--run-dir", "HARNESS_BASELINE_SITE": "--baseline-site", "HARNESS_LANE": "--lane"}
+_COMMAND = re.compile(r"^(\s*)((?:HARNESS_\w+=\S+\s+)+)(python\b.*)$", re.M)
+
+
+def plain_flags(text: str) -> str:
+    """Commands in ``text`` that set HARNESS_* variables rewritten with the script's flags instead."""
+    def one(m: re.Match) -> str:
+        flags = []
+        for name, value in re.findall(r"(HARNESS_\w+)=(\S+)", m.group(2)):
+            if name == "HARNESS_PATCHED":
+                flags.append("--patched" if value == "1" else "--unpatched")
+            elif name in _ENV_FLAG:
+                flags.append(f"{_ENV_FLAG[name]} {value}")
+            else:
+                return m.group(0)  # a variable without a flag: left as written
+        command, hashed, comment = m.group(3).partition(" #")
+        return f"{m.group(1)}{command.rstrip()} {' '.join(flags)}" + (f"  #{comment}" if hashed else "")
+    return _COMMAND.sub(one, text)
+
+
+def _mentions(requirement: str, code: str) -> bool:
+    """Whether ``code`` names the distribution ``requirement`` pins (by its name or a distinctive part)."""
+    name = re.split(r"[=<>!~ \[]", requirement, maxsplit=1)[0].lower()
+    words = {name.replace("-", "_")} | {w for w in name.split("-") if w not in ("apache", "solver", "python", "py")}
+    return any(re.search(rf"\b{re.escape(w)}\b", code) for w in words if w)
+
+
+def _runs(manifest: pins.Manifest, pack: Pack, base_name: str, name: str, change_name: str) -> list[str]:
+    """The commands of the header: one per lane on the filed base, with the flags the script takes."""
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal]
+    out = []
+    for i, lane in enumerate(lanes, 1):
+        env = []
+        if lane.with_baseline:
+            env.append("--baseline-site $RELEASED_SITE")
+        launch = "python" if lane.nproc == 1 else f"python -m torch.distributed.run --standalone " \
+                                                 f"--nproc_per_node={lane.nproc}"
+        base = manifest.bases[base_name]
+        build = (f"{base_label(manifest, base)} with {change_name}" if lane.patched
+                 else unchanged_label(manifest, base)) \
+            + (" (CUDA GPU)" if pack.lane_requires(lane) == "cuda" else " (CPU is enough)")
+        cmd = " ".join([launch, name, "--patched" if lane.patched else "--unpatched", *env,
+                        *map(shlex.quote, lane.args)])
+        out.append(f"{i}. {build}:\n       {cmd}")
+    return out
+
+
+def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name: str, title: str,
+                      change_name: str) -> tuple[str, str] | None:
+    """(file name, text) of the self-contained reproducer, or None for a pack without one."""
+    if not pack.reproducer:
+        return None
+    path = root / pack.reproducer
+    name = script_name(pack)
+    original = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    needs = [f"{manifest.distribution} (the package under test) importable"]
+    if re.search(r"^\s*(?:import|from) torch\b", path.read_text(encoding="utf-8"), re.M):
+        needs.append("torch")
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal]
+    if any(pack.lane_requires(lane) == "cuda" for lane in lanes):
+        needs.append("a CUDA GPU")
+    for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):
+        other = pins.load_manifest(root, target)
+        needs.append(f"{other.distribution} {other.base(extra).version}")
+    # the base's runtime requirements that the script's own code names (04's Triton script needs no TileLang)
+    code = standalone.amalgamate(path, [root / "repros"], "")
+    runtime = [r for r in manifest.bases[base_name].runtime_requires if _mentions(r, code)]
+    runs = _runs(manifest, pack, base_name, name, change_name)
+    wrap = textwrap.TextWrapper(width=100)
+    header = [f"{title}: a self-contained reproducer.", "",
+              *wrap.wrap("Needs " + ", ".join(needs) + (f", with {', '.join(runtime)}" if runtime else "")
+                         + ". Nothing else: every helper it uses is copied in below."), ""]
+    if runs:
+        header += ["Run it once per build, from one directory:", "", *[f"  {r}" for r in runs], ""]
+        if any(lane.with_baseline for lane in lanes):
+            base = manifest.bases[base_name]
+            how = (f"'pip install --no-deps --target DIR {manifest.distribution}=={base.version}'" if is_release(base)
+                   else f"'pip install --no-deps --target DIR .' in a checkout of {base_label(manifest, base)}")
+            header += wrap.wrap(f"RELEASED_SITE is a directory holding {unchanged_label(manifest, base)}, e.g. made "
+                                f"with {how}: the run compares the changed function with that one in one "
+                                "process.") + [""]
+        header += ["Each run prints one JSON line per measurement and ends with a line naming what it observed."]
+    header += ["", "Method notes:", "", plain_flags(original)]
+    text = standalone.amalgamate(path, [root / "repros"], "\n".join(header), FLAGS_PROLOGUE)
+    return name, text
+
+
+def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs_gpu: bool) -> str:
+    if script is None:
+        return "No reproducer yet."
+    name, text = script
+    needs = ["the package under test"] + (["torch"] if re.search(r"^\s*(?:import|from) torch\b", text, re.M) else []) \
+        + (["a CUDA GPU"] if needs_gpu else [])
+    needs_text = ", ".join(needs[:-1]) + " and " + needs[-1] if len(needs) > 1 else needs[0]
+    rest = (f"is a single file: it needs only {needs_text}; its docstring gives the command for the published "
+            "release and for the change.")
+    if inline:
+        return f"`{name}` {rest}\n\n```python\n{text.rstrip()}\n```"
+    return f"[`{name}`]({PLACEHOLDER}) ({len(text.splitlines())} lines) {rest}"
+
+
+
+MINIMAL_KINDS = ("issue", "bug-report")  # bodies that inline the pack's minimal reproducer
+MINIMAL_LINES = 40
+
+
+def minimal_section(root: Path, pack: Pack, base_name: str, attachment: str) -> str | None:
+    """The inline minimal reproducer of an issue or bug report (``minimal_repro``), with the long script
+    as an attachment after it; None when the pack declares none or its kind does not inline one."""
+    if pack.kind not in MINIMAL_KINDS or not pack.minimal_repro:
+        return None
+    text = (root / pack.minimal_repro).read_text(encoding="utf-8").rstrip()
+    lanes = [lane for lane in pack.lanes if lane.minimal and lane.base == base_name]
+    where = "on a GPU" if any(pack.lane_requires(lane) == "cuda" for lane in lanes) else "(no GPU needed)"
+    out = (f"`python repro.py` {where} prints what it expected and what it got; it exits 1 while the problem "
+           f"is there.\n\n```python\n{text}\n```")
+    if attachment:
+        out += f"\n\n{attachment}"
+    return out
+
+
+def minimal_problems(root: Path, pack: Pack, import_names: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, problem) of a minimal reproducer: too long, or importing more than upstream, torch and stdlib."""
+    if not pack.minimal_repro:
+        return []
+    text = (root / pack.minimal_repro).read_text(encoding="utf-8")
+    found = []
+    if len(text.splitlines()) > MINIMAL_LINES:
+        found.append((0, f"{pack.minimal_repro} has {len(text.splitlines())} lines (at most {MINIMAL_LINES})"))
+    allowed = set(sys.stdlib_module_names) | {"torch", *(n.split(".")[0] for n in import_names)}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] not in allowed:
+                found.append((node.lineno, f"{pack.minimal_repro} imports {name} (only the upstream package, "
+                                           "torch and the standard library)"))
+    return found

@@ -1,0 +1,121 @@
+"""Posting a body with ``gh``: the plan (an optional gist upload, then the filing), a typed confirmation, and
+the decision recorded under ``[packs.NN.filing]``."""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import git, pins, receipts
+from harness.errors import ConfigError, UpstreamError, UsageError
+from harness.filing.body import Rendered
+from harness.filing.reproducer import PLACEHOLDER
+from harness.github import repo_slug
+from harness.tracking import Pack, Tracking
+
+
+def filing_thread(pack: Pack) -> str:
+    for t in pack.threads:
+        if t.role == "filing target":
+            return t.url
+    raise ConfigError(f"pack {pack.id}: a comment needs a thread with role = \"filing target\"")
+
+
+@dataclass(frozen=True)
+class GhPlan:
+    """The gh commands that file a body: an optional gist upload of the reproducer, then the filing."""
+
+    create: list[str]
+    body_file: Path
+    gist: list[str] | None = None
+
+    def shell(self) -> str:
+        if self.gist is None:
+            return shlex.join(self.create)
+        body = shlex.quote(_short(self.body_file))
+        return f"url=$({shlex.join(self.gist)}) && sed \"s|{PLACEHOLDER}|$url|g\" {body} | {shlex.join(self.create)}"
+
+    @property
+    def target(self) -> str:
+        return self.create[3] if self.create[2] == "comment" else self.create[4]
+
+
+def _short(path: Path | str) -> str:
+    """``path`` relative to the working directory when it lies under it (the command is run from there)."""
+    p = Path(path)
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+def gh_plan(root: Path, rendered: Rendered, body_file: Path, script_file: Path | None,
+            head: str | None = None) -> GhPlan:
+    pack = rendered.pack
+    slug = repo_slug(pins.load_manifest(root, pack.target).repo)
+    upload = rendered.needs_upload and script_file is not None
+    source = "-" if upload else _short(body_file)
+    if pack.kind == "comment":
+        url = filing_thread(pack)
+        create = ["gh", "pr" if "/pull/" in url else "issue", "comment", url, "--body-file", source]
+    elif slug is None:
+        raise ConfigError(f"upstream/{pack.target}.toml: key 'repo' is not a github.com repository URL")
+    elif pack.kind == "pr":
+        create = ["gh", "pr", "create", "--repo", slug, "--title", rendered.title, "--body-file", source,
+                  "--head", head or "<fork-owner>:<branch>"]
+    else:
+        create = ["gh", "issue", "create", "--repo", slug, "--title", rendered.title, "--body-file", source]
+    gist = (["gh", "gist", "create", "--public", "--desc", f"Reproducer: {rendered.title}", _short(script_file)]
+            if upload and script_file is not None else None)
+    return GhPlan(create, body_file, gist)
+
+
+def decider(root: Path) -> str:
+    """Who typed the decision: git config user.name, else $USER."""
+    done = git.in_user_repo(root, "config", "user.name")
+    return (done.stdout.strip() if done is not None else "") or getpass.getuser()
+
+
+def _gh(argv: list[str], pack: Pack, stdin: str | None = None) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, input=stdin)
+    except FileNotFoundError:
+        raise UsageError("gh not found on PATH; nothing was posted") from None
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or ["no message"])[0]
+        raise UpstreamError(f"pack {pack.id}: {' '.join(argv[:3])} failed ({done.returncode}): {first}")
+    return next((ln.strip() for ln in reversed(done.stdout.splitlines()) if ln.strip().startswith("https://")), "")
+
+
+def post(root: Path, tracking: Tracking, rendered: Rendered, plan: GhPlan, confirm) -> dict:
+    """Run the plan once ``confirm`` returned the pack id; record the decision."""
+    pack = rendered.pack
+    tracking.check_filing_slot(pack.id)  # before anything is posted
+    if "<fork-owner>:<branch>" in plan.create:
+        raise UsageError(f"pack {pack.id}: a PR needs --head OWNER:BRANCH before it can be posted")
+    typed = confirm(f"Post pack {pack.id} ({pack.kind}) to {plan.target}? Type the pack id ({pack.id}) to confirm: ")
+    if typed.strip() != pack.id:
+        raise UsageError(f"pack {pack.id}: confirmation {typed.strip()!r} does not match; nothing was posted")
+    body = rendered.body
+    gist_url = None
+    if plan.gist is not None:
+        gist_url = _gh(plan.gist, pack)
+        if not gist_url:
+            raise UpstreamError(f"pack {pack.id}: gh gist create printed no URL; nothing else was posted")
+        body = body.replace(PLACEHOLDER, gist_url)
+    url = _gh(plan.create, pack, stdin=body if "-" in plan.create else None)
+    entry = {
+        "decided_by": decider(root),
+        "decided_at": receipts.utc_now().isoformat().replace("+00:00", "Z"),
+        "how": " ".join(plan.create[:3]),
+        "url": url or None,
+        "reproducer": gist_url,
+        "body_sha256": hashlib.sha256(body.encode()).hexdigest(),
+    }
+    tracking.record_filing(pack.id, entry)
+    tracking.save()
+    return entry

@@ -1,0 +1,556 @@
+"""`harness related`, the [[packs.NN.related]] decisions, and what readiness makes of them.
+
+The upstream is a temporary git repository mirrored as ``acme+fake.git`` (full history); GitHub's answers are
+recorded files (harness.github.Recorded) or a local server on 127.0.0.1 for the rate limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from datetime import date
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote_plus
+
+import pytest
+from conftest import CORE_BUGGY, REPO, cli
+
+from harness import related
+from harness.errors import ConfigError, Exit
+from harness.readiness import ReasonCode
+from harness.tracking import Tracking
+
+SLUG = "acme/fake"
+
+
+def _git(cwd: Path, *args: str, when: str = "2026-01-01T00:00:00+0000") -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@invalid", "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when,
+           "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_GLOBAL": "/dev/null"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+class Upstream:
+    """A work tree of the fake upstream plus its bare mirror ``<mirrors>/acme+fake.git``."""
+
+    def __init__(self, tmp: Path):
+        self.work = tmp / "upstream-work"
+        self.mirrors = tmp / "mirrors"
+        (self.work / "src" / "fakepkg").mkdir(parents=True)
+        (self.work / "src" / "fakepkg" / "core.py").write_text(CORE_BUGGY)
+        (self.work / "README").write_text("fake\n")
+        _git(self.work, "init", "-q", "-b", "main")
+        _git(self.work, "add", "-A")
+        _git(self.work, "commit", "-q", "-m", "release 1.0")
+        self.base = _git(self.work, "rev-parse", "HEAD").strip()
+        self.mirrors.mkdir()
+        _git(tmp, "clone", "-q", "--bare", str(self.work), str(self.mirrors / "acme+fake.git"))
+
+    def commit(self, path: str, text: str, message: str, when: str) -> str:
+        (self.work / path).write_text(text)
+        _git(self.work, "commit", "-q", "-am", message, when=when)
+        _git(self.work, "push", "-q", str(self.mirrors / "acme+fake.git"), "main")
+        return _git(self.work, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def upstream(lane_repo, tmp_path, monkeypatch) -> Upstream:
+    """lane_repo's target on github.com, its base 1.0 pinned at the upstream's first commit."""
+    up = Upstream(tmp_path)
+    manifest = lane_repo.root / "upstream" / "fake.toml"
+    text = manifest.read_text().replace("https://example.invalid/fake", f"https://github.com/{SLUG}")
+    manifest.write_text(text.replace(f'commit = "{"a" * 40}"', f'commit = "{up.base}"'))
+    monkeypatch.delenv("PATCHLANE_GIT_MIRRORS", raising=False)
+    monkeypatch.delenv(related.RECORDED_ENV, raising=False)
+    return up
+
+
+def _status(lane_repo, up: Upstream, capsys) -> dict:
+    capsys.readouterr()
+    assert cli("status", "01", "--json", "--no-apply", "--git-mirrors", str(up.mirrors),
+               *lane_repo.args()) == Exit.OK
+    return json.loads(capsys.readouterr().out)["packs"][0]
+
+
+def _codes(pack_json: dict) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for r in pack_json["reasons"]:
+        out.setdefault(r["code"], []).append(r["text"])
+    return out
+
+
+def _decide(lane_repo, ref: str, relation: str, day: str, reason: str = "checked by hand") -> None:
+    with (lane_repo.root / "tracking.toml").open("a") as fh:
+        fh.write(f'\n[[packs.01.related]]\nref = "{ref}"\nrelation = "{relation}"\nreason = "{reason}"\n'
+                 f'date = {day}\n')
+
+
+# ---------------------------------------------------------------------------------------------- ranking
+
+PACK_DIFF = """diff --git a/m.py b/m.py
+--- a/m.py
++++ b/m.py
+@@ -10,7 +10,7 @@ def scale(xs, w):
+ a
+ b
+ c
+-    return [x * w[0] for x in xs]
++    return [x * wi for x, wi in zip(xs, w)]
+ d
+ e
+ f
+"""
+
+
+def _hunk(start: int, function: str, text: str = "-x\n+y") -> str:
+    return f"diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -{start},1 +{start},1 @@ {function}\n{text}\n"
+
+
+def test_parse_diff_finds_changed_lines_and_function():
+    (h,) = related.parse_diff(PACK_DIFF)
+    assert (h.path, h.first, h.last, h.function) == ("m.py", 13, 13, "scale")
+    # git's header names the def before the hunk; a def among the context lines above the change wins
+    (h,) = related.parse_diff(PACK_DIFF.replace(" b\n", " def inner():\n", 1))
+    assert (h.first, h.function) == (13, "inner")
+
+
+def test_candidates_rank_same_hunk_then_function_then_file_then_mention():
+    fp = related.Footprint("1.0", ("m.py",), tuple(related.parse_diff(PACK_DIFF)))
+    found = []
+    for ref, diff in (("o/r#1", _hunk(80, "def other(a):")),  # same file only
+                      ("o/r#2", _hunk(14, "def scale(xs, w):")),  # within our hunk's lines
+                      ("o/r#3", _hunk(60, "def scale(xs, w):"))):  # same function, other lines
+        overlap, where = fp.describe(related.parse_diff(diff))
+        assert overlap is not None
+        found.append(related.Candidate(ref, "pull", "", "2026-01-01", "open", overlap, where, "test"))
+    found.append(related.Candidate("o/r#4", "issue", "", "2026-02-01", "open", related.Overlap.MENTION, "", "t"))
+    assert [c.ref for c in related.rank(found)] == ["o/r#2", "o/r#3", "o/r#1", "o/r#4"]
+    assert [c.overlap.label for c in related.rank(found)] == ["same hunk", "same function", "same file", "mention"]
+    other = related.parse_diff(_hunk(14, "def scale(xs, w):").replace("m.py", "n.py"))
+    assert fp.describe(other) == (None, "")  # not our file
+
+
+# ---------------------------------------------------------------------------------------------- git history
+
+def test_a_new_overlapping_commit_drops_readiness_until_decided(lane_repo, upstream, capsys):
+    before = _status(lane_repo, upstream, capsys)
+    assert ReasonCode.RELATED.value not in _codes(before)
+    assert before["related"]["candidates"] == []
+
+    sha = upstream.commit("src/fakepkg/core.py", CORE_BUGGY.replace("w[0]", "w[-1]"), "core: weight from the end",
+                          when="2026-03-01T00:00:00+0000")
+    after = _status(lane_repo, upstream, capsys)
+    texts = _codes(after)[ReasonCode.RELATED.value]
+    assert len(texts) == 1 and f"{SLUG}@{sha}" in texts[0] and "same hunk" in texts[0]
+    (cand,) = after["related"]["candidates"]
+    assert (cand["ref"], cand["kind"], cand["overlap"]) == (f"{SLUG}@{sha}", "commit", "same hunk")
+
+    _decide(lane_repo, f"{SLUG}@{sha}", "independent", "2026-03-02", "renames nothing we touch")
+    decided = _status(lane_repo, upstream, capsys)
+    assert ReasonCode.RELATED.value not in _codes(decided)
+    assert decided["related"]["decisions"][0]["relation"] == "independent"
+
+
+def test_a_commit_elsewhere_in_the_repository_is_no_candidate(lane_repo, upstream, capsys):
+    upstream.commit("README", "fake, renamed\n", "docs", when="2026-03-01T00:00:00+0000")
+    assert _status(lane_repo, upstream, capsys)["related"]["candidates"] == []
+
+
+def test_a_shallow_mirror_compares_the_two_trees(lane_repo, upstream, tmp_path, capsys):
+    new = upstream.commit("src/fakepkg/core.py", CORE_BUGGY + "\n\ndef mean(xs):\n    return total(xs) / len(xs)\n",
+                          "core: mean", when="2026-03-01T00:00:00+0000")
+    shallow = tmp_path / "shallow"
+    (shallow / "acme+fake.git").mkdir(parents=True)
+    bare = shallow / "acme+fake.git"
+    _git(bare, "init", "-q", "--bare")
+    for sha in (upstream.base, new):
+        _git(bare, "fetch", "-q", "--depth", "1", str(upstream.mirrors / "acme+fake.git"), sha)
+    _git(bare, "update-ref", "refs/heads/main", new)
+    upstream.mirrors = shallow
+    (cand,) = _status(lane_repo, upstream, capsys)["related"]["candidates"]
+    assert (cand["ref"], cand["kind"], cand["overlap"]) == (f"{SLUG}@{new}", "tree", "same file")
+
+
+# ---------------------------------------------------------------------------------------------- recorded PRs
+
+def _record(d: Path, number: int, created: str, patch: str | None, title: str = "core: faster scale") -> None:
+    search = d / "search" / "issues" / "acme+fake.json"
+    search.parent.mkdir(parents=True, exist_ok=True)
+    items = json.loads(search.read_text())["items"] if search.is_file() else []
+    items.append({"number": number, "title": title, "state": "open", "created_at": created, "updated_at": created,
+                  "user": {"login": "someone"}, "body": "reworks scale in core.py",
+                  "pull_request": {"merged_at": None}})
+    search.write_text(json.dumps({"total_count": len(items), "incomplete_results": False, "items": items}))
+    files = d / "repos" / "acme" / "fake" / "pulls" / str(number) / "files.json"
+    files.parent.mkdir(parents=True, exist_ok=True)
+    entry = {"filename": "src/fakepkg/core.py", "status": "modified"}
+    if patch is not None:
+        entry["patch"] = patch
+    files.write_text(json.dumps([entry]))
+
+
+SAME_LINES = "@@ -4,3 +4,3 @@ def scale(xs, w):\n     # multiply each element by its weight\n-    return [x * w[0] " \
+             "for x in xs]\n+    return list(map(lambda x: x * w[0], xs))\n"
+
+
+def test_a_new_overlapping_pr_drops_readiness_and_a_later_decision_restores_it(lane_repo, upstream, tmp_path,
+                                                                               capsys, monkeypatch):
+    rec = tmp_path / "recorded"
+    _record(rec, 41, "2025-12-01T00:00:00Z", None, title="unrelated docs")  # same file, no patch: file overlap
+    monkeypatch.setenv(related.RECORDED_ENV, str(rec))
+    _decide(lane_repo, f"{SLUG}#41", "independent", "2026-01-05", "documentation only")
+    assert ReasonCode.RELATED.value not in _codes(_status(lane_repo, upstream, capsys))
+
+    _record(rec, 42, date.today().isoformat() + "T00:00:00Z", SAME_LINES)
+    texts = _codes(_status(lane_repo, upstream, capsys))[ReasonCode.RELATED.value]
+    assert len(texts) == 1 and f"{SLUG}#42" in texts[0] and "same hunk" in texts[0]
+
+    # a decision dated after the PR, here about the PR itself, makes the pack pass this check again
+    _decide(lane_repo, f"{SLUG}#42", "we-extend", date.today().isoformat(), "ours keeps their map form")
+    assert ReasonCode.RELATED.value not in _codes(_status(lane_repo, upstream, capsys))
+
+
+def test_a_candidate_older_than_the_last_decision_does_not_block(lane_repo, upstream, tmp_path, capsys,
+                                                                 monkeypatch):
+    rec = tmp_path / "recorded"
+    _record(rec, 7, "2026-01-10T00:00:00Z", SAME_LINES)
+    monkeypatch.setenv(related.RECORDED_ENV, str(rec))
+    _decide(lane_repo, f"{SLUG}#6", "independent", "2026-01-09", "seen before #7 opened")
+    assert f"{SLUG}#7" in _codes(_status(lane_repo, upstream, capsys))[ReasonCode.RELATED.value][0]
+    _decide(lane_repo, f"{SLUG}#5", "independent", "2026-01-11", "looked at everything open that day")
+    assert ReasonCode.RELATED.value not in _codes(_status(lane_repo, upstream, capsys))
+
+
+def test_an_issue_quoting_the_error_message_counts_and_gates(lane_repo, upstream, tmp_path, capsys, monkeypatch):
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('requires = "cpu"', 'requires = "cpu"\nerror = "wrong weight used"', 1))
+    rec = tmp_path / "recorded"
+    (rec / "search" / "issues").mkdir(parents=True)
+    items = [{"number": 77, "title": "scaling is off", "state": "open", "created_at": "2026-02-01T00:00:00Z",
+              "updated_at": date.today().isoformat(), "body": "I get: Wrong weight used for element 2"},
+             {"number": 78, "title": "unrelated", "state": "open", "created_at": "2026-02-01T00:00:00Z",
+              "updated_at": date.today().isoformat(), "body": "docs typo"}]
+    (rec / "search" / "issues" / "acme+fake.json").write_text(json.dumps({"total_count": 2, "items": items}))
+    monkeypatch.setenv(related.RECORDED_ENV, str(rec))
+    pack = _status(lane_repo, upstream, capsys)
+    (c,) = pack["related"]["candidates"]  # #78 matches none of the terms
+    assert (c["ref"], c["kind"], c["overlap"], c["where"]) == (f"{SLUG}#77", "issue", "same function",
+                                                               "names the error message")
+    assert f"{SLUG}#77" in _codes(pack)[ReasonCode.RELATED.value][0]
+
+
+def test_supersedes_us_keeps_the_pack_from_being_filed(lane_repo, upstream, capsys):
+    _decide(lane_repo, f"{SLUG}#9", "supersedes-us", "2026-02-01", "upstream fixed it their way")
+    texts = _codes(_status(lane_repo, upstream, capsys))[ReasonCode.SUPERSEDED.value]
+    assert f"{SLUG}#9" in texts[0]
+
+
+def test_related_command_json_and_text(lane_repo, upstream, tmp_path, capsys):
+    rec = tmp_path / "recorded"
+    _record(rec, 42, "2026-02-01T00:00:00Z", SAME_LINES)
+    capsys.readouterr()
+    assert cli("related", "01", "--offline", "--recorded", str(rec), "--json", "--git-mirrors",
+               str(upstream.mirrors), *lane_repo.args()) == Exit.OK
+    data = json.loads(capsys.readouterr().out)
+    (scan,) = data["packs"]
+    assert [c["ref"] for c in scan["candidates"]] == [f"{SLUG}#42"] and scan["undecided"] == [f"{SLUG}#42"]
+    assert cli("related", "01", "--offline", "--recorded", str(rec), *lane_repo.args()) == Exit.OK
+    assert "UNDECIDED" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- no GitHub
+
+class Server:
+    def __init__(self, answer):
+        outer = self
+        self.paths: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                outer.paths.append(self.path)
+                status, headers, body = answer(self.path)
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status,headers,says", [
+    (403, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1795435200"}, "rate-limited until"),
+    (429, {"Retry-After": "60"}, "rate-limited (retry after 60 s)"),
+    (403, {"Retry-After": "30"}, "rate-limited (retry after 30 s)"),  # a secondary limit
+])
+def test_rate_limit_stops_with_one_line(lane_repo, upstream, capsys, status, headers, says):
+    def answer(path):
+        if path.startswith("/rate_limit"):
+            return 200, {}, {"resources": {}}
+        return status, headers, {"message": "API rate limit exceeded"}
+
+    server = Server(answer)
+    try:
+        code = cli("related", "01", "--api-url", server.url, "--git-mirrors", str(upstream.mirrors),
+                   *lane_repo.args())
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert code == Exit.UPSTREAM
+    assert says in err and "Traceback" not in err
+    assert server.paths[0].startswith("/rate_limit") and len(server.paths) == 2  # stopped at the first refusal
+
+
+def test_a_live_answer_is_used_when_the_api_answers(lane_repo, upstream, capsys):
+    def answer(path):
+        if path.startswith("/search/issues"):
+            return 200, {}, {"total_count": 1, "items": [{"number": 3, "title": "t", "state": "open",
+                                                          "created_at": "2026-02-01T00:00:00Z", "body": "core"}]}
+        return 200, {}, {"resources": {}}
+
+    server = Server(answer)
+    try:
+        assert cli("related", "01", "--api-url", server.url, "--json", "--git-mirrors", str(upstream.mirrors),
+                   *lane_repo.args()) == Exit.OK
+    finally:
+        server.close()
+    (c,) = json.loads(capsys.readouterr().out)["packs"][0]["candidates"]
+    assert (c["ref"], c["kind"], c["overlap"], c["source"]) == (f"{SLUG}#3", "issue", "mention", server.url)
+    # one query for the pack's terms (the search limit is per minute), each quoted, joined by OR
+    (search,) = [unquote_plus(p) for p in server.paths if p.startswith("/search/issues")]
+    assert f"repo:{SLUG}" in search and '("scale" OR "core")' in search  # our function, our file's stem
+
+
+def test_without_history_in_the_mirror_the_commits_api_lists_the_commits(lane_repo, upstream, tmp_path, capsys):
+    new = "c" * 40
+    upstream.mirrors = tmp_path / "no-mirrors"
+    upstream.mirrors.mkdir()
+
+    def answer(path):
+        if path.startswith(f"/repos/{SLUG}/commits/{upstream.base}"):
+            return 200, {}, {"sha": upstream.base, "commit": {"committer": {"date": "2026-01-01T00:00:00Z"}}}
+        if path.startswith(f"/repos/{SLUG}/commits?"):
+            return 200, {}, [{"sha": new}, {"sha": upstream.base}]
+        if path.startswith(f"/repos/{SLUG}/commits/{new}"):
+            return 200, {}, {"sha": new, "commit": {"message": "core: weight from the end\n\nbody",
+                                                    "committer": {"date": "2026-03-01T00:00:00Z"}},
+                             "files": [{"filename": "src/fakepkg/core.py", "patch": SAME_LINES}]}
+        if path.startswith("/search/issues"):
+            return 200, {}, {"total_count": 0, "items": []}
+        return 200, {}, {"resources": {}}
+
+    server = Server(answer)
+    try:
+        assert cli("related", "01", "--api-url", server.url, "--json", "--git-mirrors", str(upstream.mirrors),
+                   *lane_repo.args()) == Exit.OK
+    finally:
+        server.close()
+    (c,) = json.loads(capsys.readouterr().out)["packs"][0]["candidates"]
+    assert (c["ref"], c["kind"], c["overlap"], c["title"]) == (f"{SLUG}@{new}", "commit", "same hunk",
+                                                                "core: weight from the end")
+    listed = [unquote_plus(p) for p in server.paths if p.startswith(f"/repos/{SLUG}/commits?")]
+    assert listed and "path=src/fakepkg/core.py" in listed[0] and "since=2026-01-01T00:00:00Z" in listed[0]
+
+
+def test_neither_network_nor_recorded_answers_is_one_clear_line(lane_repo, upstream, capsys):
+    # nothing listens on port 9 of the loopback: the API cannot be reached
+    assert cli("related", "01", "--api-url", "http://127.0.0.1:9", "--timeout", "2", *lane_repo.args()) \
+        == Exit.UPSTREAM
+    err = capsys.readouterr().err
+    assert "no network and no recorded GitHub answers" in err and "Traceback" not in err
+    assert cli("related", "01", "--offline", *lane_repo.args()) == Exit.UPSTREAM
+    assert "no network and no recorded GitHub answers" in capsys.readouterr().err
+
+
+def test_unreachable_api_falls_back_to_recorded_answers(lane_repo, upstream, tmp_path, capsys):
+    rec = tmp_path / "recorded"
+    _record(rec, 42, "2026-02-01T00:00:00Z", SAME_LINES)
+    assert cli("related", "01", "--api-url", "http://127.0.0.1:9", "--timeout", "2", "--recorded", str(rec),
+               "--json", *lane_repo.args()) == Exit.OK
+    out = capsys.readouterr()
+    assert "using the recorded answers" in out.err
+    assert json.loads(out.out)["packs"][0]["candidates"][0]["ref"] == f"{SLUG}#42"
+
+
+# ---------------------------------------------------------------------------------------------- the schema
+
+@pytest.mark.parametrize("entry,says", [
+    ('ref = "acme/fake#3"\nrelation = "maybe"\nreason = "r"\ndate = 2026-01-01', "relation 'maybe' is not one of"),
+    ('ref = "acme/fake@abc123"\nrelation = "independent"\nreason = "r"\ndate = 2026-01-01', "full 40-hex sha"),
+    ('ref = "acme/fake#3"\nrelation = "independent"\nreason = "r"', "key 'date'"),
+    ('ref = "acme/fake#3"\nrelation = "independent"\ndate = 2026-01-01', "'reason'"),
+])
+def test_a_bad_decision_is_refused_naming_file_and_pack(lane_repo, entry, says):
+    with (lane_repo.root / "tracking.toml").open("a") as fh:
+        fh.write(f"\n[[packs.01.related]]\n{entry}\n")
+    with pytest.raises(ConfigError) as exc:
+        Tracking.load(lane_repo.root)
+    assert says in str(exc.value) and "tracking.toml [packs.01] related[0]" in str(exc.value)
+
+
+def test_an_unknown_key_in_a_decision_is_warned(lane_repo, capsys):
+    _decide(lane_repo, "acme/fake#3", "independent", "2026-01-01")
+    with (lane_repo.root / "tracking.toml").open("a") as fh:
+        fh.write('relaton = "typo"\n')
+    Tracking.load(lane_repo.root)
+    assert "[packs.01] related[0]: unknown key 'relaton'" in capsys.readouterr().err
+
+
+def test_body_lines_say_each_relation_in_one_sentence(lane_repo):
+    _decide(lane_repo, "acme/fake#3", "comment-there", "2026-01-01", "the thread where the bug is discussed")
+    _decide(lane_repo, "acme/fake@" + "b" * 40, "we-extend", "2026-01-02", "adds the helper we call.")
+    t = Tracking.load(lane_repo.root)
+    assert related.body_lines(t, t.pack("01")) == [
+        "- This is posted on acme/fake#3: the thread where the bug is discussed.",
+        f"- This change builds on acme/fake@{'b' * 12}: adds the helper we call.",
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- threads
+
+COMMENT_PACK = '''
+[[packs.01.threads]]
+url = "https://github.com/acme/fake/pull/11"
+role = "filing target"
+state = "open"
+updated = "2026-01-01T00:00:00Z"
+
+[[packs.01.threads]]
+url = "https://github.com/acme/fake/pull/12"
+role = "context"
+state = "open"
+'''
+
+
+def test_comment_goes_to_the_thread_the_decision_names_and_stale_targets_show(lane_repo, upstream, capsys):
+    text = (lane_repo.root / "tracking.toml").read_text().replace('kind = "pr"  # a pull request', 'kind = "comment"')
+    (lane_repo.root / "tracking.toml").write_text(text + COMMENT_PACK)
+    t = Tracking.load(lane_repo.root)
+    assert related.comment_target(t.pack("01")) == "https://github.com/acme/fake/pull/11"
+    health = related.target_health(t.pack("01"), today=date(2026, 11, 24))
+    assert [h.problem for h in health] == ["stale (no activity since 2026-01-01)"]
+    _decide(lane_repo, "acme/fake#12", "comment-there", "2026-01-03", "the live thread")
+    t = Tracking.load(lane_repo.root)
+    assert related.comment_target(t.pack("01")) == "https://github.com/acme/fake/pull/12"
+    assert [h.url for h in related.target_health(t.pack("01"))][0] == "https://github.com/acme/fake/pull/12"
+    # the thread the decision names is closed: readiness refuses the comment, status shows it
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('pull/12"\nrole = "context"\nstate = "open"',
+                                             'pull/12"\nrole = "context"\nstate = "closed"'))
+    pack = _status(lane_repo, upstream, capsys)
+    assert "acme/fake#12 is closed" in _codes(pack)[ReasonCode.THREAD.value][0]
+    assert [(t["url"][-2:], t["problem"]) for t in pack["targets"]] == [
+        ("12", "closed"), ("11", "stale (no activity since 2026-01-01)")]
+
+
+def _recorded_threads(d: Path, comment_by: str) -> None:
+    base = d / "repos" / "acme" / "fake"
+    (base / "pulls").mkdir(parents=True)
+    (base / "issues" / "11").mkdir(parents=True)
+    (d / "search" / "issues").mkdir(parents=True)
+    (base / "pulls" / "11.json").write_text(json.dumps({"number": 11, "state": "open", "merged": False,
+                                                        "updated_at": "2026-11-20T08:00:00Z",
+                                                        "user": {"login": "upstream-dev"}}))
+    (base / "pulls" / "12.json").write_text(json.dumps({"number": 12, "state": "closed", "merged": True,
+                                                        "merged_at": "2026-10-01T00:00:00Z",
+                                                        "updated_at": "2026-10-01T00:00:00Z",
+                                                        "user": {"login": "Patch-Filer"}}))
+    (base / "issues" / "11" / "comments.json").write_text(json.dumps([{"user": {"login": "someone"}},
+                                                                      {"user": {"login": comment_by}}]))
+
+
+def _serve(rec: Path) -> Server:
+    """A local API answering from recorded files (404 for anything not recorded)."""
+    from harness.github import Recorded, ThreadNotFound
+
+    def answer(path):
+        try:
+            return 200, {}, Recorded(rec).get(path)
+        except ThreadNotFound:
+            return 404, {}, {"message": "Not Found"}
+
+    return Server(answer)
+
+
+def test_threads_refresh_finds_our_comment_and_refuses_a_second_filing(lane_repo, upstream, tmp_path, capsys):
+    text = (lane_repo.root / "tracking.toml").read_text().replace('kind = "pr"  # a pull request', 'kind = "comment"')
+    (lane_repo.root / "tracking.toml").write_text(text + COMMENT_PACK)
+    rec = tmp_path / "recorded"
+    _recorded_threads(rec, comment_by="patch-filer")
+    capsys.readouterr()
+    server = _serve(rec)
+    try:
+        assert cli("threads", "refresh", "--api-url", server.url, "--me", "patch-filer", "--json",
+                   *lane_repo.args()) == Exit.OK
+    finally:
+        server.close()
+    data = json.loads(capsys.readouterr().out)
+    assert [(r["url"][-2:], r["state"], r["merged"], r["last_activity"], r["ours"]) for r in data["threads"]] == [
+        ("11", "open", False, "2026-11-20T08:00:00Z", "comment"),
+        ("12", "merged", True, "2026-10-01T00:00:00Z", "author"),
+    ]
+    threads = Tracking.load(lane_repo.root).pack("01").threads
+    assert [(t.state, t.ours) for t in threads] == [("open", "comment"), ("merged", "author")]
+    texts = _codes(_status(lane_repo, upstream, capsys))[ReasonCode.ALREADY_THERE.value]
+    assert "acme/fake#11" in texts[0] and "second filing is refused" in texts[0]
+
+
+def test_threads_refresh_offline_reports_and_writes_nothing(lane_repo, upstream, tmp_path, capsys):
+    (lane_repo.root / "tracking.toml").write_text((lane_repo.root / "tracking.toml").read_text() + COMMENT_PACK)
+    before = (lane_repo.root / "tracking.toml").read_text()
+    rec = tmp_path / "recorded"
+    _recorded_threads(rec, comment_by="patch-filer")
+    assert cli("threads", "refresh", "--offline", "--recorded", str(rec), "--me", "patch-filer", "--json",
+               *lane_repo.args()) == Exit.OK
+    out = capsys.readouterr()
+    assert [r["ours"] for r in json.loads(out.out)["threads"]] == ["comment", "author"]
+    assert "tracking.toml not changed" in out.err
+    assert (lane_repo.root / "tracking.toml").read_text() == before
+
+
+def test_threads_refresh_without_a_login_or_comments_does_not_guess(lane_repo, upstream, tmp_path, capsys,
+                                                                   monkeypatch):
+    monkeypatch.delenv("GITHUB_USER", raising=False)
+    (lane_repo.root / "tracking.toml").write_text((lane_repo.root / "tracking.toml").read_text() + COMMENT_PACK)
+    rec = tmp_path / "recorded"
+    _recorded_threads(rec, comment_by="patch-filer")
+    assert cli("threads", "refresh", "--offline", "--recorded", str(rec), "--json", *lane_repo.args()) == Exit.OK
+    out = capsys.readouterr()
+    assert {r["ours"] for r in json.loads(out.out)["threads"]} == {"unknown"}
+    assert "is not checked" in out.err
+    # a login, but #12's comments are not there to read: unknown, not "nothing of ours"
+    assert cli("threads", "refresh", "--offline", "--recorded", str(rec), "--me", "nobody", "--json",
+               *lane_repo.args()) == Exit.OK
+    assert [r["ours"] for r in json.loads(capsys.readouterr().out)["threads"]] == [None, "unknown"]
+
+
+# ---------------------------------------------------------------------------------------------- this repository
+
+MIRRORS = REPO.parent.parent / "shared" / "mirrors"
+
+
+@pytest.mark.skipif(not (MIRRORS / "NVIDIA+Megatron-LM.git").is_dir() or shutil.which("git") is None,
+                    reason="needs the shared offline mirrors beside the checkout")
+def test_this_repository_offline(capsys, tmp_path):
+    """The recorded answers and mirrors CI uses: pack 10's filing target #3345 changes the same lines."""
+    assert cli("related", "10", "--offline", "--json", "--git-mirrors", str(MIRRORS), "--root", str(REPO),
+               "--cache", str(tmp_path)) == Exit.OK
+    (scan,) = json.loads(capsys.readouterr().out)["packs"]
+    first = scan["candidates"][0]
+    assert (first["ref"], first["overlap"]) == ("NVIDIA/Megatron-LM#3345", "same hunk")

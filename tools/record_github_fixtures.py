@@ -1,0 +1,153 @@
+"""Rebuild tests/fixtures/github/ (the recorded GitHub answers `harness related` reads offline).
+
+The API itself cannot be reached from where this project runs, so the answers are reconstructed:
+
+* ``pulls/{n}/files``: from a full clone of the upstream repository that holds GitHub's ``refs/pull/{n}/*``
+  (``--clone``): the diff of ``refs/pull/{n}/merge`` against its first parent, else of ``refs/pull/{n}/head``
+  against its merge base with the branch the PR targets. Only files a pack changes keep their ``patch``
+  (GitHub itself omits the patch of large files; the others are listed with their line counts).
+* the thread metadata (title, state, dates, author) and a one-sentence summary of the thread, written by us
+  from the public thread text we read (see THREADS below; the README says which facts were not read).
+
+Run: python tools/record_github_fixtures.py --clone /path/to/NVIDIA+Megatron-LM/repo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures" / "github"
+
+# number: (kind, title, state, created_at, updated_at, merged_at, user, target branch, summary)
+# Dates and titles are as read in the public thread text; "" where not read (README: what that means).
+THREADS: dict[str, dict[int, dict]] = {
+    "NVIDIA/Megatron-LM": {
+        7208: dict(kind="pull", title="perf(dsa): tile indexer heads in the unfused score fallback", state="open",
+                   created_at="2026-09-10T00:00:00Z", updated_at="2026-09-10T00:00:00Z", user="XiaomingFun233",
+                   base="main", files=[("megatron/core/transformer/experimental_attention_variant/"
+                                         "dsa_cudnn_kernels.py", None)],
+                   body="Speeds up the PyTorch fallback of the DSA cuDNN wrapper: "
+                        "_compute_indexer_scores_chunk_with_global_rows issues one BMM per group of up to 8 indexer "
+                        "heads (bounded by a 256 MiB scratch budget) instead of one BMM per head."),
+        4039: dict(kind="pull", title="", state="open", created_at="", updated_at="", user="xielaixin", base="main",
+                   body="Adds a fused kernel path to megatron/core/transformer/experimental_attention_variant/dsa.py "
+                        "for the DSA indexer scores, with a benchmark."),
+        5099: dict(kind="pull", title="", state="merged", created_at="", updated_at="", user="HollowMan6",
+                   base="main",
+                   body="Adds dsa_cudnn_kernels.py (cuDNN DSA kernels with a PyTorch fallback that accumulates one "
+                        "indexer head at a time) and routes dsa.py to it."),
+        5049: dict(kind="pull", title="[2/2] Add TileLang fused DSA kernels support with THD and CP & Clean up",
+                   state="merged", created_at="", updated_at="2026-07-23T00:00:00Z", user="HollowMan6", base="main",
+                   body="Adds TileLang fused DSA kernels (indexer, sparse MLA forward and backward) for THD and "
+                        "context parallel under experimental_attention_variant/ops/."),
+        3345: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-03-24T00:00:00Z",
+                   user="nenomigami", base="dev",
+                   body="Adds a Hopper (compute capability 9) entry to the linear cross entropy fusion in "
+                        "fused_linear_cross_entropy.py, with CuTe DSL kernels under linear_cross_entropy/hopper/."),
+        2256: dict(kind="pull", title="[Dev] Feature: linear cross entropy fusion", state="merged",
+                   created_at="", updated_at="2025-12-03T00:00:00Z", user="shjwudp", base="dev",
+                   body="Adds megatron/core/fusions/fused_linear_cross_entropy.py with a Blackwell (compute "
+                        "capability 10) entry, selected by --cross-entropy-fusion-impl linear."),
+        2206: dict(kind="pull", title="Feature: linear cross entropy fusion", state="open",
+                   created_at="2025-11-11T00:00:00Z", updated_at="2025-11-24T00:00:00Z", user="Jianbing-D",
+                   base="main",
+                   body="Fuses the lm_head linear layer with cross entropy so the logits are not materialized "
+                        "(fused_linear_cross_entropy.py, Blackwell kernels)."),
+        4312: dict(kind="pull", title="feat: Optimize memory footprint of long-context training via fused kernel "
+                                      "and chunking", state="open", created_at="2026-04-15T00:00:00Z",
+                   updated_at="2026-08-03T00:00:00Z", user="terminator123", base="main",
+                   body="Chunks the output layer and uses a fused cross entropy kernel taken from Liger-Kernel to "
+                        "lower the logits' peak memory in long-context training (fused_linear_cross_entropy.py)."),
+        5929: dict(kind="pull", title="", state="merged", created_at="", updated_at="", user="", base="main",
+                   body="Adds mark_keep_in_fp32 and convert_module_to_dtype_except_fp32_marked to "
+                        "megatron/core/transformer/module.py so marked parameters keep float32 through "
+                        "Float16Module."),
+    },
+    "tile-ai/tilelang": {
+        2394: dict(kind="issue", title="[BUG][Fuzzer][ice-on-valid-code] LayoutInference crashes with an internal "
+                                       "\"Divide by zero\" instead of compiling — column-broadcast into a 2-D "
+                                       "`T.Parallel` when the tile width isn't a power of two",
+                   state="closed", created_at="2026-06-14T00:00:00Z", updated_at="", user="Hughshine",
+                   body="Layout inference aborts with 'Check failed: pb->value != 0 : Divide by zero' when a "
+                        "fragment is broadcast across the columns of a 2-D T.Parallel whose width is not a power "
+                        "of two (reported against 0.1.11)."),
+        2469: dict(kind="pull", title="[BugFix] Fix LayoutInference divide-by-zero on non-power-of-two broadcast",
+                   state="merged", created_at="2026-06-28T00:00:00Z", updated_at="", user="Chennesxu", base="main",
+                   body="Fixes the layout inference divide by zero of #2394: iterator splits that over-cover a "
+                        "non-power-of-two extent count as full coverage."),
+    },
+}
+
+
+def git(clone: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(clone), *args], check=True, capture_output=True, text=True).stdout
+
+
+def pack_files() -> set[str]:
+    data = tomllib.loads((ROOT / "tracking.toml").read_text())
+    return {f for p in data["packs"].values() for f in p.get("files", [])}
+
+
+def pr_files(clone: Path, number: int, branch: str, ours: set[str]) -> list[dict] | None:
+    refs = set(git(clone, "for-each-ref", "--format=%(refname)", f"refs/pull/{number}/").split())
+    if f"refs/pull/{number}/merge" in refs:
+        old, new = f"refs/pull/{number}/merge^1", f"refs/pull/{number}/merge"
+    elif f"refs/pull/{number}/head" in refs:
+        new = f"refs/pull/{number}/head"
+        old = git(clone, "merge-base", new, f"refs/heads/{branch}").strip()
+    else:
+        return None
+    out = []
+    for line in git(clone, "diff", "--numstat", old, new).splitlines():
+        add, dele, name = line.split("\t", 2)
+        entry = {"filename": name, "status": "modified", "additions": int(add), "deletions": int(dele),
+                 "changes": int(add) + int(dele)}
+        if name in ours:
+            diff = git(clone, "diff", old, new, "--", name)
+            entry["patch"] = diff[diff.index("@@"):] if "@@" in diff else ""
+        out.append(entry)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clone", type=Path, required=True, help="full clone of NVIDIA/Megatron-LM with refs/pull/*")
+    args = ap.parse_args()
+    ours = pack_files()
+    for slug, threads in THREADS.items():
+        owner, repo = slug.split("/")
+        items = []
+        for number, t in sorted(threads.items()):
+            url = f"https://github.com/{slug}/{'pull' if t['kind'] == 'pull' else 'issues'}/{number}"
+            item = {"number": number, "html_url": url, "title": t["title"] or "(title not recorded)",
+                    "state": "open" if t["state"] in ("open", "draft", "") else "closed",
+                    "created_at": t["created_at"] or None, "updated_at": t["updated_at"] or None,
+                    "user": {"login": t["user"]} if t["user"] else None, "body": t["body"]}
+            if t["kind"] == "pull":
+                item["pull_request"] = {"html_url": url,
+                                        "merged_at": t["updated_at"] or "unknown" if t["state"] == "merged" else None}
+            items.append(item)
+            kind_dir = "pulls" if t["kind"] == "pull" else "issues"
+            thread = dict(item, merged=t["state"] == "merged") if t["kind"] == "pull" else item
+            write(OUT / "repos" / owner / repo / kind_dir / f"{number}.json", thread)
+            if t["kind"] == "pull":
+                files = [{"filename": f, "status": "modified"} for f, _ in t.get("files", [])] or (
+                    pr_files(args.clone, number, t["base"], ours) if slug == "NVIDIA/Megatron-LM" else None)
+                if files is not None:
+                    write(OUT / "repos" / owner / repo / "pulls" / str(number) / "files.json", files)
+        write(OUT / "search" / "issues" / f"{owner}+{repo}.json",
+              {"total_count": len(items), "incomplete_results": False, "items": items})
+
+
+def write(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
