@@ -43,7 +43,8 @@ MEANINGS: dict[Exit, str] = {
     Exit.CRASH: "a reproducer died: non-zero exit, no verdict, or no host stamp",
     Exit.TIMEOUT: "a reproducer ran past its time limit and was killed",
     Exit.UPSTREAM: "the GitHub API is unreachable, rate-limited or refused the token; nothing written",
-    Exit.LINT: "a filing body or its reproducer failed the lint (private path, host, address, token, our jargon)",
+    Exit.LINT: "a filing body or its reproducer failed the lint (private path, host, address, token, our jargon), "
+               "or an export failed the upstream's own formatters and linters",
     Exit.DRIFT: "'harness absorbed' found a local change no pack tracks",
     Exit.TAMPERED: "a receipt fails verification: a file edited, missing or not covered by its digests",
     Exit.NO_LANES: "the pack declares no lanes: nothing was validated",
@@ -194,3 +195,15 @@ class GitNotFound(GitError):
         super().__init__(argv, cwd, None, "git not found on PATH",
                          message=f"git not found on PATH (needed to run '{' '.join(('git', *argv))}')",
                          hint="install git; runs from an offline bundle need none")
+
+
+class CheckError(HarnessError):
+    """An upstream's own formatter or linter found something in an export, or could not run; one line per finding."""
+
+    exit_code = Exit.LINT
+
+
+class IdentityError(HarnessError):
+    """No usable identity to file as (none set, a placeholder, an address that is not one)."""
+
+    exit_code = Exit.USAGE

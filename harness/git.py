@@ -3,9 +3,10 @@
 Every git the tool runs on its own trees (pristine snapshots, clones, patched trees, edit checkouts)
 goes through ``run`` / ``call`` here, with ``clean_env()``: a fixed author and committer (so the
 tool's commits are reproducible) and neither the user's nor the system's config (no hooks,
-templates, signing or diff settings leak in). The only exception is ``in_user_repo``: reading the
-project's own checkout (its HEAD for a receipt, ``user.name`` for a filing decision), where the
-user's config is the point.
+templates, signing or diff settings leak in). The only exceptions read what belongs to the person:
+``in_user_repo`` (the project's own checkout: its HEAD for a receipt, ``user.name`` for a filing
+decision) and ``user_identity`` (their ``user.name`` / ``user.email``, the identity an export files
+as), where the user's config is the point. ``Repo.commit_as`` writes a commit under such an identity.
 
 Importing this module never needs a git binary (runs from an offline bundle on a GPU host never
 call git). Calling git without one raises ``GitNotFound``, one clean line naming it.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ from pathlib import Path
 from harness.errors import GitError, GitNotFound
 
 __all__ = ["GitError", "GitNotFound", "Done", "Repo", "Commit", "IDENTITY", "clean_env", "call", "run",
-           "in_user_repo", "init_snapshot", "clone", "is_clean", "repo"]
+           "in_user_repo", "user_identity", "init_snapshot", "clone", "is_clean", "repo"]
 
 IDENTITY = {
     "GIT_AUTHOR_NAME": "patch-lane",
@@ -104,6 +106,16 @@ def in_user_repo(cwd: Path, *args: str) -> Done | None:
         return None
 
 
+def user_identity(cwd: Path) -> tuple[str, str]:
+    """The person's ``user.name`` and ``user.email`` as their own git config gives them in ``cwd``
+    (repository, global and system config; "" for a key that is not set or when git cannot run)."""
+    got = []
+    for key in ("user.name", "user.email"):
+        done = in_user_repo(cwd, "config", "--get", key)
+        got.append(done.stdout.strip() if done is not None and done.ok else "")
+    return got[0], got[1]
+
+
 @dataclass(frozen=True)
 class Commit:
     sha: str
@@ -164,6 +176,27 @@ class Repo:
         out = self.run("show", "-s", "--no-show-signature", "--format=%H%n%T%n%P%n%B", rev)
         sha, tree, parents, message = (out.split("\n", 3) + ["", "", "", ""])[:4]
         return Commit(sha, tree, tuple(parents.split()), message)
+
+    def author_date(self, rev: str) -> str:
+        """The author date of ``rev`` in git's raw form (``<seconds> <zone>``)."""
+        return self.run("show", "-s", "--no-show-signature", "--format=%ad", "--date=raw", rev).strip()
+
+    def commit_as(self, tree: str, parent: str, message: str, name: str, email: str, date: str) -> str:
+        """A new commit of ``tree`` on ``parent`` authored and committed by ``name <email>`` at ``date``
+        (git's raw form); returns its sha. Nothing else of the fixed environment changes."""
+        env = self._env()
+        env.update({"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_AUTHOR_DATE": date,
+                    "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date})
+        fd, path = tempfile.mkstemp(prefix="patchlane-message-", suffix=".txt")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(message)
+            done = call(self.path, "commit-tree", tree, "-p", parent, "-F", path, env=env)
+        finally:
+            os.unlink(path)
+        if not done.ok:
+            raise done.error()
+        return done.stdout.strip()
 
     def tags(self) -> list[str]:
         return self.run("tag", "--list").split()

@@ -45,11 +45,14 @@ MIRRORS_ENV = "PATCHLANE_GIT_MIRRORS"
 PYPI_URL = "https://pypi.org/pypi"
 # The manifest's closed schema: unknown keys are warned about once per process (a typo must not pass silently).
 MANIFEST_KEYS = frozenset({"target", "repo", "distribution", "import_names", "build", "build_note", "default_base",
-                           "filing_base", "python", "stubs", "bases"})
+                           "filing_base", "python", "stubs", "bases", "policy"})
 BASE_KEYS = frozenset({"version", "commit", "commit_note", "commit_source", "role", "runtime_requires", "artifact",
                        "git"})
 ARTIFACT_KEYS = frozenset({"kind", "filename", "url", "sha256", "size"})
 GIT_KEYS = frozenset({"commit", "ref", "date", "url"})
+POLICY_KEYS = frozenset({"signoff", "contributing", "pr_template", "issue_templates", "source", "checks"})
+CHECK_KEYS = frozenset({"name", "package", "module", "args", "files", "exclude", "kind", "config", "source"})
+CHECK_KINDS = ("format", "lint")
 _warned: set[str] = set()
 _PYTHON = re.compile(r"^3\.[0-9]+$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -121,6 +124,47 @@ class Base:
 
 
 @dataclass(frozen=True)
+class Check:
+    """One of the upstream's own formatters or linters, as its config runs it (see harness/upstream_checks.py).
+
+    ``package`` is a PyPI requirement pinned exactly (``black==26.3.0``); the tool runs as
+    ``python -m MODULE ARGS FILES`` in the patched tree, on the files the series touches that match
+    ``files`` (a regex on the repository-relative path, as pre-commit's ``files``) and not ``exclude``.
+    A ``format`` check rewrites files in place: its would-be diff is the finding. A ``lint`` check
+    prints ``path:line: message`` lines. ``config`` is the file in the upstream tree the tool reads.
+    """
+
+    name: str
+    package: str
+    module: str
+    args: tuple[str, ...]
+    files: str
+    kind: str
+    exclude: str = ""
+    config: str = ""
+    source: str = ""
+
+    @property
+    def version(self) -> str:
+        return self.package.split("==", 1)[1]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the upstream takes contributions: DCO sign-off, its templates, its own checks.
+
+    Paths are in the upstream tree; ``source`` says which file at which commit each fact was read from.
+    """
+
+    signoff: bool = False
+    contributing: str = ""
+    pr_template: str = ""
+    issue_templates: tuple[str, ...] = ()
+    source: str = ""
+    checks: tuple[Check, ...] = ()
+
+
+@dataclass(frozen=True)
 class Manifest:
     target: str
     path: Path
@@ -135,6 +179,9 @@ class Manifest:
     filing_base: str = ""
     # overlay builds only: module name -> why it is replaced by a stub (see harness/stubs.py)
     stubs: dict[str, str] = field(default_factory=dict)
+    # how the upstream takes contributions (no [policy] table: no sign-off asked, no checks of its own)
+    policy: Policy = field(default_factory=Policy)
+    python: str = ""  # the interpreter version the target needs ("3.12"); "" when any will do
 
     def base(self, name: str | None) -> Base:
         name = name or self.default_base
@@ -189,6 +236,8 @@ def load_manifest(root: Path, target: str) -> Manifest:
         bases=bases,
         filing_base=get(doc, "filing_base", str, where, default=""),
         stubs=_load_stubs(doc, where),
+        policy=_load_policy(doc, where),
+        python=python or "",
     )
     if manifest.stubs and manifest.build != "overlay":
         raise ConfigError(f"{where}: [stubs] only applies to build = \"overlay\"")
@@ -210,7 +259,79 @@ def manifest_unknown_keys(path: Path, doc) -> list[str]:
         for sub, known in (("artifact", ARTIFACT_KEYS), ("git", GIT_KEYS)):
             if isinstance(table.get(sub), dict):
                 out += [f"{where[:-1]}.{sub}]: unknown key '{k}'" for k in table[sub] if k not in known]
+    policy = doc.get("policy")
+    if isinstance(policy, dict):
+        out += [f"{path} [policy]: unknown key '{k}'" for k in policy if k not in POLICY_KEYS]
+        for i, check in enumerate(policy.get("checks") or []):
+            if isinstance(check, dict):
+                out += [f"{path} [[policy.checks]] #{i + 1}: unknown key '{k}'" for k in check if k not in CHECK_KEYS]
     return out
+
+
+def _load_policy(doc, where: str) -> Policy:
+    if "policy" not in doc:
+        return Policy()
+    table = get(doc, "policy", dict, where)
+    pwhere = f"{where} [policy]"
+    checks: list[Check] = []
+    for i, raw in enumerate(get(table, "checks", list, pwhere, default=[])):
+        cwhere = f"{where} [[policy.checks]] #{i + 1}"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{cwhere}: must be a table")
+        check = _load_check(raw, cwhere)
+        if any(c.name == check.name for c in checks):
+            raise ConfigError(f"{cwhere}: a second check named '{check.name}'")
+        checks.append(check)
+    return Policy(
+        signoff=get(table, "signoff", bool, pwhere),
+        contributing=_tree_path(table, "contributing", pwhere),
+        pr_template=_tree_path(table, "pr_template", pwhere),
+        issue_templates=tuple(_tree_path({"p": p}, "p", pwhere) for p in str_list(table, "issue_templates", pwhere)),
+        source=get(table, "source", str, pwhere),
+        checks=tuple(checks),
+    )
+
+
+def _tree_path(table, key: str, where: str) -> str:
+    """A path in the upstream tree: relative, no '..' ("" when the key is absent)."""
+    value = get(table, key, str, where, default="")
+    p = PurePosixPath(value)
+    if value and (p.is_absolute() or ".." in p.parts or value != str(p)):
+        raise ConfigError(f"{where}: {value!r} must be a plain relative path in the upstream tree")
+    return value
+
+
+def _load_check(table, where: str) -> Check:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    name = get(table, "name", str, where)
+    package = get(table, "package", str, where)
+    try:
+        req = Requirement(package)
+        specs = list(req.specifier)
+        exact = (len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version
+                 and req.marker is None and req.url is None)
+        if exact:
+            Version(specs[0].version)
+    except (InvalidRequirement, InvalidVersion):
+        exact = False
+    if not exact:
+        raise ConfigError(f"{where}: package {package!r} must be a PyPI requirement pinned exactly, "
+                          "like \"black==24.4.2\"")
+    module = get(table, "module", str, where, default=req.name.replace("-", "_").lower())
+    if not all(part.isidentifier() for part in module.split(".")):
+        raise ConfigError(f"{where}: module {module!r} is not a module name (the tool runs as python -m MODULE)")
+    files = get(table, "files", str, where)
+    exclude = get(table, "exclude", str, where, default="")
+    for key, pattern in (("files", files), ("exclude", exclude)):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{where}: key '{key}' is not a valid regex: {exc}") from None
+    return Check(name=name, package=package, module=module, args=tuple(str_list(table, "args", where)),
+                 files=files, exclude=exclude, kind=choice(table, "kind", CHECK_KINDS, where),
+                 config=_tree_path(table, "config", where), source=get(table, "source", str, where, default=""))
 
 
 def _load_stubs(doc, where: str) -> dict[str, str]:

@@ -188,7 +188,7 @@ def test_a_ported_series_is_used_on_its_base_and_an_absorbed_dependency_is_skipp
 def test_export_writes_a_series_that_plain_git_am_applies_without_our_trailers(git_repo, tmp_path, capsys):
     out = tmp_path / "filed"
     code = cli("export", "01", "--base", "main", "-o", str(out), "--json", "--git-mirrors", str(git_repo.mirrors),
-               *git_repo.args())
+               "--identity", "Tess Tester <tess@example.invalid>", *git_repo.args())
     assert code == Exit.OK
     result = json.loads(capsys.readouterr().out)
     assert result["commit"] == git_repo.main_sha and result["stacked_on"] == []
@@ -207,7 +207,7 @@ def test_export_of_a_series_that_does_not_apply_exits_apply(git_repo, tmp_path, 
     _, other = _upstream(tmp_path, CORE_BUGGY.replace("# multiply each element by its weight", "# changed"), "2.0")
     _add_git_base(git_repo, "moved", other)
     code = cli("export", "01", "--base", "moved", "-o", str(tmp_path / "x"), "--git-mirrors", str(git_repo.mirrors),
-               *git_repo.args())
+               "--identity", "Tess Tester <tess@example.invalid>", *git_repo.args())
     assert code == Exit.APPLY
     assert "pack 01" in capsys.readouterr().err and not (tmp_path / "x").exists()
 

@@ -21,7 +21,7 @@ LAYERS: dict[int, set[str]] = {
     1: {"tomlutil", "runs", "github", "sessions", "standalone", "bootstrap",  # bootstrap: stdlib + layer 0
         "git"},  # git: raises the GitError family of errors
     2: {"pins", "runtime", "receipts"},
-    3: {"tracking", "builds"},
+    3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree
     4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data
     5: {"context"},
     # workflows: peers, none imports another

@@ -11,17 +11,26 @@ from harness.commands._context import context
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="write a pack's series for filing: git am-able, without our trailers",
+    p = sub.add_parser("export", help="write a pack's series for filing: signed as you, checked with upstream's tools",
                        description="Apply the pack's series for BASE (its ported series where one exists) to "
                                    "that base, write it back as format-patch files without this repository's "
-                                   "trailers (Upstream-Status, Pack), and check that they apply with plain "
-                                   "'git am' to a fresh clone of the base. Prints the output directory.")
+                                   "trailers (Upstream-Status, Pack), authored by you (and signed off, where the "
+                                   "upstream asks for the DCO), and check that they apply with plain 'git am' to "
+                                   "a fresh clone of the base. Then run the upstream's own formatters and linters "
+                                   "(its [policy] checks, installed from PyPI at their pinned versions) on the "
+                                   "lines the series adds or changes; any finding fails the export (one "
+                                   "file:line per finding) unless --report-only. Prints the output directory.")
     p.add_argument("pack")
     p.add_argument("--base", default=None,
                    help="the upstream base to file against (default: the pack's filing base, e.g. main)")
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="directory to write (replaced whole; default dist/export/<pack>-<base>/)")
-    p.add_argument("--json", action="store_true", help="print what was written as JSON")
+    p.add_argument("--identity", default=None, metavar='"NAME <EMAIL>"',
+                   help="who files the series: author and Signed-off-by (default: your git config's "
+                        "user.name and user.email)")
+    p.add_argument("--report-only", action="store_true",
+                   help="list the upstream checks' findings but write the series and exit 0 anyway")
+    p.add_argument("--json", action="store_true", help="print what was written and the checks' findings as JSON")
     _args.artifacts(p)
     _args.common(p)
 
@@ -31,16 +40,24 @@ def main(args) -> int:
     pack = ctx.tracking.pack(args.pack)
     base = args.base or pack.filing_base
     out = args.output or ctx.root / "dist" / "export" / f"{pack.id}-{base}"
-    result = export.export(ctx, pack, base, out)
+    result = export.export(ctx, pack, base, out, identity=args.identity, report_only=args.report_only)
     if args.json:
         ui.out.print_json(json.dumps({"pack": result.pack, "target": result.target, "base": result.base,
                                       "commit": result.commit, "files": [str(f) for f in result.files],
-                                      "stacked_on": list(result.stacked_on), "tree": result.tree}))
+                                      "stacked_on": list(result.stacked_on), "tree": result.tree,
+                                      "author": str(result.identity), "identity_from": result.identity.source,
+                                      "signed_off": result.signed_off, **result.checks.describe()}))
         return 0
     if result.stacked_on:
         ui.warn(f"pack {pack.id}'s series needs pack(s) {', '.join(result.stacked_on)} underneath on {base}; "
                 "their patches come first in the export")
-    ui.note(f"{len(result.files)} patch(es) for {result.target} {result.base} ({result.commit[:12]}); "
-            f"apply with: git am {out}/*.patch")
+    for finding in result.checks.findings:
+        ui.warn(str(finding))
+    ran = [r.name for r in result.checks.ran if r.files]
+    checks = (", ".join(ran) if ran else "none on these files" if result.checks.ran else "none recorded")
+    signed = " and signed off" if result.signed_off else ""
+    ui.note(f"{len(result.files)} patch(es) for {result.target} {result.base} ({result.commit[:12]}), authored"
+            f"{signed} by {result.identity}; upstream checks: {checks} (and whitespace), "
+            f"{len(result.checks.findings)} finding(s); apply with: git am {out}/*.patch")
     ui.out.print(str(out), markup=False, highlight=False)
     return 0
