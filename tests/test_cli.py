@@ -110,10 +110,35 @@ def test_help_lists_exit_codes_and_environment_without_markup(capsys):
     assert "-q, --quiet" in text and "-v, --verbose" in text
 
 
-def test_readme_documents_every_exit_code():
-    readme = (REPO / "README.md").read_text()
+def test_docs_document_every_exit_code():
+    table = (REPO / "docs" / "exit-codes.md").read_text()
     for code in Exit:
-        assert re.search(rf"^\| {int(code)} \|", readme, re.M), code
+        assert re.search(rf"^\| {int(code)} \|", table, re.M), code
+
+
+def _environment_names() -> set[str]:
+    return {name.strip() for names, _ in ENVIRONMENT for name in names.split(",")}
+
+
+def test_every_environment_variable_the_harness_reads_is_in_the_registry():
+    """``harness --help`` and docs/environment.md list ENVIRONMENT: a variable read under harness/ that is not
+    in it (PATCHLANE_GIT_MIRRORS and PATCHLANE_RECHECK once were) fails here."""
+    read: set[str] = set()
+    for path in (REPO / "harness").rglob("*.py"):
+        source = path.read_text()
+        constants = dict(re.findall(r'^(\w+_ENV)\s*=\s*"([A-Z_]+)"', source, re.M))
+        for arg in re.findall(r'environ(?:\.get)?[(\[]\s*("?[\w]+"?)', source):
+            name = arg.strip('"')
+            read.add(constants.get(name, name))
+    assert read, "no environment read found: the pattern no longer matches the code"
+    missing = read - _environment_names()
+    assert not missing, f"read under harness/ but not in harness.main.ENVIRONMENT: {sorted(missing)}"
+
+
+def test_environment_doc_lists_the_registry():
+    doc = (REPO / "docs" / "environment.md").read_text()
+    listed = set(re.findall(r"^\| `([A-Z_]+)` \|", doc, re.M))
+    assert listed == _environment_names()
 
 
 def test_verbosity_goes_before_or_after_the_command(two_packs, capsys):
@@ -285,10 +310,10 @@ def test_console_text_helper_keeps_brackets():
     assert buf.getvalue().strip() == "[sq,b,h,sk] [red]x[/red]"
 
 
-def test_readme_documents_every_readiness_reason_code():
+def test_docs_document_every_readiness_reason_code():
     from harness.readiness import REASON_CODES
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Readiness"):readme.index("## Overview")]
+    guide = (REPO / "docs" / "filing.md").read_text()
+    section = guide[guide.index("## Readiness"):]
     for code in REASON_CODES:
         assert f"`{code}`" in section, code

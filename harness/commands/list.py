@@ -15,7 +15,7 @@ JSON_SCHEMA = 1
 
 def register(sub) -> None:
     p = sub.add_parser("list", help="table of packs: target, kind, state, lanes, latest verdicts")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     _args.common(p)
 
 

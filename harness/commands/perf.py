@@ -26,8 +26,8 @@ def register(sub) -> None:
                     "current, 1 (MISMATCH) otherwise: a stale or unreadable claim.")
     p.add_argument("packs", nargs="*", help="pack ids (default: every pack that declares a claim)")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
-    out.add_argument("--markdown", action="store_true", help="a Markdown table on stdout (the README quotes it)")
+    out.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
+    out.add_argument("--markdown", action="store_true", help="a Markdown table on stdout (docs/packs quotes it)")
     _args.common(p)
 
 

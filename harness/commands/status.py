@@ -28,9 +28,9 @@ def register(sub) -> None:
                                        "'status PACK' tells the whole story; --json for CI and dashboards",
                        description="A pack is ready when its series applies to the base it is filed against, "
                                    "its receipts are current for that series, its body lints and nothing "
-                                   "upstream absorbed it (see the README, 'Readiness').")
+                                   "upstream absorbed it (see docs/filing.md, 'Readiness').")
     p.add_argument("pack", nargs="?", help="show everything about this pack")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     p.add_argument("--no-apply", action="store_true",
                    help="do not materialize bases for the apply check; use cached results only")
     p.add_argument("--refresh", action="store_true",

@@ -19,7 +19,7 @@ def register(sub) -> None:
                        description="The plan orders every pack that may be filed; the 'ready' column says whether "
                                    "it can be filed now (readiness as in 'harness status', including the check that "
                                    "its series applies to the base it is filed against).")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     p.add_argument("--no-apply", action="store_true",
                    help="do not materialize bases for the apply check; use cached results only")
     _args.artifacts(p)
