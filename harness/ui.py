@@ -69,6 +69,32 @@ def data(value: str) -> None:
     out.print(str(value), markup=False, highlight=False)
 
 
+FORMATS = ("auto", "table", "plain")
+
+
+def plain(fmt: str = "auto") -> bool:
+    """Whether rows go out as plain lines: asked for, or ``auto`` with stdout not a terminal (a pipe, a file)."""
+    return fmt == "plain" or (fmt == "auto" and not out.is_terminal)
+
+
+def tabular(columns, rows, *, fmt: str = "auto", title: str | None = None) -> None:
+    """Rows of cells (str or Text): a rich table on a terminal; elsewhere one line per row, the cells separated
+    by tabs, the header first, nothing cut, wrapped or styled (``grep``, ``cut -f``, ``column -t`` read it)."""
+    rows = [list(r) for r in rows]
+    if plain(fmt):
+        lines = ["\t".join(columns)] + ["\t".join(" ".join(str(c).split("\n")) for c in r) for r in rows]
+        out.file.write("\n".join(lines) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(c if isinstance(c, Text) else text(c) for c in r))
+    out.print(table)
+
+
 def interactive() -> bool:
     return err.is_terminal and not os.environ.get("CI")
 

@@ -155,7 +155,7 @@ def test_status_is_one_line_per_pack_at_120_columns(two_packs, capsys, monkeypat
     path = two_packs.root / "tracking.toml"
     path.write_text(path.read_text().replace('state = "planned"', 'state = "blocked"\nblocked = "'
                                              + "a very long reason " * 30 + '"'))
-    assert cli("status", "--no-apply", *two_packs.args()) == Exit.OK
+    assert cli("status", "--no-apply", "--format", "table", *two_packs.args()) == Exit.OK
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 + 2 + 1  # header, one line per pack, the pointer to the whole story
     assert all(len(line) <= 120 for line in lines)
@@ -317,3 +317,44 @@ def test_docs_document_every_readiness_reason_code():
     section = guide[guide.index("## Readiness"):]
     for code in REASON_CODES:
         assert f"`{code}`" in section, code
+
+
+# ---------------------------------------------------------------------------------------------- piped output
+
+LONG = "a title long enough that any table at 80 columns would have to cut it somewhere in the middle " * 2
+PERF_CLAIM = textwrap.dedent('''
+    [[packs.01.performance]]
+    lane = "fix"
+    figure = "max_err"
+    label = "a claim label long enough that an 80-column table cuts it: the error of the fixed scale, measured"
+    show = "{value:.3f}"
+''')
+
+
+def test_piped_list_waves_perf_status_print_whole_plain_lines(two_packs, capsys, monkeypatch):
+    """stdout is not a terminal under capsys, as in 'harness list | cat': no cell is cut, no border drawn."""
+    monkeypatch.setattr(ui.out, "width", 80)
+    path = two_packs.root / "tracking.toml"
+    two_packs.write_tracking(PERF_CLAIM + NO_LANES)
+    path.write_text(path.read_text().replace('title = "scale uses w[0] for every element"', f'title = "{LONG}"')
+                    .replace('state = "planned"', 'state = "blocked"\nblocked = "' + LONG + '"'))
+    assert cli("run", "01", "--quiet", *two_packs.args()) == Exit.OK
+    capsys.readouterr()
+    for argv, header, must in ((["list"], "pack", [LONG, "bug: pass", "fix: pass"]),
+                               (["waves", "--no-apply"], "wave", [LONG]),
+                               (["perf"], "pack", [PERF_CLAIM.split('"')[5], "receipts/fake/01/"]),
+                               (["status", "--no-apply"], "pack", [LONG + " (+1)", "[state] "])):
+        code = cli(*argv, *two_packs.args())
+        assert code == Exit.OK, argv
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert "…" not in out and "│" not in out and "━" not in out, argv
+        assert lines[0].startswith(header + "\t"), argv
+        width = len(lines[0].split("\t"))
+        assert all(len(line.split("\t")) == width for line in lines if line.strip()), argv
+        for text in must:
+            assert text in out, (argv, text)
+    # a terminal still gets the table, fitted to its width (the long title no longer on one line)
+    assert cli("list", "--format", "table", *two_packs.args()) == Exit.OK
+    out = capsys.readouterr().out
+    assert "┃" in out and LONG not in out

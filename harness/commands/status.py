@@ -39,6 +39,7 @@ def register(sub) -> None:
     p.add_argument("--api-url", default=None, help="GitHub REST API root (default: https://api.github.com)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per API request (default: %(default)s)")
     _args.artifacts(p)
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -69,6 +70,10 @@ def main(args) -> int:
         ui.out.file.write(json.dumps(as_json(ctx, states), indent=2) + "\n")
     elif args.pack:
         story(ctx, states[0])
+    elif ui.plain(args.format):
+        ui.out.file.write("".join(line + "\n" for line in overview_plain(ctx, states)))
+        ui.info(f"{sum(s.ready for s in states)} of {len(states)} ready; every reason of one pack: "
+                "harness status <pack>")
     else:
         for row in overview(ctx, states):
             ui.out.print(row, no_wrap=True, overflow="ignore", crop=False)
@@ -154,6 +159,29 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
+def _cells(ctx, state, now) -> tuple[str, ...]:
+    pack = state.pack
+    rec = _latest(ctx, pack)
+    if rec is None:
+        latest = "-"
+    else:
+        started = rec.started_at
+        latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.verdict}"
+    return pack.id, pack.target, pack.kind, pack.state, _upstream(pack), latest
+
+
+def overview_plain(ctx, states) -> list[str]:
+    """One tab-separated line per pack, nothing cut: the first reason in full, and how many more there are."""
+    now = datetime.now(UTC)
+    lines = ["\t".join([name for name, _ in COLUMNS] + ["ready / why not"])]
+    for state in states:
+        more = len(state.reasons) - 1
+        why = "ready" if state.ready else \
+            f"[{state.reasons[0].code}] {state.reasons[0].text}" + (f" (+{more})" if more else "")
+        lines.append("\t".join((*_cells(ctx, state, now), " ".join(why.split("\n")))))
+    return lines
+
+
 def overview(ctx, states, width: int | None = None) -> list[Text]:
     """One line per pack, cut to the console width: the first reason, and how many more there are."""
     now = datetime.now(UTC)
@@ -162,14 +190,7 @@ def overview(ctx, states, width: int | None = None) -> list[Text]:
     last = max(width - fixed, MIN_REASON)
     lines = [Text("  ".join(name.ljust(w) for name, w in COLUMNS) + "  ready / why not", style="bold")]
     for state in states:
-        pack = state.pack
-        rec = _latest(ctx, pack)
-        if rec is None:
-            latest = "-"
-        else:
-            started = rec.started_at
-            latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.verdict}"
-        cells = (pack.id, pack.target, pack.kind, pack.state, _upstream(pack), latest)
+        cells = _cells(ctx, state, now)
         line = Text("  ".join(_fit(str(c), w).ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)) + "  ")
         if state.ready:
             line.append("ready", style="green")
