@@ -94,9 +94,11 @@ def test_waves_follow_the_article_order_and_dependencies(lane_repo, capsys):
         "09": "depends on 08 (blocked), which is not being filed",
         "10": "kind regression-guard: nothing to file",
     }
-    assert cli("waves", *lane_repo.args()) == Exit.OK
+    assert cli("waves", "--format", "table", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "08 (fake): blocked: no base" in out
+    assert cli("waves", *lane_repo.args()) == Exit.OK  # piped: the packs left out are rows of their own
+    assert "-\tfake\t08\t" in (out := capsys.readouterr().out) and "\tno: blocked: no base\t" in out
 
 
 def test_chunks_are_two_to_four():
