@@ -36,7 +36,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness import filing, git, pins, rebase, receipts, series
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, HarnessError, PinError
 from harness.github import thread_label
 from harness.hashing import sha256_file
 from harness.receipts import Sentinel, Verdict
@@ -55,7 +55,7 @@ FILED_KINDS = ("pr", "issue", "comment", "bug-report")  # kinds with a filing te
 ABSORBING_ROLES = ("absorbed", "fixed upstream", "superseded")  # a thread role with one of these words
 
 class ReasonCode(StrEnum):
-    """Why a pack is not ready (stable; ``status --json`` carries the value; the README lists them)."""
+    """Why a pack is not ready (stable; ``status --json`` carries the value; docs/filing.md lists them)."""
 
     STATE = "state"
     KIND = "kind"
@@ -64,6 +64,7 @@ class ReasonCode(StrEnum):
     NO_LANE_ON_BASE = "no-lane-on-base"
     LANE = "lane"
     SERIES = "series"
+    BASE = "base"
     APPLY = "apply"
     ABSORBED = "absorbed"
     EVIDENCE = "evidence"
@@ -81,6 +82,7 @@ REASON_CODES = {
     ReasonCode.NO_LANE_ON_BASE: "no lane runs on the filing base",
     ReasonCode.LANE: "a lane on the filing base has no current passing receipt",
     ReasonCode.SERIES: "the series for the filing base is missing or unreadable",
+    ReasonCode.BASE: "the filing base could not be fetched, so nothing could be checked on it",
     ReasonCode.APPLY: "the series does not apply to the filing base, or that was not checked",
     ReasonCode.ABSORBED: "upstream has (or may have) the change, or no longer shows the bug",
     ReasonCode.EVIDENCE: "an evidence row of the body does not resolve from the receipts",
@@ -102,6 +104,7 @@ class ApplyStatus(StrEnum):
     PARTLY = "partly absorbed"
     FUZZ = "fuzz"
     NOT_CHECKED = "not checked"
+    UNAVAILABLE = "base unavailable"  # the base could not be fetched (network, mirrors, its pin): never cached
     ERROR = "error"
 
 
@@ -216,6 +219,9 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
                                                   f"{base_name}; run without --no-apply")
     try:
         checkout = ctx.materialize(manifest, base_name)
+    except PinError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        return ApplyCheck(base_name, ApplyStatus.UNAVAILABLE, f"cannot fetch {pack.target} {base_name}: {exc}{hint}")
     except HarnessError as exc:
         return ApplyCheck(base_name, ERROR, f"cannot materialize {pack.target} {base_name}: {exc}")
     status, detail = _try(checkout, pack, patches)
@@ -358,6 +364,8 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
         check = apply_check(ctx, pack, fbase, patches, allow_download)
         if check.status == ABSORBED:
             reasons.append(Reason(ReasonCode.ABSORBED, check.detail))
+        elif check.status == ApplyStatus.UNAVAILABLE:
+            reasons.append(Reason(ReasonCode.BASE, check.detail))
         elif check.status != APPLIES:
             where = "" if check.status == NOT_CHECKED else f"series on {fbase}: "
             reasons.append(Reason(ReasonCode.APPLY, f"{where}{check.describe()}" if where else check.detail))

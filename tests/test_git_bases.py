@@ -245,3 +245,27 @@ def test_a_mirror_named_twice_is_tried_once(git_repo, monkeypatch, capsys):
     code = cli("materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors), *git_repo.args())
     assert code == Exit.PIN
     assert capsys.readouterr().err.count(str(git_repo.mirrors / MIRROR_NAME)) == 1
+
+
+def test_status_says_a_base_it_cannot_fetch_is_unchecked_not_a_bad_series(git_repo, tmp_path, capsys, monkeypatch):
+    """No mirrors and an unreachable repository: the reason is 'base' (not 'apply'), and status exits 4."""
+    monkeypatch.delenv(pins.MIRRORS_ENV, raising=False)
+    path = git_repo.root / "upstream" / "fake.toml"
+    path.write_text(path.read_text()
+                    .replace('repo = "https://example.invalid/fake"', f'repo = "{tmp_path}/nowhere/example.invalid/fake"')
+                    .replace('default_base = "1.0"', 'default_base = "1.0"\nfiling_base = "main"'))
+    capsys.readouterr()
+    assert cli("status", "--json", *git_repo.args()) == Exit.PIN
+    out = capsys.readouterr()
+    [pack] = json.loads(out.out)["packs"]
+    codes = [r["code"] for r in pack["reasons"]]
+    assert "base" in codes and "apply" not in codes, codes
+    assert pack["apply"]["status"] == "base unavailable" and "nowhere" in pack["apply"]["detail"]
+    assert "could not be checked" in out.err and "fake main" in out.err and "--git-mirrors" in out.err
+    # the whole story of the pack says so in full
+    assert cli("status", "01", *git_repo.args()) == Exit.PIN
+    assert "[base] cannot fetch fake main" in capsys.readouterr().out
+    # nothing was remembered: with the mirror, the same series is checked, and applies
+    assert cli("status", "--json", "--git-mirrors", str(git_repo.mirrors), *git_repo.args()) != Exit.PIN
+    [pack] = json.loads(capsys.readouterr().out)["packs"]
+    assert pack["apply"]["status"] == "applies" and "base" not in [r["code"] for r in pack["reasons"]]

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from harness import readiness, receipts, ui
+from harness import errors, readiness, receipts, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
@@ -66,6 +66,12 @@ def main(args) -> int:
     packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())
     memo: dict = {}
     states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
+    unfetched = [s for s in states if s.apply is not None and s.apply.status == readiness.ApplyStatus.UNAVAILABLE]
+    if unfetched:  # not "not ready": not known. Exit 4 as 'run' does when a base cannot be fetched
+        ui.warn(f"{len(unfetched)} pack(s) could not be checked: their filing base could not be fetched "
+                f"({', '.join(sorted({f'{s.pack.target} {s.apply.base}' for s in unfetched if s.apply}))}); "
+                "point --git-mirrors (or $PATCHLANE_GIT_MIRRORS) at the offline mirrors, or run with network")
+        code = errors.worst([code, Exit.PIN])
     if args.json:
         ui.out.file.write(json.dumps(as_json(ctx, states), indent=2) + "\n")
     elif args.pack:
