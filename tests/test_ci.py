@@ -1,0 +1,57 @@
+"""CI's own checks (.ci/): a missing nox session fails, never passes as skipped; commit subjects."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+from conftest import REPO
+
+from harness.errors import Exit
+
+FAKE_NOX = textwrap.dedent('''\
+    #!/usr/bin/env bash
+    # stands in for nox: lists two sessions; 'nox ... -s NAME' exits as nox does (3: "Sessions not found")
+    if [ "$1" = "--list-sessions" ]; then
+        printf '%s\\n' 'Sessions defined in noxfile.py:' '' '* tests -> the suite' \\
+            '- mamba_pack05 [mamba] -> pack 05' '- mamba_pack050 [mamba] -> a longer name'
+        exit 0
+    fi
+    while [ "$1" != "-s" ]; do shift; done
+    case "$2" in mamba_pack05) exit "${FAKE_RC:-3}" ;; *) echo "Sessions not found: $2" >&2; exit 3 ;; esac
+''')
+
+
+def _expect(tmp_path: Path, *args: str, rc: int = 3) -> subprocess.CompletedProcess:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    nox = bin_dir / "nox"
+    nox.write_text(FAKE_NOX)
+    nox.chmod(0o755)
+    script = f"set -euo pipefail; . {REPO / '.ci' / 'expect.sh'}; expect {' '.join(args)}"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", FAKE_RC=str(rc))
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=False)
+
+
+def test_expect_fails_for_a_session_nox_does_not_have(tmp_path):
+    """nox exits 3 for a missing session, the code a skipped pack session exits with: expect must not accept it."""
+    done = _expect(tmp_path, str(int(Exit.SKIPPED)), "mamba_pack99")
+    assert done.returncode == 1
+    assert "nox has no session 'mamba_pack99'" in done.stderr
+    # a name that is only the prefix of an existing one is missing too
+    assert _expect(tmp_path, "3", "mamba_pack0").returncode == 1
+
+
+def test_expect_checks_the_exit_code_of_a_session_that_exists(tmp_path):
+    done = _expect(tmp_path, "3", "mamba_pack05")
+    assert done.returncode == 0 and "exited 3 as expected" in done.stdout
+    done = _expect(tmp_path, "3", "mamba_pack05", rc=0)  # a pack session that passed where it should skip
+    assert done.returncode == 1 and "expected 'nox -s mamba_pack05' to exit 3, got 0" in done.stderr
+    assert _expect(tmp_path, "0", "mamba_pack05", "--", "--lane", "x", rc=0).returncode == 0
+
+
+def test_ci_run_uses_the_checked_expect():
+    run = (REPO / ".ci" / "run").read_text()
+    assert ". .ci/expect.sh" in run and "expect() {" not in run
