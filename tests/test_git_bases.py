@@ -251,8 +251,8 @@ def test_status_says_a_base_it_cannot_fetch_is_unchecked_not_a_bad_series(git_re
     """No mirrors and an unreachable repository: the reason is 'base' (not 'apply'), and status exits 4."""
     monkeypatch.delenv(pins.MIRRORS_ENV, raising=False)
     path = git_repo.root / "upstream" / "fake.toml"
-    path.write_text(path.read_text()
-                    .replace('repo = "https://example.invalid/fake"', f'repo = "{tmp_path}/nowhere/example.invalid/fake"')
+    nowhere = f'repo = "{tmp_path}/nowhere/example.invalid/fake"'
+    path.write_text(path.read_text().replace('repo = "https://example.invalid/fake"', nowhere)
                     .replace('default_base = "1.0"', 'default_base = "1.0"\nfiling_base = "main"'))
     capsys.readouterr()
     assert cli("status", "--json", *git_repo.args()) == Exit.PIN
