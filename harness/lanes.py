@@ -74,7 +74,7 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
     """The build of ``base`` + ``patches``: from the bundle when running offline, else made (or reused) here."""
     key = _build_key(ctx, manifest, base, patches)
     if ctx.bundle is not None:
-        return ctx.bundle.build_for(key, manifest, ctx.store, label)
+        return ctx.bundle.build_for(key, manifest, ctx.store, label, ctx.python)
     checkout = ctx.materialize(manifest, base.name)
     ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
     if patches:
