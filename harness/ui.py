@@ -25,12 +25,15 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 verbosity = 0  # -1 quiet, 0 normal, 1+ verbose
+_noted: set[str] = set()  # notes already shown by this command (note_once)
 HEARTBEAT_S = 15.0  # seconds between "still running" lines when stderr is not a terminal
 
 
 def set_verbosity(level: int) -> None:
+    """Set at the start and end of each command (harness.main): also forgets the notes said once."""
     global verbosity
     verbosity = level
+    _noted.clear()
 
 
 def text(value, style: str | None = None) -> Text:
@@ -46,6 +49,13 @@ def step(message: str) -> None:
 def note(message: str) -> None:
     if verbosity >= 0:
         err.print(f"  {message}", markup=False)
+
+
+def note_once(message: str) -> None:
+    """A note shown the first time this process says it (lanes sharing one build repeat the same facts)."""
+    if message not in _noted:
+        _noted.add(message)
+        note(message)
 
 
 def detail(message: str) -> None:

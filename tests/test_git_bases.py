@@ -85,6 +85,14 @@ def test_materialize_fetches_exactly_the_pinned_commit_from_a_mirror(git_repo, c
     assert _bases(git_repo.cache) == [entry]
 
 
+def test_a_fetch_from_a_mirror_says_so_and_names_the_mirror(git_repo, capsys):
+    assert cli("materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors),
+               *git_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert f"from mirror {git_repo.mirrors / MIRROR_NAME}" in err and "example.invalid" not in err.split("from mirror")[0]
+    assert "https://example.invalid/fake" not in err
+
+
 def test_the_mirror_can_come_from_the_environment(git_repo, monkeypatch):
     monkeypatch.setenv(pins.MIRRORS_ENV, str(git_repo.mirrors))
     assert cli("materialize", "fake", "--base", "main", *git_repo.args()) == Exit.OK
@@ -244,7 +252,8 @@ def test_a_mirror_named_twice_is_tried_once(git_repo, monkeypatch, capsys):
     monkeypatch.setenv(pins.MIRRORS_ENV, str(git_repo.mirrors))  # the same directory as --git-mirrors
     code = cli("materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors), *git_repo.args())
     assert code == Exit.PIN
-    assert capsys.readouterr().err.count(str(git_repo.mirrors / MIRROR_NAME)) == 1
+    [failure] = [line for line in capsys.readouterr().err.splitlines() if "cannot fetch commit" in line]
+    assert failure.count(str(git_repo.mirrors / MIRROR_NAME)) == 1  # tried once (the progress line names it too)
 
 
 def test_status_says_a_base_it_cannot_fetch_is_unchecked_not_a_bad_series(git_repo, tmp_path, capsys, monkeypatch):

@@ -313,3 +313,14 @@ def test_a_python_that_does_not_exist_is_bad_input_naming_it(lane_repo, capsys, 
     err = capsys.readouterr().err
     assert f"--python {python}: no such executable file" in err and "internal error" not in err
     assert find(lane_repo.root, "fake", "01") == []
+
+
+def test_a_warm_run_says_each_shared_fact_once(lane_repo, capsys):
+    """Lanes sharing a base (or a build) repeat the same notes; each is printed once per command."""
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK
+    capsys.readouterr()
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert err.count("base fake 1.0: ") == 1, err
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK  # the next command says it again
+    assert capsys.readouterr().err.count("base fake 1.0: ") == 1
