@@ -89,7 +89,7 @@ def test_a_fetch_from_a_mirror_says_so_and_names_the_mirror(git_repo, capsys):
     assert cli("materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors),
                *git_repo.args()) == Exit.OK
     err = capsys.readouterr().err
-    assert f"from mirror {git_repo.mirrors / MIRROR_NAME}" in err and "example.invalid" not in err.split("from mirror")[0]
+    assert f"from mirror {git_repo.mirrors / MIRROR_NAME}" in err
     assert "https://example.invalid/fake" not in err
 
 
