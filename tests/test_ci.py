@@ -55,3 +55,36 @@ def test_expect_checks_the_exit_code_of_a_session_that_exists(tmp_path):
 def test_ci_run_uses_the_checked_expect():
     run = (REPO / ".ci" / "run").read_text()
     assert ". .ci/expect.sh" in run and "expect() {" not in run
+
+
+def test_every_test_file_that_needs_torch_runs_in_the_torch_session():
+    """'tests' has no torch, so these skip there; 'tests_torch' (CI) must list every file that imports it."""
+    import re
+
+    noxfile = (REPO / "noxfile.py").read_text()
+    listed = set(re.findall(r'"(tests/test_\w+\.py)"', noxfile[noxfile.index("TORCH_TESTS"):]))
+    needs = {f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")
+             if re.search(r"importorskip\(\s*[\"']torch[\"']", p.read_text())}
+    assert needs and needs <= listed, sorted(needs - listed)
+    assert "nox -s tests_torch" in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_packaging_pin_satisfies_what_virtualenv_installed_beside_nox_needs():
+    """'pip install -e .' into nox's environment must not downgrade packaging below virtualenv's requirement."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    pins = [Requirement(d) for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    [pin] = [r for r in pins if r.name == "packaging"]
+    version = next(iter(pin.specifier)).version
+    for dist in ("virtualenv", "nox"):
+        for req in map(Requirement, metadata.requires(dist) or []):
+            if req.name == "packaging" and (req.marker is None or req.marker.evaluate()):
+                assert req.specifier.contains(version), f"{dist} needs {req}; pyproject.toml pins {pin}"
+    lanes = {p.name: p.read_text() for p in (REPO / "requirements").glob("lane-*.txt")}
+    for name, text in lanes.items():  # the lane environments install the harness too: one packaging for both
+        for line in text.splitlines():
+            if line.startswith("packaging=="):
+                assert line == f"packaging=={version}", name
