@@ -88,3 +88,8 @@ def test_the_packaging_pin_satisfies_what_virtualenv_installed_beside_nox_needs(
         for line in text.splitlines():
             if line.startswith("packaging=="):
                 assert line == f"packaging=={version}", name
+
+
+def test_the_forge_workflow_runs_the_same_ci():
+    workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    assert "run: bash .ci/run" in workflow and "shared" in workflow and "fetch-depth: 0" in workflow
