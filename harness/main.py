@@ -63,8 +63,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def unknown_command(words: list[str]) -> str | None:
+    """For a mistyped command, the line that says so and names the closest ones; None when it is known."""
+    import difflib
+
+    word = next((w for w in words if not w.startswith("-")), None)
+    if word is None or word in COMMANDS:
+        return None
+    close = difflib.get_close_matches(word, COMMANDS, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"harness: unknown command {word!r}{hint} (every command: harness --help)"
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
+    if (problem := unknown_command(words)) is not None:
+        ui.err.print(problem, markup=False, highlight=False)
+        return int(errors.Exit.USAGE)
     # the command is the first word when no top-level option precedes it (only --help/--version exist)
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(argv)

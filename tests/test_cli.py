@@ -358,3 +358,13 @@ def test_piped_list_waves_perf_status_print_whole_plain_lines(two_packs, capsys,
     assert cli("list", "--format", "table", *two_packs.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "┃" in out and LONG not in out
+
+
+def test_a_mistyped_command_names_the_closest_ones(capsys):
+    assert cli("stauts") == Exit.USAGE
+    assert "unknown command 'stauts'; did you mean 'status'?" in capsys.readouterr().err
+    assert cli("-q", "lsit", "--json") == Exit.USAGE
+    assert "did you mean 'list'?" in capsys.readouterr().err
+    assert cli("zzzzzz") == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "unknown command 'zzzzzz'" in err and "did you mean" not in err
