@@ -42,7 +42,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 
 COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
-            "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf"]
+            "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "new"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

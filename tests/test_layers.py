@@ -20,7 +20,8 @@ LAYERS: dict[int, set[str]] = {
     3: {"tracking", "builds"},
     4: {"series", "threads"},
     5: {"context"},
-    6: {"lanes", "edit", "rebase", "export", "provenance", "filing"},  # workflows: peers, none imports another
+    # workflows: peers, none imports another
+    6: {"lanes", "edit", "rebase", "export", "provenance", "filing", "scaffold"},
     7: {"absorbed", "bundle", "readiness"},  # composites: rebase; lanes; filing + rebase
     8: {"landing", "performance"},  # filing waves need readiness; claims need readiness's currency test
     9: {"commands", "error_handler"},  # the CLI: one module per verb, the error boundary
