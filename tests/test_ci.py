@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -93,3 +94,52 @@ def test_the_packaging_pin_satisfies_what_virtualenv_installed_beside_nox_needs(
 def test_the_forge_workflow_runs_the_same_ci():
     workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
     assert "run: bash .ci/run" in workflow and "shared" in workflow and "fetch-depth: 0" in workflow
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.invalid", GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1")
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env,
+                          check=True).stdout.strip()
+
+
+def _subjects(tmp_path: Path, *subjects: str, base_subject: str = "tracking: a long old-style subject " * 4):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", base_subject)
+    base = _git(repo, "rev-parse", "HEAD")
+    for s in subjects:
+        _git(repo, "commit", "-q", "--allow-empty", "-m", s)
+    return subprocess.run([sys.executable, str(REPO / ".ci" / "commit_subjects.py"), "--repo", str(repo),
+                           "--base", base], capture_output=True, text=True, check=False)
+
+
+def test_commit_subjects_after_the_base_are_checked_and_those_before_are_not(tmp_path):
+    done = _subjects(tmp_path, "Add a check", "Fix the apply cache key", "Process receipts once")
+    assert done.returncode == 0, done.stderr  # the long old subject at the base is not judged
+    assert "3 commit(s)" in done.stdout
+
+
+def test_commit_subjects_name_each_bad_commit(tmp_path):
+    long = ("Add " + "a very long subject " * 4).rstrip()
+    done = _subjects(tmp_path, "Added a check", "adds things", "Fixes the key", long, "Add a period.",
+                     "Remove the stale table")
+    assert done.returncode == 1
+    err = done.stderr
+    assert "'Added' is not the imperative" in err and "'Fixes' is not the imperative" in err
+    assert "starts with 'adds'" in err and f"{len(long)} characters (at most 72)" in err
+    assert "ends with a period" in err and "Remove the stale table" not in err
+
+
+def test_commit_subjects_refuse_a_clone_without_the_base(tmp_path):
+    done = _subjects(tmp_path, "Add a check")
+    other = subprocess.run([sys.executable, str(REPO / ".ci" / "commit_subjects.py"), "--repo",
+                            str(tmp_path / "repo"), "--base", "f" * 40], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and other.returncode == 1 and "not in this clone's history" in other.stderr
+
+
+def test_the_base_commit_is_the_recorded_one():
+    text = (REPO / ".ci" / "commit_subjects.py").read_text()
+    assert 'BASE = "83c85edb402d43e440a897bda4304efcb18a4c77"' in text
+    assert "python3 .ci/commit_subjects.py" in (REPO / ".ci" / "run").read_text()
