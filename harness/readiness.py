@@ -200,9 +200,11 @@ def apply_key(target: str, base_name: str, base, patches: list[series.Patch]) ->
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], allow_download: bool = True
-                ) -> ApplyCheck:
-    """Whether ``patches`` (dependencies', then the pack's) apply on ``base_name``; cached in the store."""
+def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], allow_download: bool = True,
+                unavailable: dict | None = None) -> ApplyCheck:
+    """Whether ``patches`` (dependencies', then the pack's) apply on ``base_name``; cached in the store.
+
+    ``unavailable`` (one command's): bases that could not be fetched, so each is tried once per command."""
     manifest = ctx.manifest(pack.target)
     base = manifest.base(base_name)
     key = apply_key(pack.target, base_name, base, patches)
@@ -217,11 +219,16 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
     if not allow_download:
         return ApplyCheck(base_name, NOT_CHECKED, "not checked (--no-apply): no cached result for this series on "
                                                   f"{base_name}; run without --no-apply")
+    gone = unavailable if unavailable is not None else {}
+    if (pack.target, base_name) in gone:
+        return gone[(pack.target, base_name)]
     try:
         checkout = ctx.materialize(manifest, base_name)
     except PinError as exc:
         hint = f" ({exc.hint})" if exc.hint else ""
-        return ApplyCheck(base_name, ApplyStatus.UNAVAILABLE, f"cannot fetch {pack.target} {base_name}: {exc}{hint}")
+        gone[(pack.target, base_name)] = ApplyCheck(base_name, ApplyStatus.UNAVAILABLE,
+                                                    f"cannot fetch {pack.target} {base_name}: {exc}{hint}")
+        return gone[(pack.target, base_name)]
     except HarnessError as exc:
         return ApplyCheck(base_name, ERROR, f"cannot materialize {pack.target} {base_name}: {exc}")
     status, detail = _try(checkout, pack, patches)
@@ -361,7 +368,7 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     check = None
     own = [p for p in patches if p.pack == pack.id]
     if fileable and own:
-        check = apply_check(ctx, pack, fbase, patches, allow_download)
+        check = apply_check(ctx, pack, fbase, patches, allow_download, memo.setdefault("unavailable-bases", {}))
         if check.status == ABSORBED:
             reasons.append(Reason(ReasonCode.ABSORBED, check.detail))
         elif check.status == ApplyStatus.UNAVAILABLE:
