@@ -123,7 +123,7 @@ def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: 
     with store.locked():
         found = lookup(store, key)
         if found is not None:
-            ui.note(f"build {label}: cached ({key[:12]})")
+            ui.note_once(f"build {label}: cached ({key[:12]})")
             return found
         with ui.status(what) as act, store.new_entry(store.area("builds") / key[:20]) as tmp:
             info = {"kind": manifest.build, "key": key, "target": manifest.target}
@@ -255,7 +255,7 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
         raise BuildError(f"import check of {label}: {exc}") from None
     remembered = memo.get(key)
     if isinstance(remembered, dict):
-        ui.note(f"import check of {label}: remembered ({key[:12]}), nothing changed since it passed")
+        ui.note_once(f"import check of {label}: remembered ({key[:12]}), nothing changed since it passed")
         return remembered
     proc = guard.run([python, "-c", code, *modules], env=env, cwd=cwd)
     if proc.returncode != 0:

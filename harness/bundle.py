@@ -12,6 +12,7 @@ the harness with only the standard library and pip.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import shutil
@@ -22,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import builds, lanes, receipts, ui
+from harness import builds, interpreters, lanes, receipts, ui
 from harness.bootstrap import VERIFIED, expected_files
 from harness.context import Context
 from harness.errors import BundleError
@@ -85,6 +86,7 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
     ``bases`` keeps only the lanes on those bases (a target whose bases are large, like tilelang, needs
     one bundle per base to stay under one carry).
     """
+    ctx = builder(ctx, python_version, pack_ids, bases)
     index: dict = {"format": FORMAT, "created": receipts.utc_now().isoformat().replace("+00:00", "Z"),
                    "python": python_version, "packs": [], "builds": {}, "wheels": []}
     members: dict[str, Path] = {}
@@ -135,6 +137,39 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         partial.unlink(missing_ok=True)
         raise
     return index
+
+
+def builder(ctx: Context, python_version: str, pack_ids: list[str], bases: list[str] | None = None) -> Context:
+    """``ctx`` with an interpreter of the bundle's Python to build with.
+
+    A wheel build is tagged for, and keyed by, the interpreter that made it: a bundle that says 3.12 must
+    not carry cp311 wheels (the GPU host would look for the 3.12 key and not find it). The interpreter is
+    found as the megatron sessions find it (``python<X.Y>`` on PATH, else pyenv's). Overlay builds do not
+    depend on it: without one, a bundle of overlays only is still made.
+    """
+    current = builds.interpreter_version(ctx.python)
+    if current == python_version:
+        return ctx
+    found = interpreters.find_interpreter(python_version)
+    if found is not None:
+        ui.note(f"building with {found} (Python {python_version}, the bundle's), not {ctx.python} "
+                f"(Python {current})")
+        return dataclasses.replace(ctx, options=dataclasses.replace(ctx.options, python=found))
+    wheel_targets = sorted({target for pid in pack_ids for target in _targets(ctx, ctx.tracking.pack(pid), bases)
+                            if ctx.manifest(target).build == "wheel"})
+    if wheel_targets:
+        raise BundleError(f"the bundle is for Python {python_version}, but {ctx.python} is Python {current} and no "
+                          f"python{python_version} was found (on PATH or under pyenv); {', '.join(wheel_targets)} "
+                          f"build(s) wheels, which are made for one Python",
+                          hint=f"install python{python_version}, or pass --python-version {current} if the GPU "
+                               f"host runs Python {current}")
+    return ctx
+
+
+def _targets(ctx: Context, pack, bases: list[str] | None) -> set[str]:
+    """The targets whose builds the pack's chosen lanes take: its own, and those of ``with_builds``."""
+    chosen = [lane for lane in pack.lanes if not bases or lane.base in bases]
+    return {pack.target} | {target for lane in chosen for target, _ in lane.extra_builds}
 
 
 def _add_build(index: dict, members: dict[str, Path], ctx: Context, build: builds.Build, lane: str) -> None:
@@ -203,11 +238,21 @@ class OpenBundle:
             raise BundleError(f"{path}: {bad[0]} does not match its sha256 in bundle.json")
         return cls(path, index)
 
-    def build_for(self, key: str, manifest: Manifest, store: Store, label: str) -> builds.Build:
+    def build_for(self, key: str, manifest: Manifest, store: Store, label: str, python: str | None = None
+                  ) -> builds.Build:
         entry = self.index["builds"].get(key)
         if entry is None:
-            raise BundleError(f"the bundle has no build for {label} (key {key[:12]}); the series or pins changed "
-                              "since it was made: make it again with 'harness bundle'")
+            made_for = str(self.index.get("python") or "?")
+            running = builds.interpreter_version(python) if python else None
+            if manifest.build == "wheel" and running and running != made_for:
+                raise BundleError(f"the bundle has no build for {label} (key {key[:12]}): it was made for Python "
+                                  f"{made_for}, and this run's interpreter {python} is Python {running} (a wheel "
+                                  "build's key includes the interpreter)",
+                                  hint=f"run with --python pointing at a python{made_for}, or make the bundle "
+                                       f"with 'harness bundle ... --python-version {running}'")
+            raise BundleError(f"the bundle has no build for {label} (key {key[:12]}; interpreter {python or '?'}, "
+                              f"bundle made for Python {made_for}); the series or pins changed since it was made: "
+                              "make it again with 'harness bundle'")
         src = self.path / entry["file"]
         if src.suffix == ".whl":
             return builds.adopt_wheel(src, key, manifest, store, label)

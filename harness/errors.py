@@ -1,7 +1,7 @@
 """Exit codes and the exception families the CLI turns into one clean line.
 
 One convention for the whole tool (``harness`` and the nox sessions); ``MEANINGS``
-below is the table ``harness --help`` and the README print. When several lanes end
+below is the table ``harness --help`` and docs/exit-codes.md print. When several lanes end
 differently the most severe code wins (``SEVERITY``). DRIFT comes only from
 ``harness absorbed`` and TAMPERED only from ``harness receipts``; neither is mixed with
 lane codes. NO_LANES comes only from a pack that declares no lane at all.

@@ -14,11 +14,13 @@ threads, other fixes, refactors, bug reports without a fix.
 from __future__ import annotations
 
 import heapq
+import json
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import series
+from harness import receipts, series, ui
 from harness.context import Context
 from harness.errors import HarnessError
 from harness.readiness import DONE_STATES, NOT_FILED
@@ -68,25 +70,44 @@ def bases_to_check(ctx: Context, pack: Pack) -> list[str]:
 
 
 def apply_checks(ctx: Context, packs: list[Pack] | None = None, keep_going: bool = True) -> list[ApplyCheck]:
-    """Apply every pack's series (declared dependencies underneath) on each base it must apply on."""
+    """Apply every pack's series (declared dependencies underneath) on each base it must apply on.
+
+    A series that applied is remembered in the store under the key of its base's pin and its patches'
+    sha256s (``series.series_key``, as patched trees and builds are): the same check later is answered
+    without materializing or applying anything. A failure is never remembered.
+    """
     out = []
-    for pack in packs or list(ctx.tracking.packs.values()):
-        if not series.load_series(ctx.root, pack.target, pack.id):
-            continue
+    todo = [(pack, base) for pack in packs or list(ctx.tracking.packs.values())
+            if series.load_series(ctx.root, pack.target, pack.id) for base in bases_to_check(ctx, pack)]
+    for n, (pack, base) in enumerate(todo, 1):
         manifest = ctx.manifest(pack.target)
-        for base in bases_to_check(ctx, pack):
-            patches = series.series_for(ctx.tracking, ctx.root, pack, base)
-            error = None
+        patches = series.series_for(ctx.tracking, ctx.root, pack, base)
+        memo = ctx.store.area("apply-ok") / f"{series.series_key(pack.target, manifest.base(base).pin, patches)}.json"
+        where = f"[{n}/{len(todo)}] pack {pack.id} on {pack.target} {base}"
+        error = None
+        if memo.is_file():
+            ui.note(f"{where}: applies (remembered from an earlier check of the same pin and patches)")
+        else:
             try:
-                checkout = ctx.materialize(manifest, base)
-                with tempfile.TemporaryDirectory(prefix="patchlane-check-") as tmp:
-                    series.check_applies(checkout, patches, Path(tmp) / "tree")
+                with ui.status(f"{where}: applying {len(patches)} patch(es)"):
+                    checkout = ctx.materialize(manifest, base)
+                    with tempfile.TemporaryDirectory(prefix="patchlane-check-") as tmp:
+                        series.check_applies(checkout, patches, Path(tmp) / "tree")
+                _remember(memo, pack, base, patches)
             except HarnessError as exc:
                 if not keep_going:
                     raise
                 error = str(exc)
-            out.append(ApplyCheck(pack.id, pack.target, base, len(patches), error))
+        out.append(ApplyCheck(pack.id, pack.target, base, len(patches), error))
     return out
+
+
+def _remember(memo: Path, pack: Pack, base: str, patches: list[series.Patch]) -> None:
+    tmp = memo.with_name(f".tmp-{os.getpid()}-{memo.name}")
+    tmp.write_text(json.dumps({"pack": pack.id, "target": pack.target, "base": base,
+                               "patches": [f"{p.pack}/{p.name} {p.sha256}" for p in patches],
+                               "checked_at": receipts.utc_now().isoformat().replace("+00:00", "Z")}))
+    tmp.replace(memo)
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,9 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
     """The build of ``base`` + ``patches``: from the bundle when running offline, else made (or reused) here."""
     key = _build_key(ctx, manifest, base, patches)
     if ctx.bundle is not None:
-        return ctx.bundle.build_for(key, manifest, ctx.store, label)
+        return ctx.bundle.build_for(key, manifest, ctx.store, label, ctx.python)
     checkout = ctx.materialize(manifest, base.name)
-    ui.note(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
+    ui.note_once(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
     if patches:
         tree = series.apply(checkout, patches, ctx.store)
         ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
@@ -117,7 +117,7 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
         for other, _, extra in extras:
             imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target,
                                                 extra_path=runtime_path, env=env))
-        ui.note(f"import check ok: {', '.join(imported)} from the build(s)")
+        ui.note_once(f"import check ok: {', '.join(imported)} from the build(s)")
     baseline = None
     if lane.with_baseline:
         twin = Lane(name=f"{lane.name}.baseline", base=lane.base, patched=False, expect=lane.expect)

@@ -23,6 +23,9 @@ ENVIRONMENT = (
                        "or ~/.cache/patchlane)"),
     ("XDG_CACHE_HOME", "see PATCHLANE_HOME"),
     ("PATCHLANE_REPO_COMMIT", "the repository commit receipts name when the copy has no .git (a GPU host)"),
+    ("PATCHLANE_GIT_MIRRORS", "directories (':'-separated) of bare mirrors <owner>+<name>.git that git bases are "
+                              "fetched from before GitHub (also --git-mirrors)"),
+    ("PATCHLANE_RECHECK", "1: ignore every remembered import check and CUDA device count"),
     ("PATCHLANE_PYPI_URL", "PyPI JSON API root for 'rebase --to-version' (default https://pypi.org/pypi)"),
     ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh', 'related', 'threads refresh' (sent only in the "
                                "request header)"),
@@ -32,6 +35,7 @@ ENVIRONMENT = (
     ("PATCHLANE_GIT_MIRRORS", "directories of bare upstream mirrors (owner+name.git), tried before GitHub"),
     ("HARNESS_RUN_DIR", "scratch directory shared by the lanes of one run (default: a new temporary one)"),
     ("PYTHONPATH", "kept after a lane's own build directories"),
+    ("LD_LIBRARY_PATH", "part of the key remembered import checks are kept under"),
     ("CI", "when set, no spinners or bars: plain progress lines"),
     ("NO_COLOR, COLUMNS", "honoured by the console (no colours; output width)"),
     ("PYENV_ROOT", "where to look for interpreters a manifest's 'python' asks for"),
@@ -44,7 +48,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
             "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "related",
-            "threads"]
+            "threads", "new"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -65,8 +69,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def unknown_command(words: list[str]) -> str | None:
+    """For a mistyped command, the line that says so and names the closest ones; None when it is known."""
+    import difflib
+
+    word = next((w for w in words if not w.startswith("-")), None)
+    if word is None or word in COMMANDS:
+        return None
+    close = difflib.get_close_matches(word, COMMANDS, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"harness: unknown command {word!r}{hint} (every command: harness --help)"
+
+
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
+    if (problem := unknown_command(words)) is not None:
+        ui.err.print(problem, markup=False, highlight=False)
+        return int(errors.Exit.USAGE)
     # the command is the first word when no top-level option precedes it (only --help/--version exist)
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(argv)

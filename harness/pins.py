@@ -503,10 +503,12 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
         final = base_dir(store, manifest.target, base)
         if not (final / ".git").is_dir():
             if base.git is not None:
-                with ui.status(f"fetching {base.git.commit[:12]} ({base.git.ref}) of {base.git.url}") as act, \
+                first = git_sources(base.git, sources.git_mirrors)[0][0]
+                origin = f"from mirror {first}" if first != base.git.url else f"from {base.git.url}"
+                with ui.status(f"fetching {base.git.commit[:12]} ({base.git.ref}) {origin}") as act, \
                         store.new_entry(final) as tmp:
-                    fetch_commit(base.git, tmp, sources.git_mirrors)
-                    act.result = ui.human_bytes(ui.dir_size(tmp))
+                    used = fetch_commit(base.git, tmp, sources.git_mirrors)
+                    act.result = ui.human_bytes(ui.dir_size(tmp)) + ("" if used == first else f" (from {used})")
             else:
                 art = base.release
                 archive = fetch(art, store, list(sources.artifacts))
@@ -542,8 +544,9 @@ def git_sources(pin: GitPin, mirrors: tuple[Path, ...] = ()) -> tuple[list[str],
     return found + [pin.url], [c for c in candidates if c not in found]
 
 
-def fetch_commit(pin: GitPin, dest: Path, mirrors: tuple[Path, ...] = ()) -> None:
-    """Make ``dest`` a git repository whose HEAD is exactly ``pin.commit``, fetched one commit deep.
+def fetch_commit(pin: GitPin, dest: Path, mirrors: tuple[Path, ...] = ()) -> str:
+    """Make ``dest`` a git repository whose HEAD is exactly ``pin.commit``, fetched one commit deep; return the
+    source it came from (a mirror's path or the URL).
 
     Each source is tried in turn; every failure is named in the error (exit 4). ``dest`` is a
     scratch directory the caller discards on failure, so nothing half-fetched stays in the cache.
@@ -577,7 +580,7 @@ def fetch_commit(pin: GitPin, dest: Path, mirrors: tuple[Path, ...] = ()) -> Non
                 error = f"HEAD is {head or '?'} after the fetch, not {pin.commit}"
             else:
                 git.run(dest, "tag", "pristine", env=env)
-                return
+                return source
         failures.append(f"{source}: {error}")
     tried = "; ".join(failures)
     if missing:

@@ -37,7 +37,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness import filing, git, pins, rebase, receipts, related, series
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError, HarnessError, PinError
 from harness.github import thread_label
 from harness.hashing import sha256_file
 from harness.receipts import Sentinel, Verdict
@@ -56,7 +56,7 @@ FILED_KINDS = ("pr", "issue", "comment", "bug-report")  # kinds with a filing te
 ABSORBING_ROLES = ("absorbed", "fixed upstream", "superseded")  # a thread role with one of these words
 
 class ReasonCode(StrEnum):
-    """Why a pack is not ready (stable; ``status --json`` carries the value; the README lists them)."""
+    """Why a pack is not ready (stable; ``status --json`` carries the value; docs/filing.md lists them)."""
 
     STATE = "state"
     KIND = "kind"
@@ -65,6 +65,7 @@ class ReasonCode(StrEnum):
     NO_LANE_ON_BASE = "no-lane-on-base"
     LANE = "lane"
     SERIES = "series"
+    BASE = "base"
     APPLY = "apply"
     ABSORBED = "absorbed"
     EVIDENCE = "evidence"
@@ -86,6 +87,7 @@ REASON_CODES = {
     ReasonCode.NO_LANE_ON_BASE: "no lane runs on the filing base",
     ReasonCode.LANE: "a lane on the filing base has no current passing receipt",
     ReasonCode.SERIES: "the series for the filing base is missing or unreadable",
+    ReasonCode.BASE: "the filing base could not be fetched, so nothing could be checked on it",
     ReasonCode.APPLY: "the series does not apply to the filing base, or that was not checked",
     ReasonCode.ABSORBED: "upstream has (or may have) the change, or no longer shows the bug",
     ReasonCode.EVIDENCE: "an evidence row of the body does not resolve from the receipts",
@@ -112,6 +114,7 @@ class ApplyStatus(StrEnum):
     PARTLY = "partly absorbed"
     FUZZ = "fuzz"
     NOT_CHECKED = "not checked"
+    UNAVAILABLE = "base unavailable"  # the base could not be fetched (network, mirrors, its pin): never cached
     ERROR = "error"
 
 
@@ -208,9 +211,11 @@ def apply_key(target: str, base_name: str, base, patches: list[series.Patch]) ->
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], allow_download: bool = True
-                ) -> ApplyCheck:
-    """Whether ``patches`` (dependencies', then the pack's) apply on ``base_name``; cached in the store."""
+def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], allow_download: bool = True,
+                unavailable: dict | None = None) -> ApplyCheck:
+    """Whether ``patches`` (dependencies', then the pack's) apply on ``base_name``; cached in the store.
+
+    ``unavailable`` (one command's): bases that could not be fetched, so each is tried once per command."""
     manifest = ctx.manifest(pack.target)
     base = manifest.base(base_name)
     key = apply_key(pack.target, base_name, base, patches)
@@ -225,8 +230,16 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
     if not allow_download:
         return ApplyCheck(base_name, NOT_CHECKED, "not checked (--no-apply): no cached result for this series on "
                                                   f"{base_name}; run without --no-apply")
+    gone = unavailable if unavailable is not None else {}
+    if (pack.target, base_name) in gone:
+        return gone[(pack.target, base_name)]
     try:
         checkout = ctx.materialize(manifest, base_name)
+    except PinError as exc:
+        hint = f" ({exc.hint})" if exc.hint else ""
+        gone[(pack.target, base_name)] = ApplyCheck(base_name, ApplyStatus.UNAVAILABLE,
+                                                    f"cannot fetch {pack.target} {base_name}: {exc}{hint}")
+        return gone[(pack.target, base_name)]
     except HarnessError as exc:
         return ApplyCheck(base_name, ERROR, f"cannot materialize {pack.target} {base_name}: {exc}")
     status, detail = _try(checkout, pack, patches)
@@ -401,9 +414,11 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     check = None
     own = [p for p in patches if p.pack == pack.id]
     if fileable and own:
-        check = apply_check(ctx, pack, fbase, patches, allow_download)
+        check = apply_check(ctx, pack, fbase, patches, allow_download, memo.setdefault("unavailable-bases", {}))
         if check.status == ABSORBED:
             reasons.append(Reason(ReasonCode.ABSORBED, check.detail))
+        elif check.status == ApplyStatus.UNAVAILABLE:
+            reasons.append(Reason(ReasonCode.BASE, check.detail))
         elif check.status != APPLIES:
             where = "" if check.status == NOT_CHECKED else f"series on {fbase}: "
             reasons.append(Reason(ReasonCode.APPLY, f"{where}{check.describe()}" if where else check.detail))

@@ -25,12 +25,15 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 verbosity = 0  # -1 quiet, 0 normal, 1+ verbose
+_noted: set[str] = set()  # notes already shown by this command (note_once)
 HEARTBEAT_S = 15.0  # seconds between "still running" lines when stderr is not a terminal
 
 
 def set_verbosity(level: int) -> None:
+    """Set at the start and end of each command (harness.main): also forgets the notes said once."""
     global verbosity
     verbosity = level
+    _noted.clear()
 
 
 def text(value, style: str | None = None) -> Text:
@@ -46,6 +49,13 @@ def step(message: str) -> None:
 def note(message: str) -> None:
     if verbosity >= 0:
         err.print(f"  {message}", markup=False)
+
+
+def note_once(message: str) -> None:
+    """A note shown the first time this process says it (lanes sharing one build repeat the same facts)."""
+    if message not in _noted:
+        _noted.add(message)
+        note(message)
 
 
 def detail(message: str) -> None:
@@ -67,6 +77,32 @@ def info(message: str) -> None:
 def data(value: str) -> None:
     """A line of data on stdout, exactly as given."""
     out.print(str(value), markup=False, highlight=False)
+
+
+FORMATS = ("auto", "table", "plain")
+
+
+def plain(fmt: str = "auto") -> bool:
+    """Whether rows go out as plain lines: asked for, or ``auto`` with stdout not a terminal (a pipe, a file)."""
+    return fmt == "plain" or (fmt == "auto" and not out.is_terminal)
+
+
+def tabular(columns, rows, *, fmt: str = "auto", title: str | None = None) -> None:
+    """Rows of cells (str or Text): a rich table on a terminal; elsewhere one line per row, the cells separated
+    by tabs, the header first, nothing cut, wrapped or styled (``grep``, ``cut -f``, ``column -t`` read it)."""
+    rows = [list(r) for r in rows]
+    if plain(fmt):
+        lines = ["\t".join(columns)] + ["\t".join(" ".join(str(c).split("\n")) for c in r) for r in rows]
+        out.file.write("\n".join(lines) + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for r in rows:
+        table.add_row(*(c if isinstance(c, Text) else text(c) for c in r))
+    out.print(table)
 
 
 def interactive() -> bool:

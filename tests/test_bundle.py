@@ -72,3 +72,59 @@ def test_bundle_base_filter_keeps_only_those_lanes(lane_repo, tmp_path, capsys):
     capsys.readouterr()
     assert cli("bundle", "01", "--base", "2.0", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.PIN
     assert "pack 01 has no lane on base(s) 2.0" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- the interpreter
+
+def _other_python() -> tuple[str, str] | None:
+    """An installed interpreter of another X.Y than this one (PATH or pyenv), if the host has one."""
+    from harness.interpreters import find_interpreter
+
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    for version in ("3.12", "3.11", "3.13", "3.10"):
+        if version != here and (exe := find_interpreter(version)):
+            return version, exe
+    return None
+
+
+def test_a_wheel_bundle_for_a_python_not_installed_stops_and_says_so(lane_repo, tmp_path, capsys):
+    lane_repo.write_manifest(build="wheel")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "dist" / "b.tar.xz"
+    code = cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), "--python-version", "3.99", *lane_repo.args())
+    assert code == Exit.PIN and not out.exists()
+    err = capsys.readouterr().err
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert "the bundle is for Python 3.99" in err and f"is Python {here}" in err and "no python3.99 was found" in err
+    assert "fake build(s) wheels" in err
+    # overlays do not depend on the interpreter: that bundle is made
+    lane_repo.write_manifest(build="overlay")
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), "--python-version", "3.99",
+               *lane_repo.args()) == Exit.OK
+
+
+def test_a_wheel_bundle_is_built_with_an_interpreter_of_its_python(lane_repo, tmp_path, capsys):
+    other = _other_python()
+    if other is None:
+        pytest.skip("needs a second Python X.Y on PATH or under pyenv")
+    version, exe = other
+    lane_repo.write_manifest(build="wheel")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "dist" / "b.tar.xz"
+    code = cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), "--python-version", version,
+               *lane_repo.args())
+    assert code == Exit.OK, capsys.readouterr().err
+    assert f"building with {exe} (Python {version}" in capsys.readouterr().err
+    with tarfile.open(out) as tf:
+        index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
+    assert index["python"] == version
+    tag = "cp" + version.replace(".", "")
+    assert all(tag in b["file"] or "py3-none-any" in b["file"] for b in index["builds"].values()), index["builds"]
+    # run under this interpreter, the bundle has no build for it: the message names both interpreters
+    bundle_dir = unpack(out, tmp_path / "unpacked")
+    code = cli("run", "01", "--lane", "bug", "--bundle-dir", str(bundle_dir), *lane_repo.args())
+    assert code == Exit.PIN
+    err = capsys.readouterr().err
+    assert f"made for Python {version}" in err and sys.executable in err and "--python" in err

@@ -110,10 +110,35 @@ def test_help_lists_exit_codes_and_environment_without_markup(capsys):
     assert "-q, --quiet" in text and "-v, --verbose" in text
 
 
-def test_readme_documents_every_exit_code():
-    readme = (REPO / "README.md").read_text()
+def test_docs_document_every_exit_code():
+    table = (REPO / "docs" / "exit-codes.md").read_text()
     for code in Exit:
-        assert re.search(rf"^\| {int(code)} \|", readme, re.M), code
+        assert re.search(rf"^\| {int(code)} \|", table, re.M), code
+
+
+def _environment_names() -> set[str]:
+    return {name.strip() for names, _ in ENVIRONMENT for name in names.split(",")}
+
+
+def test_every_environment_variable_the_harness_reads_is_in_the_registry():
+    """``harness --help`` and docs/environment.md list ENVIRONMENT: a variable read under harness/ that is not
+    in it (PATCHLANE_GIT_MIRRORS and PATCHLANE_RECHECK once were) fails here."""
+    read: set[str] = set()
+    for path in (REPO / "harness").rglob("*.py"):
+        source = path.read_text()
+        constants = dict(re.findall(r'^(\w+_ENV)\s*=\s*"([A-Z_]+)"', source, re.M))
+        for arg in re.findall(r'environ(?:\.get)?[(\[]\s*("?[\w]+"?)', source):
+            name = arg.strip('"')
+            read.add(constants.get(name, name))
+    assert read, "no environment read found: the pattern no longer matches the code"
+    missing = read - _environment_names()
+    assert not missing, f"read under harness/ but not in harness.main.ENVIRONMENT: {sorted(missing)}"
+
+
+def test_environment_doc_lists_the_registry():
+    doc = (REPO / "docs" / "environment.md").read_text()
+    listed = set(re.findall(r"^\| `([A-Z_]+)` \|", doc, re.M))
+    assert listed == _environment_names()
 
 
 def test_verbosity_goes_before_or_after_the_command(two_packs, capsys):
@@ -130,7 +155,7 @@ def test_status_is_one_line_per_pack_at_120_columns(two_packs, capsys, monkeypat
     path = two_packs.root / "tracking.toml"
     path.write_text(path.read_text().replace('state = "planned"', 'state = "blocked"\nblocked = "'
                                              + "a very long reason " * 30 + '"'))
-    assert cli("status", "--no-apply", *two_packs.args()) == Exit.OK
+    assert cli("status", "--no-apply", "--format", "table", *two_packs.args()) == Exit.OK
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 + 2 + 1  # header, one line per pack, the pointer to the whole story
     assert all(len(line) <= 120 for line in lines)
@@ -285,11 +310,62 @@ def test_console_text_helper_keeps_brackets():
     assert buf.getvalue().strip() == "[sq,b,h,sk] [red]x[/red]"
 
 
-def test_readme_documents_every_readiness_reason_code():
+def test_docs_document_every_readiness_reason_code():
     from harness.readiness import REASON_CODES
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Readiness"):readme.index("## Overview")]
+    guide = (REPO / "docs" / "filing.md").read_text()
+    section = guide[guide.index("## Readiness"):]
     section += (REPO / "docs" / "related.md").read_text()  # the codes about upstream work are documented there
     for code in REASON_CODES:
         assert f"`{code}`" in section, code
+
+
+# ---------------------------------------------------------------------------------------------- piped output
+
+LONG = "a title long enough that any table at 80 columns would have to cut it somewhere in the middle " * 2
+PERF_CLAIM = textwrap.dedent('''
+    [[packs.01.performance]]
+    lane = "fix"
+    figure = "max_err"
+    label = "a claim label long enough that an 80-column table cuts it: the error of the fixed scale, measured"
+    show = "{value:.3f}"
+''')
+
+
+def test_piped_list_waves_perf_status_print_whole_plain_lines(two_packs, capsys, monkeypatch):
+    """stdout is not a terminal under capsys, as in 'harness list | cat': no cell is cut, no border drawn."""
+    monkeypatch.setattr(ui.out, "width", 80)
+    path = two_packs.root / "tracking.toml"
+    two_packs.write_tracking(PERF_CLAIM + NO_LANES)
+    path.write_text(path.read_text().replace('title = "scale uses w[0] for every element"', f'title = "{LONG}"')
+                    .replace('state = "planned"', 'state = "blocked"\nblocked = "' + LONG + '"'))
+    assert cli("run", "01", "--quiet", *two_packs.args()) == Exit.OK
+    capsys.readouterr()
+    for argv, header, must in ((["list"], "pack", [LONG, "bug: pass", "fix: pass"]),
+                               (["waves", "--no-apply"], "wave", [LONG]),
+                               (["perf"], "pack", [PERF_CLAIM.split('"')[5], "receipts/fake/01/"]),
+                               (["status", "--no-apply"], "pack", [LONG + " (+1)", "[state] "])):
+        code = cli(*argv, *two_packs.args())
+        assert code == Exit.OK, argv
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert "…" not in out and "│" not in out and "━" not in out, argv
+        assert lines[0].startswith(header + "\t"), argv
+        width = len(lines[0].split("\t"))
+        assert all(len(line.split("\t")) == width for line in lines if line.strip()), argv
+        for text in must:
+            assert text in out, (argv, text)
+    # a terminal still gets the table, fitted to its width (the long title no longer on one line)
+    assert cli("list", "--format", "table", *two_packs.args()) == Exit.OK
+    out = capsys.readouterr().out
+    assert "┃" in out and LONG not in out
+
+
+def test_a_mistyped_command_names_the_closest_ones(capsys):
+    assert cli("stauts") == Exit.USAGE
+    assert "unknown command 'stauts'; did you mean 'status'?" in capsys.readouterr().err
+    assert cli("-q", "lsit", "--json") == Exit.USAGE
+    assert "did you mean 'list'?" in capsys.readouterr().err
+    assert cli("zzzzzz") == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "unknown command 'zzzzzz'" in err and "did you mean" not in err

@@ -85,6 +85,14 @@ def test_materialize_fetches_exactly_the_pinned_commit_from_a_mirror(git_repo, c
     assert _bases(git_repo.cache) == [entry]
 
 
+def test_a_fetch_from_a_mirror_says_so_and_names_the_mirror(git_repo, capsys):
+    assert cli("materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors),
+               *git_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert f"from mirror {git_repo.mirrors / MIRROR_NAME}" in err
+    assert "https://example.invalid/fake" not in err
+
+
 def test_the_mirror_can_come_from_the_environment(git_repo, monkeypatch):
     monkeypatch.setenv(pins.MIRRORS_ENV, str(git_repo.mirrors))
     assert cli("materialize", "fake", "--base", "main", *git_repo.args()) == Exit.OK
@@ -244,4 +252,29 @@ def test_a_mirror_named_twice_is_tried_once(git_repo, monkeypatch, capsys):
     monkeypatch.setenv(pins.MIRRORS_ENV, str(git_repo.mirrors))  # the same directory as --git-mirrors
     code = cli("materialize", "fake", "--base", "main", "--git-mirrors", str(git_repo.mirrors), *git_repo.args())
     assert code == Exit.PIN
-    assert capsys.readouterr().err.count(str(git_repo.mirrors / MIRROR_NAME)) == 1
+    [failure] = [line for line in capsys.readouterr().err.splitlines() if "cannot fetch commit" in line]
+    assert failure.count(str(git_repo.mirrors / MIRROR_NAME)) == 1  # tried once (the progress line names it too)
+
+
+def test_status_says_a_base_it_cannot_fetch_is_unchecked_not_a_bad_series(git_repo, tmp_path, capsys, monkeypatch):
+    """No mirrors and an unreachable repository: the reason is 'base' (not 'apply'), and status exits 4."""
+    monkeypatch.delenv(pins.MIRRORS_ENV, raising=False)
+    path = git_repo.root / "upstream" / "fake.toml"
+    nowhere = f'repo = "{tmp_path}/nowhere/example.invalid/fake"'
+    path.write_text(path.read_text().replace('repo = "https://example.invalid/fake"', nowhere)
+                    .replace('default_base = "1.0"', 'default_base = "1.0"\nfiling_base = "main"'))
+    capsys.readouterr()
+    assert cli("status", "--json", *git_repo.args()) == Exit.PIN
+    out = capsys.readouterr()
+    [pack] = json.loads(out.out)["packs"]
+    codes = [r["code"] for r in pack["reasons"]]
+    assert "base" in codes and "apply" not in codes, codes
+    assert pack["apply"]["status"] == "base unavailable" and "nowhere" in pack["apply"]["detail"]
+    assert "could not be checked" in out.err and "fake main" in out.err and "--git-mirrors" in out.err
+    # the whole story of the pack says so in full
+    assert cli("status", "01", *git_repo.args()) == Exit.PIN
+    assert "[base] cannot fetch fake main" in capsys.readouterr().out
+    # nothing was remembered: with the mirror, the same series is checked, and applies
+    assert cli("status", "--json", "--git-mirrors", str(git_repo.mirrors), *git_repo.args()) != Exit.PIN
+    [pack] = json.loads(capsys.readouterr().out)["packs"]
+    assert pack["apply"]["status"] == "applies" and "base" not in [r["code"] for r in pack["reasons"]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from conftest import CORE_FIXED, cli, make_patch
+from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 
 from harness import landing
 from harness.errors import ConfigError, Exit
@@ -94,9 +94,11 @@ def test_waves_follow_the_article_order_and_dependencies(lane_repo, capsys):
         "09": "depends on 08 (blocked), which is not being filed",
         "10": "kind regression-guard: nothing to file",
     }
-    assert cli("waves", *lane_repo.args()) == Exit.OK
+    assert cli("waves", "--format", "table", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "08 (fake): blocked: no base" in out
+    assert cli("waves", *lane_repo.args()) == Exit.OK  # piped: the packs left out are rows of their own
+    assert "-\tfake\t08\t" in (out := capsys.readouterr().out) and "\tno: blocked: no base\t" in out
 
 
 def test_chunks_are_two_to_four():
@@ -112,3 +114,26 @@ def test_check_apply_shares_the_series_check(lane_repo, tmp_path, capsys):
     _second_patch(lane_repo, tmp_path)
     assert cli("check", "--apply", *lane_repo.args()) == Exit.APPLY
     assert "pack 02: 02/0001-strict-zip.patch does not apply" in capsys.readouterr().err
+
+
+def test_check_apply_remembers_a_series_that_applied_and_prints_progress(lane_repo, tmp_path, capsys, monkeypatch):
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert "[1/1] pack 01 on fake 1.0: applying 1 patch(es)" in err
+    from harness import pins
+
+    def no_materialize(*args, **kwargs):
+        raise AssertionError("materialized although the same series on the same pin applied before")
+
+    monkeypatch.setattr(pins, "materialize", no_materialize)
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.OK
+    out = capsys.readouterr()
+    assert "pack 01: 1 patch(es) apply on fake 1.0" in out.out and "remembered" in out.err
+    # another patch is another key: checked again (and here, the materialize it needs is refused)
+    lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("weight", "own weight")))
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.INTERNAL
+    monkeypatch.undo()
+    # a series that does not apply is not remembered: each check reports it
+    lane_repo.write_patch(make_patch(tmp_path, CORE_FIXED, CORE_FIXED.replace("weight", "own weight")))
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.APPLY
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.APPLY

@@ -25,7 +25,7 @@ LAYERS: dict[int, set[str]] = {
     4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data
     5: {"context"},
     # workflows: peers, none imports another
-    6: {"lanes", "edit", "rebase", "export", "provenance", "filing", "related"},
+    6: {"lanes", "edit", "rebase", "export", "provenance", "filing", "related", "scaffold"},
     7: {"absorbed", "bundle", "readiness"},  # composites: rebase; lanes; filing + rebase
     8: {"landing", "performance"},  # filing waves need readiness; claims need readiness's currency test
     9: {"commands", "error_handler"},  # the CLI: one module per verb, the error boundary

@@ -49,7 +49,7 @@ def test_the_lock_agrees_with_pyproject():
 
 @pytest.mark.parametrize("drift, expected", [
     (("pyproject", '"rich==15.0.0"', '"rich==14.0.0"'), "rich: pyproject.toml pins 14.0.0, the lock 15.0.0"),
-    (("pyproject", '"packaging==26.0",', '"packaging==26.0",\n    "attrs==25.1.0",'),
+    (("pyproject", '"packaging==26.3",', '"packaging==26.3",\n    "attrs==25.1.0",'),
      "attrs==25.1.0 is in pyproject.toml but not in the lock"),
     (("pyproject", '    "filelock==4.2.11",\n', ""),
      "filelock==4.2.11: the lock has it as a direct dependency; pyproject.toml does not"),

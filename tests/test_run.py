@@ -109,6 +109,31 @@ def test_lane_requires_overrides_the_pack(lane_repo, monkeypatch, capsys):
     assert rec.lane == "bug" and rec.verdict == Verdict.PASS
 
 
+def test_a_skip_says_how_to_run_on_a_gpu_host_and_what_changed_here(lane_repo, monkeypatch, capsys):
+    lane_repo.write_tracking(requires="cuda")
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text()
+    i = text.index('name = "bug"')
+    path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
+    from harness import runs
+
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
+    capsys.readouterr()
+    assert cli("run", "01", *lane_repo.args()) == Exit.SKIPPED
+    err = " ".join(capsys.readouterr().err.split())  # unwrapped
+    assert "harness bundle 01 -o dist/bundle-01.tar.xz" in err
+    assert "python3 -m harness.bootstrap dist/bundle-01.tar.xz -- run 01 --lane fix " in err
+    assert "the 1 lane(s) that ran here wrote receipts under receipts/; tracking.toml was updated" in err
+    # nothing recorded here: no such line
+    assert cli("run", "01", "--lane", "fix", "--no-tracking", *lane_repo.args()) == Exit.SKIPPED
+    err = " ".join(capsys.readouterr().err.split())
+    assert "harness bundle 01" in err and "wrote receipts" not in err
+    # nothing skipped: no hint
+    lane_repo.write_tracking(requires="cpu")
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK
+    assert "harness bundle" not in capsys.readouterr().err
+
+
 def test_bad_lane_requires_and_baseline_on_unpatched_lane_are_config_errors(lane_repo, capsys):
     path = lane_repo.root / "tracking.toml"
     good = path.read_text()
@@ -288,3 +313,14 @@ def test_a_python_that_does_not_exist_is_bad_input_naming_it(lane_repo, capsys, 
     err = capsys.readouterr().err
     assert f"--python {python}: no such executable file" in err and "internal error" not in err
     assert find(lane_repo.root, "fake", "01") == []
+
+
+def test_a_warm_run_says_each_shared_fact_once(lane_repo, capsys):
+    """Lanes sharing a base (or a build) repeat the same notes; each is printed once per command."""
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK
+    capsys.readouterr()
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert err.count("base fake 1.0: ") == 1, err
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK  # the next command says it again
+    assert capsys.readouterr().err.count("base fake 1.0: ") == 1

@@ -170,6 +170,25 @@ def test_an_unknown_key_is_warned_about_naming_file_pack_and_key(lane_repo, caps
     assert tracking.pack("01").depends_on == ()  # the typo is not read as the key it resembles
 
 
+def test_check_fails_on_an_unknown_key_where_other_commands_only_warn(lane_repo, capsys):
+    assert cli("check", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root / "tracking.toml"
+    typo = 'expect = "BUG_REPRODUCED"\nrequries = "cuda"'
+    path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', typo, 1))
+    capsys.readouterr()
+    assert cli("list", *lane_repo.args()) == Exit.OK  # warned, and goes on
+    assert "lanes[0]: unknown key 'requries'" in capsys.readouterr().err
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "1 unknown key(s)" in err and "lanes[0]: unknown key 'requries'" in err
+    # a manifest key too
+    path.write_text(path.read_text().replace('\nrequries = "cuda"', ""))
+    manifest = lane_repo.root / "upstream" / "fake.toml"
+    manifest.write_text(manifest.read_text().replace('build = "overlay"', 'build = "overlay"\nbuidl = "wheel"'))
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    assert "fake.toml: unknown key 'buidl'" in capsys.readouterr().err
+
+
 def test_a_schema_this_harness_does_not_read_is_bad_input(lane_repo, capsys):
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace("schema = 1", "schema = 2"))

@@ -1,6 +1,6 @@
-"""Print the README's "Evidence at upstream HEAD" table from the committed receipts (never typed by hand).
+"""Print the "Evidence at upstream HEAD" table from the committed receipts (never typed by hand).
 
-    python tools/head_evidence.py > /tmp/table.md    # then paste into README.md
+    python tools/head_evidence.py      # tools/pack_pages.py puts its output in docs/packs/README.md
 
 Each row names the receipt it reads; a missing receipt or figure stops the script.
 """

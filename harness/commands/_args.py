@@ -41,3 +41,12 @@ def add_verbosity(p: argparse.ArgumentParser, top: bool = False) -> None:
     p.add_argument("-q", "--quiet", action="count", default=default,
                    help="no progress or notes on stderr (warnings and errors stay); 'run' also stops echoing "
                         "the reproducer's output")
+
+
+def output_format(p: argparse.ArgumentParser) -> None:
+    """--format for commands that print rows: a table on a terminal, plain tab-separated lines elsewhere."""
+    from harness.ui import FORMATS
+
+    p.add_argument("--format", choices=FORMATS, default="auto",
+                   help="table (rich, fitted to the terminal) or plain (one tab-separated line per row, nothing "
+                        "cut); default auto: table on a terminal, plain when stdout is a pipe or a file")

@@ -25,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("target", nargs="?", default=None, help="one target (default: every target with patches)")
     p.add_argument("--to", metavar="BASE", default=None, help="base name or version (default: the default base)")
     p.add_argument("--retire", action="store_true", help="write the proposed tracking.toml changes")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     _args.artifacts(p)
     _args.common(p)
 

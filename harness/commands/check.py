@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from harness import landing, pins, series, ui
+from harness import landing, pins, series, tracking, ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.errors import ConfigError
+from harness.tomlutil import load_document
 
 
 def register(sub) -> None:
@@ -22,6 +24,10 @@ def main(args) -> int:
     n_patches = 0
     for pack in ctx.tracking.packs.values():
         n_patches += len(series.load_series(ctx.root, pack.target, pack.id))  # parses headers
+    unknown = unknown_keys(ctx.root)
+    if unknown:  # the loaders warned (other commands go on); the validator fails
+        raise ConfigError(f"{len(unknown)} unknown key(s), the first: {unknown[0]}",
+                          hint="a misspelt key is ignored by every other command: fix or remove it")
     ui.data(f"tracking.toml: {len(ctx.tracking.packs)} packs; manifests: {len(pins.list_targets(ctx.root))}; "
                  f"patches: {n_patches} with valid Upstream-Status")
     if not args.apply:
@@ -29,3 +35,14 @@ def main(args) -> int:
     for check in landing.apply_checks(ctx, keep_going=False):  # the first failure raises (exit 5)
         ui.data(f"pack {check.pack}: {check.patches} patch(es) apply on {check.target} {check.base}")
     return 0
+
+
+def unknown_keys(root) -> list[str]:
+    """Every key of tracking.toml and the manifests that their schemas do not declare (file, table, key)."""
+    path = root / "tracking.toml"
+    lines = tracking.unknown_keys(path, load_document(path))
+    lines = [line for line in lines if "unknown" in line]  # a missing 'schema' line is a note, not a key
+    for target in pins.list_targets(root):
+        mpath = pins.manifest_path(root, target)
+        lines += pins.manifest_unknown_keys(mpath, load_document(mpath))
+    return lines

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
-
 from harness import ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -15,7 +13,8 @@ JSON_SCHEMA = 1
 
 def register(sub) -> None:
     p = sub.add_parser("list", help="table of packs: target, kind, state, lanes, latest verdicts")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -34,12 +33,8 @@ def main(args) -> int:
     if args.json:
         ui.out.file.write(json.dumps({"schema": JSON_SCHEMA, "packs": rows}, indent=2) + "\n")
         return 0
-    table = Table()
-    for col in ("pack", "target", "kind", "state", "depends on", "lanes: latest verdict", "title"):
-        table.add_column(col)
-    for r in rows:
-        lanes = ", ".join(f"{lane['name']}: {lane['verdict']}" for lane in r["lanes"]) or "-"
-        table.add_row(*(ui.text(x) for x in (r["id"], r["target"], r["kind"], r["state"],
-                                             ", ".join(r["depends_on"]) or "-", lanes, r["title"])))
-    ui.out.print(table)
+    ui.tabular(("pack", "target", "kind", "state", "depends on", "lanes: latest verdict", "title"),
+               ((r["id"], r["target"], r["kind"], r["state"], ", ".join(r["depends_on"]) or "-",
+                 ", ".join(f"{lane['name']}: {lane['verdict']}" for lane in r["lanes"]) or "-", r["title"])
+                for r in rows), fmt=args.format)
     return 0

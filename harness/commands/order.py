@@ -19,7 +19,7 @@ def register(sub) -> None:
                                       "declared dependencies, and that overlapping packs are ordered")
     p.add_argument("--no-apply", action="store_true",
                    help="skip applying series (no artefact download); only the graph and hunk overlaps")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     _args.artifacts(p)
     _args.common(p)
 

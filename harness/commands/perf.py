@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.table import Table
-
 from harness import performance, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -26,8 +24,9 @@ def register(sub) -> None:
                     "current, 1 (MISMATCH) otherwise: a stale or unreadable claim.")
     p.add_argument("packs", nargs="*", help="pack ids (default: every pack that declares a claim)")
     out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
-    out.add_argument("--markdown", action="store_true", help="a Markdown table on stdout (the README quotes it)")
+    out.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
+    out.add_argument("--markdown", action="store_true", help="a Markdown table on stdout (docs/packs quotes it)")
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -51,13 +50,11 @@ def main(args) -> int:
                          f"{c.host or '-'} | `{where}` |")
         ui.out.file.write("\n".join(lines) + "\n")
         return int(Exit.OK) if current else int(Exit.MISMATCH)
-    table = Table()
-    for col in ("pack", "claim", "value", "base", "host", "receipt"):
-        table.add_column(col)
+    cells: list[list] = []
     for c in rows:
-        value = c.result if c.problem is None else f"[red]{c.problem}[/red]"
+        cell = ui.text(c.result) if c.problem is None else ui.text(c.problem, "red")
         if c.stale:
-            value += f" [yellow](stale: {c.stale})[/yellow]"
-        table.add_row(c.pack, c.label, value, c.base, c.host or "-", c.receipt or "-")
-    ui.out.print(table)
+            cell.append(f" (stale: {c.stale})", style="yellow")
+        cells.append([c.pack, c.label, cell, c.base, c.host or "-", c.receipt or "-"])
+    ui.tabular(("pack", "claim", "value", "base", "host", "receipt"), cells, fmt=args.format)
     return int(Exit.OK) if current else int(Exit.MISMATCH)

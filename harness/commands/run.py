@@ -22,7 +22,7 @@ def register(sub) -> None:
                        description="Build each lane of PACK (baseline and patched), import-check it, run the "
                                    "pack's reproducer against it, write a receipt per lane and update "
                                    "tracking.toml. Lanes that need a GPU this host lacks are reported as skipped "
-                                   "(exit 3); a pack without lanes validates nothing (exit 12). -q stops echoing "
+                                   "(exit 3); a pack without lanes validates nothing (exit 13). -q stops echoing "
                                    "the reproducer's output.")
     p.add_argument("pack", help="pack id, e.g. 09")
     p.add_argument("--lane", action="append", default=[], help="run only this lane (repeatable)")
@@ -68,5 +68,25 @@ def main(args) -> int:
                     f"{receipts.host_description(last)} at {last.started}")
     if results and len(skipped) == len(results):
         ui.warn("no lane could run on this host: nothing was validated")
+    for line in next_steps(ctx, pack, results, skipped, args):
+        ui.info(line)
     ui.info(f"exit {int(code)} ({code.name})")
     return int(code)
+
+
+def next_steps(ctx, pack, results, skipped, args) -> list[str]:
+    """After a skip: how to run those lanes on a GPU host, and what this run changed in the checkout."""
+    if not skipped:
+        return []
+    bundle = f"dist/bundle-{pack.id}.tar.xz"
+    only = "".join(f" --lane {r.lane}" for r in skipped)
+    lines = [f"to run the skipped lane(s) on a GPU host: harness bundle {pack.id} -o {bundle}; there: python3 -m "
+             f"harness.bootstrap {bundle} -- run {pack.id}{only} --receipts-dir /tmp/r --no-tracking; back here: "
+             "harness receipts import (docs/gpu-hosts.md)"]
+    ran = [r for r in results if r.receipt is not None]
+    if ran:
+        where = receipts.display_path(ctx.receipts_dir or receipts.receipts_root(ctx.root), ctx.root)
+        tracked = "" if args.no_tracking else "; tracking.toml was updated"
+        lines.append(f"the {len(ran)} lane(s) that ran here wrote receipts under {where}/{tracked} "
+                     "(commit them, or discard with git checkout)")
+    return lines

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from harness import readiness, receipts, related, ui
+from harness import errors, readiness, receipts, related, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
@@ -28,9 +28,9 @@ def register(sub) -> None:
                                        "'status PACK' tells the whole story; --json for CI and dashboards",
                        description="A pack is ready when its series applies to the base it is filed against, "
                                    "its receipts are current for that series, its body lints and nothing "
-                                   "upstream absorbed it (see the README, 'Readiness').")
+                                   "upstream absorbed it (see docs/filing.md, 'Readiness').")
     p.add_argument("pack", nargs="?", help="show everything about this pack")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     p.add_argument("--no-apply", action="store_true",
                    help="do not materialize bases for the apply check; use cached results only")
     p.add_argument("--refresh", action="store_true",
@@ -39,6 +39,7 @@ def register(sub) -> None:
     p.add_argument("--api-url", default=None, help="GitHub REST API root (default: https://api.github.com)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per API request (default: %(default)s)")
     _args.artifacts(p)
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -65,10 +66,20 @@ def main(args) -> int:
     packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())
     memo: dict = {}
     states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
+    unfetched = [s for s in states if s.apply is not None and s.apply.status == readiness.ApplyStatus.UNAVAILABLE]
+    if unfetched:  # not "not ready": not known. Exit 4 as 'run' does when a base cannot be fetched
+        ui.warn(f"{len(unfetched)} pack(s) could not be checked: their filing base could not be fetched "
+                f"({', '.join(sorted({f'{s.pack.target} {s.apply.base}' for s in unfetched if s.apply}))}); "
+                "point --git-mirrors (or $PATCHLANE_GIT_MIRRORS) at the offline mirrors, or run with network")
+        code = errors.worst([code, Exit.PIN])
     if args.json:
         ui.out.file.write(json.dumps(as_json(ctx, states), indent=2) + "\n")
     elif args.pack:
         story(ctx, states[0])
+    elif ui.plain(args.format):
+        ui.out.file.write("".join(line + "\n" for line in overview_plain(ctx, states)))
+        ui.info(f"{sum(s.ready for s in states)} of {len(states)} ready; every reason of one pack: "
+                "harness status <pack>")
     else:
         for row in overview(ctx, states):
             ui.out.print(row, no_wrap=True, overflow="ignore", crop=False)
@@ -172,6 +183,29 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
+def _cells(ctx, state, now) -> tuple[str, ...]:
+    pack = state.pack
+    rec = _latest(ctx, pack)
+    if rec is None:
+        latest = "-"
+    else:
+        started = rec.started_at
+        latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.verdict}"
+    return pack.id, pack.target, pack.kind, pack.state, _upstream(pack), _related(state), latest
+
+
+def overview_plain(ctx, states) -> list[str]:
+    """One tab-separated line per pack, nothing cut: the first reason in full, and how many more there are."""
+    now = datetime.now(UTC)
+    lines = ["\t".join([name for name, _ in COLUMNS] + ["ready / why not"])]
+    for state in states:
+        more = len(state.reasons) - 1
+        why = "ready" if state.ready else \
+            f"[{state.reasons[0].code}] {state.reasons[0].text}" + (f" (+{more})" if more else "")
+        lines.append("\t".join((*_cells(ctx, state, now), " ".join(why.split("\n")))))
+    return lines
+
+
 def overview(ctx, states, width: int | None = None) -> list[Text]:
     """One line per pack, cut to the console width: the first reason, and how many more there are."""
     now = datetime.now(UTC)
@@ -180,14 +214,7 @@ def overview(ctx, states, width: int | None = None) -> list[Text]:
     last = max(width - fixed, MIN_REASON)
     lines = [Text("  ".join(name.ljust(w) for name, w in COLUMNS) + "  ready / why not", style="bold")]
     for state in states:
-        pack = state.pack
-        rec = _latest(ctx, pack)
-        if rec is None:
-            latest = "-"
-        else:
-            started = rec.started_at
-            latest = f"{_age(now - started) if started else '?'} {_host(rec)} {rec.verdict}"
-        cells = (pack.id, pack.target, pack.kind, pack.state, _upstream(pack), _related(state), latest)
+        cells = _cells(ctx, state, now)
         line = Text("  ".join(_fit(str(c), w).ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)) + "  ")
         if state.ready:
             line.append("ready", style="green")

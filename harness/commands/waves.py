@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
-
 from harness import landing, readiness, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -19,10 +17,11 @@ def register(sub) -> None:
                        description="The plan orders every pack that may be filed; the 'ready' column says whether "
                                    "it can be filed now (readiness as in 'harness status', including the check that "
                                    "its series applies to the base it is filed against).")
-    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: see README)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     p.add_argument("--no-apply", action="store_true",
                    help="do not materialize bases for the apply check; use cached results only")
     _args.artifacts(p)
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -43,21 +42,27 @@ def main(args) -> int:
             "left_out": [{"id": s.pack.id, "target": s.pack.target, "reason": s.reason} for s in skipped]}
         ui.out.file.write(json.dumps(data, indent=2) + "\n")
         return 0
-    table = Table(title="filing waves")
-    for col in ("wave", "target", "pack", "kind", "class", "category", "depends on", "ready", "title"):
-        table.add_column(col)
+    plain = ui.plain(args.format)
+    rows: list[list] = []
     for wave in waves:
         for i, p in enumerate(wave.packs):
             r = ready[p.id]
-            table.add_row(*(ui.text(x) for x in (str(wave.number) if i == 0 else "", wave.target if i == 0 else "",
-                                                 p.id, p.kind, p.cls or "-", landing.CATEGORIES[landing.category(p)],
-                                                 ", ".join(p.depends_on) or "-")),
-                          ui.text("yes", "green") if r.ready else ui.text(f"no ({len(r.reasons)})", "yellow"),
-                          ui.text(p.title))
+            first = i == 0 or plain  # a plain line stands alone: every one names its wave
+            verdict = ui.text("yes", "green") if r.ready else ui.text(
+                f"no ({len(r.reasons)}): {r.reasons[0].text}" if plain else f"no ({len(r.reasons)})", "yellow")
+            rows.append([str(wave.number) if first else "", wave.target if first else "", p.id, p.kind,
+                         p.cls or "-", landing.CATEGORIES[landing.category(p)], ", ".join(p.depends_on) or "-",
+                         verdict, p.title])
         if wave.note:
-            table.add_row("", "", "", "", "", ui.text(wave.note, "dim"), "", "", "")
-    ui.out.print(table)
-    if skipped:
+            note = [str(wave.number), wave.target, "", "", "", f"note: {wave.note}", "", "", ""] if plain else \
+                ["", "", "", "", "", ui.text(wave.note, "dim"), "", "", ""]
+            rows.append(note)
+    if plain:  # the packs left out are rows too, so one grep finds a pack wherever it is
+        rows += [["-", s.pack.target, s.pack.id, s.pack.kind, s.pack.cls or "-", "left out",
+                  ", ".join(s.pack.depends_on) or "-", f"no: {s.reason}", s.pack.title] for s in skipped]
+    ui.tabular(("wave", "target", "pack", "kind", "class", "category", "depends on", "ready", "title"), rows,
+               fmt=args.format, title="filing waves")
+    if skipped and not plain:
         ui.data("not in any wave:")
         for s in skipped:
             ui.data(f"  {s.pack.id} ({s.pack.target}): {s.reason}")

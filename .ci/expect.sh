@@ -1,0 +1,24 @@
+# Sourced by .ci/run. expect CODE SESSION [ARGS...]: run a nox session and insist on its exit code.
+# The session must exist first: nox exits 3 for "Sessions not found", which is also the code of a pack
+# session whose GPU lanes were skipped, so a renamed or removed pack would otherwise pass as skipped.
+_ci_sessions=""
+expect() {
+    local want=$1 session=$2
+    shift
+    if [ -z "$_ci_sessions" ]; then
+        _ci_sessions=$(nox --list-sessions 2>/dev/null) || { echo "ci: 'nox --list-sessions' failed" >&2; exit 1; }
+    fi
+    if ! grep -qE "^[*-] ${session}( |\$)" <<<"$_ci_sessions"; then
+        echo "ci: nox has no session '$session' (a pack renamed or removed from tracking.toml?)" >&2
+        exit 1
+    fi
+    set +e
+    nox --error-on-missing-interpreters -s "$@"
+    local rc=$?
+    set -e
+    if [ "$rc" -ne "$want" ]; then
+        echo "ci: expected 'nox -s $*' to exit $want, got $rc" >&2
+        exit 1
+    fi
+    echo "ci: 'nox -s $*' exited $want as expected"
+}

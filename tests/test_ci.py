@@ -1,0 +1,145 @@
+"""CI's own checks (.ci/): a missing nox session fails, never passes as skipped; commit subjects."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import REPO
+
+from harness.errors import Exit
+
+FAKE_NOX = textwrap.dedent('''\
+    #!/usr/bin/env bash
+    # stands in for nox: lists two sessions; 'nox ... -s NAME' exits as nox does (3: "Sessions not found")
+    if [ "$1" = "--list-sessions" ]; then
+        printf '%s\\n' 'Sessions defined in noxfile.py:' '' '* tests -> the suite' \\
+            '- mamba_pack05 [mamba] -> pack 05' '- mamba_pack050 [mamba] -> a longer name'
+        exit 0
+    fi
+    while [ "$1" != "-s" ]; do shift; done
+    case "$2" in mamba_pack05) exit "${FAKE_RC:-3}" ;; *) echo "Sessions not found: $2" >&2; exit 3 ;; esac
+''')
+
+
+def _expect(tmp_path: Path, *args: str, rc: int = 3) -> subprocess.CompletedProcess:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    nox = bin_dir / "nox"
+    nox.write_text(FAKE_NOX)
+    nox.chmod(0o755)
+    script = f"set -euo pipefail; . {REPO / '.ci' / 'expect.sh'}; expect {' '.join(args)}"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", FAKE_RC=str(rc))
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, check=False)
+
+
+def test_expect_fails_for_a_session_nox_does_not_have(tmp_path):
+    """nox exits 3 for a missing session, the code a skipped pack session exits with: expect must not accept it."""
+    done = _expect(tmp_path, str(int(Exit.SKIPPED)), "mamba_pack99")
+    assert done.returncode == 1
+    assert "nox has no session 'mamba_pack99'" in done.stderr
+    # a name that is only the prefix of an existing one is missing too
+    assert _expect(tmp_path, "3", "mamba_pack0").returncode == 1
+
+
+def test_expect_checks_the_exit_code_of_a_session_that_exists(tmp_path):
+    done = _expect(tmp_path, "3", "mamba_pack05")
+    assert done.returncode == 0 and "exited 3 as expected" in done.stdout
+    done = _expect(tmp_path, "3", "mamba_pack05", rc=0)  # a pack session that passed where it should skip
+    assert done.returncode == 1 and "expected 'nox -s mamba_pack05' to exit 3, got 0" in done.stderr
+    assert _expect(tmp_path, "0", "mamba_pack05", "--", "--lane", "x", rc=0).returncode == 0
+
+
+def test_ci_run_uses_the_checked_expect():
+    run = (REPO / ".ci" / "run").read_text()
+    assert ". .ci/expect.sh" in run and "expect() {" not in run
+
+
+def test_every_test_file_that_needs_torch_runs_in_the_torch_session():
+    """'tests' has no torch, so these skip there; 'tests_torch' (CI) must list every file that imports it."""
+    import re
+
+    noxfile = (REPO / "noxfile.py").read_text()
+    listed = set(re.findall(r'"(tests/test_\w+\.py)"', noxfile[noxfile.index("TORCH_TESTS"):]))
+    needs = {f"tests/{p.name}" for p in (REPO / "tests").glob("test_*.py")
+             if re.search(r"importorskip\(\s*[\"']torch[\"']", p.read_text())}
+    assert needs and needs <= listed, sorted(needs - listed)
+    assert "nox -s tests_torch" in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_packaging_pin_satisfies_what_virtualenv_installed_beside_nox_needs():
+    """'pip install -e .' into nox's environment must not downgrade packaging below virtualenv's requirement."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    pins = [Requirement(d) for d in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
+    [pin] = [r for r in pins if r.name == "packaging"]
+    version = next(iter(pin.specifier)).version
+    for dist in ("virtualenv", "nox"):
+        for req in map(Requirement, metadata.requires(dist) or []):
+            if req.name == "packaging" and (req.marker is None or req.marker.evaluate()):
+                assert req.specifier.contains(version), f"{dist} needs {req}; pyproject.toml pins {pin}"
+    lanes = {p.name: p.read_text() for p in (REPO / "requirements").glob("lane-*.txt")}
+    for name, text in lanes.items():  # the lane environments install the harness too: one packaging for both
+        for line in text.splitlines():
+            if line.startswith("packaging=="):
+                assert line == f"packaging=={version}", name
+
+
+def test_the_forge_workflow_runs_the_same_ci():
+    workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    assert "run: bash .ci/run" in workflow and "shared" in workflow and "fetch-depth: 0" in workflow
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.invalid", GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1")
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env,
+                          check=True).stdout.strip()
+
+
+def _subjects(tmp_path: Path, *subjects: str, base_subject: str = "tracking: a long old-style subject " * 4):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", base_subject)
+    base = _git(repo, "rev-parse", "HEAD")
+    for s in subjects:
+        _git(repo, "commit", "-q", "--allow-empty", "-m", s)
+    return subprocess.run([sys.executable, str(REPO / ".ci" / "commit_subjects.py"), "--repo", str(repo),
+                           "--base", base], capture_output=True, text=True, check=False)
+
+
+def test_commit_subjects_after_the_base_are_checked_and_those_before_are_not(tmp_path):
+    done = _subjects(tmp_path, "Add a check", "Fix the apply cache key", "Process receipts once")
+    assert done.returncode == 0, done.stderr  # the long old subject at the base is not judged
+    assert "3 commit(s)" in done.stdout
+
+
+def test_commit_subjects_name_each_bad_commit(tmp_path):
+    long = ("Add " + "a very long subject " * 4).rstrip()
+    done = _subjects(tmp_path, "Added a check", "adds things", "Fixes the key", long, "Add a period.",
+                     "Remove the stale table")
+    assert done.returncode == 1
+    err = done.stderr
+    assert "'Added' is not the imperative" in err and "'Fixes' is not the imperative" in err
+    assert "starts with 'adds'" in err and f"{len(long)} characters (at most 72)" in err
+    assert "ends with a period" in err and "Remove the stale table" not in err
+
+
+def test_commit_subjects_refuse_a_clone_without_the_base(tmp_path):
+    done = _subjects(tmp_path, "Add a check")
+    other = subprocess.run([sys.executable, str(REPO / ".ci" / "commit_subjects.py"), "--repo",
+                            str(tmp_path / "repo"), "--base", "f" * 40], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and other.returncode == 1 and "not in this clone's history" in other.stderr
+
+
+def test_the_base_commit_is_the_recorded_one():
+    text = (REPO / ".ci" / "commit_subjects.py").read_text()
+    assert 'BASE = "83c85edb402d43e440a897bda4304efcb18a4c77"' in text
+    assert "python3 .ci/commit_subjects.py" in (REPO / ".ci" / "run").read_text()
