@@ -32,7 +32,6 @@ ENVIRONMENT = (
     ("GITHUB_USER", "the filer's GitHub login for 'threads refresh' (default: the token's own)"),
     ("PATCHLANE_GITHUB_RECORDED", "recorded GitHub answers for 'related', readiness and 'threads refresh --offline' "
                                   "(default: tests/fixtures/github)"),
-    ("PATCHLANE_GIT_MIRRORS", "directories of bare upstream mirrors (owner+name.git), tried before GitHub"),
     ("HARNESS_RUN_DIR", "scratch directory shared by the lanes of one run (default: a new temporary one)"),
     ("PYTHONPATH", "kept after a lane's own build directories"),
     ("LD_LIBRARY_PATH", "part of the key remembered import checks are kept under"),
