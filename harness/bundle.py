@@ -144,6 +144,10 @@ def _add_build(index: dict, members: dict[str, Path], ctx: Context, build: build
     entry["lanes"].append(lane)
     if "file" in entry:
         return
+    damage = build.damage()  # checked again as it is packed: the bundle carries only what was built
+    if damage:
+        raise BundleError(f"build {lane}: the cache entry {build.path} is not as it was made ({damage[0]}); "
+                          "nothing was written", hint=f"remove {build.path}; the next run builds it again")
     if build.wheel is not None:
         arc = f"builds/{key[:20]}/{build.wheel.name}"
         members[arc] = build.wheel
@@ -152,6 +156,10 @@ def _add_build(index: dict, members: dict[str, Path], ctx: Context, build: build
         members[arc] = _tar_dir(build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
     entry["file"] = arc
     entry["sha256"] = sha256_file(members[arc])
+    if build.wheel is not None and entry["sha256"] != build.wheel_sha256:
+        raise BundleError(f"build {lane}: {build.wheel} changed while the bundle was made "
+                          f"(sha256 {entry['sha256'][:12]}, sealed {build.wheel_sha256[:12]}); nothing was written",
+                          hint=f"remove {build.path}; the next run builds it again")
 
 
 def store_uncompressed(wheel: Path, dest: Path) -> Path:

@@ -1,0 +1,141 @@
+"""Faults injected for real that the harness must survive (issue 24): each test breaks something the way
+an operator or a crash would, then checks the exit code, what was written and what was not."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+
+from conftest import cli
+
+from harness.errors import Exit
+from harness.tracking import Tracking
+
+# --------------------------------------------------------------------------- sealed cache entries (case 1)
+
+
+def _wheel_lane_repo(lane_repo):
+    from test_reliability import _backend_sdist
+
+    _backend_sdist(lane_repo.sdist)
+    lane_repo.write_manifest(build="wheel")
+    return lane_repo
+
+
+def _entries(lane_repo) -> dict[str, object]:
+    """The build entries by what they built: ``{"patched": path, "base": path}``."""
+    found = {}
+    for entry in (lane_repo.cache / "builds").iterdir():
+        if entry.name.startswith("."):
+            continue
+        core = (entry / "site" / "fakepkg" / "core.py").read_text()
+        found["patched" if "zip(xs, w)" in core else "base"] = entry
+    return found
+
+
+def test_a_truncated_module_in_a_cached_build_is_rebuilt_not_blamed_on_the_reproducer(lane_repo, capsys):
+    _wheel_lane_repo(lane_repo)
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr()
+    victim = _entries(lane_repo)["patched"] / "site" / "fakepkg" / "core.py"
+    good = victim.read_bytes()
+    victim.write_bytes(good[:30])  # a disk that lost the end of the file
+    capsys.readouterr()
+    assert cli("run", "01", "--lane", "fix", *lane_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert "is not as it was made (site/fakepkg/core.py: missing or not as sealed); building it again" in err
+    assert victim.read_bytes() == good
+
+
+def test_a_module_copied_into_the_baseline_build_never_reaches_a_verdict(lane_repo, capsys):
+    _wheel_lane_repo(lane_repo)
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr()
+    entries = _entries(lane_repo)
+    fixed = entries["patched"] / "site" / "fakepkg" / "core.py"
+    baseline = entries["base"] / "site" / "fakepkg" / "core.py"
+    baseline.write_bytes(fixed.read_bytes())  # the baseline build now carries the fix
+    (entries["base"] / "site" / "fakepkg" / "extra.py").write_text("x = 1\n")  # and a file it never had
+    capsys.readouterr()
+    assert cli("run", "01", "--lane", "bug", *lane_repo.args()) == Exit.OK  # still the bug: rebuilt from the base
+    assert "not as it was made (site/fakepkg/core.py: missing or not as sealed and 1 more)" in capsys.readouterr().err
+    assert Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]["bug"]["verdict"] == "pass"
+    assert "zip(xs, w)" not in baseline.read_text() and not (baseline.parent / "extra.py").exists()
+
+
+def test_an_entry_without_a_seal_is_not_trusted(lane_repo, capsys):
+    from harness.hashing import SEAL
+
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr()
+    for entry in _entries(lane_repo).values():
+        (entry / SEAL).unlink()  # an entry made before seals, or its seal lost
+    capsys.readouterr()
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK
+    assert capsys.readouterr().err.count(f"{SEAL}: missing or unreadable") == 2
+    assert all((entry / SEAL).is_file() for entry in _entries(lane_repo).values())
+
+
+def test_a_cached_wheel_truncated_to_nothing_is_never_shipped_in_a_bundle(lane_repo, tmp_path, capsys):
+    from harness.hashing import sha256_file
+
+    _wheel_lane_repo(lane_repo)
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr()
+    [wheel] = _entries(lane_repo)["patched"].glob("*.whl")
+    good = sha256_file(wheel)
+    wheel.write_bytes(b"")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "bundle.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
+    with tarfile.open(out) as tf:
+        index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
+        shipped = {e["file"]: tf.extractfile(f"patchlane-bundle/{e['file']}").read() for e in index["builds"].values()}
+    empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    assert empty not in {e["sha256"] for e in index["builds"].values()}
+    for data in shipped.values():  # each a whole wheel holding the module
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            assert b"def scale" in zf.read("fakepkg/core.py")
+    assert good  # the wheel as first built; the rebuilt one is equivalent, not byte-identical (zip times)
+
+
+def test_a_wheel_damaged_while_the_bundle_is_packed_is_refused(lane_repo, tmp_path, monkeypatch, capsys):
+    from harness import bundle
+
+    _wheel_lane_repo(lane_repo)
+    real = bundle._add_build
+
+    def damaged_first(index, members, ctx, build, lane):
+        if build.wheel is not None:
+            build.wheel.write_bytes(b"")  # the disk loses the wheel after the lane was prepared
+        return real(index, members, ctx, build, lane)
+
+    monkeypatch.setattr(bundle, "_add_build", damaged_first)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "bundle.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.PIN
+    assert "is not as it was made" in capsys.readouterr().err
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+
+
+def test_a_damaged_runtime_site_is_installed_again(lane_repo, tmp_path, capsys):
+    import sys
+
+    from test_reliability import _backend_sdist
+
+    from harness import builds, runtime
+    from harness.store import Store
+
+    dist = tmp_path / "runtime-dist"
+    dist.mkdir()
+    _backend_sdist(dist / "fakepkg-1.0.tar.gz")
+    store = Store(lane_repo.cache)
+    builds._run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(dist),
+                 str(dist / "fakepkg-1.0.tar.gz")], "fake", "pip wheel")
+    first = runtime.ensure_requirements(("fakepkg==1.0",), "fake", store, sys.executable, wheels=dist)
+    module = first / "fakepkg" / "core.py"
+    good = module.read_bytes()
+    module.write_bytes(b"")
+    again = runtime.ensure_requirements(("fakepkg==1.0",), "fake", store, sys.executable, wheels=dist)
+    assert again == first and module.read_bytes() == good
+    assert "is not as it was made (site/fakepkg/core.py" in capsys.readouterr().err
