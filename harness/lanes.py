@@ -183,54 +183,55 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
     fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
     os.close(fd)
+    # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
+    # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
         outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
-    except BaseException:  # Ctrl-C, SIGTERM: the reproducer's group is killed, the log must not stay behind
-        Path(tmp_log).unlink(missing_ok=True)
-        raise
-    verdict, reason = outcome.verdict(lane.expect)
-    if verdict == Verdict.SKIPPED:
-        Path(tmp_log).unlink(missing_ok=True)
-        return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
-    where = f"pack {pack.id} lane {lane.name}"
-    receipt = receipts.Receipt(
-        pack=pack.id,
-        title=pack.title,
-        lane=lane.name,
-        target=pack.target,
-        base=receipts.BaseRecord.from_dict(prep.base.describe(), f"{where} base"),
-        patched=lane.patched,
-        patches=tuple(receipts.PatchRecord(str(p.path.relative_to(ctx.root)), p.sha256, p.upstream_status)
-                      for p in prep.patches),
-        build=receipts.BuildRecord.from_dict(
-            prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"}, f"{where} build"),
-        baseline_build=(receipts.BuildRecord.from_dict(prep.baseline.describe(), f"{where} baseline build")
-                        if prep.baseline is not None else None),
-        extra_builds=tuple(receipts.BuildRecord.from_dict(b.describe(), f"{where} extra build") for b in prep.extras),
-        world_size=lane.nproc,
-        ranks=tuple(receipts.Host(s) for s in outcome.stamps) if lane.nproc > 1 else None,
-        runtime_requires=tuple(prep.runtime_requires),
-        imported=dict(prep.imported),
-        reproducer=receipts.ReproducerRecord(pack.reproducer, sha256_file(script), tuple(lane.args),
-                                             receipts.helper_digests(ctx.root, pack.reproducer)),
-        harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
-        host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
-        expected=receipts.Sentinel(lane.expect),
-        sentinels=tuple(receipts.Sentinel(name) for name, _ in outcome.sentinels),
-        sentinel_details={name: details for name, details in outcome.sentinels},
-        figures=tuple(receipts.Figure(f) for f in outcome.figures),
-        verdict=verdict,
-        reason=reason,
-        exit_code=outcome.exit_code,
-        timed_out=outcome.timed_out,
-        timeout_s=lane.timeout,
-        started=started.isoformat().replace("+00:00", "Z"),
-        duration_s=outcome.duration_s,
-    )
-    out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
-    written = receipts.write(out_dir, receipt, started, Path(tmp_log))
-    return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
+        verdict, reason = outcome.verdict(lane.expect)
+        if verdict == Verdict.SKIPPED:
+            return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
+        where = f"pack {pack.id} lane {lane.name}"
+        receipt = receipts.Receipt(
+            pack=pack.id,
+            title=pack.title,
+            lane=lane.name,
+            target=pack.target,
+            base=receipts.BaseRecord.from_dict(prep.base.describe(), f"{where} base"),
+            patched=lane.patched,
+            patches=tuple(receipts.PatchRecord(str(p.path.relative_to(ctx.root)), p.sha256, p.upstream_status)
+                          for p in prep.patches),
+            build=receipts.BuildRecord.from_dict(
+                prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"}, f"{where} build"),
+            baseline_build=(receipts.BuildRecord.from_dict(prep.baseline.describe(), f"{where} baseline build")
+                            if prep.baseline is not None else None),
+            extra_builds=tuple(receipts.BuildRecord.from_dict(b.describe(), f"{where} extra build")
+                               for b in prep.extras),
+            world_size=lane.nproc,
+            ranks=tuple(receipts.Host(s) for s in outcome.stamps) if lane.nproc > 1 else None,
+            runtime_requires=tuple(prep.runtime_requires),
+            imported=dict(prep.imported),
+            reproducer=receipts.ReproducerRecord(pack.reproducer, sha256_file(script), tuple(lane.args),
+                                                 receipts.helper_digests(ctx.root, pack.reproducer)),
+            harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
+            host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
+            expected=receipts.Sentinel(lane.expect),
+            sentinels=tuple(receipts.Sentinel(name) for name, _ in outcome.sentinels),
+            sentinel_details={name: details for name, details in outcome.sentinels},
+            figures=tuple(receipts.Figure(f) for f in outcome.figures),
+            verdict=verdict,
+            reason=reason,
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            timeout_s=lane.timeout,
+            started=started.isoformat().replace("+00:00", "Z"),
+            duration_s=outcome.duration_s,
+        )
+        out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
+        written = receipts.write(out_dir, receipt, started, Path(tmp_log))
+        return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
 
+    finally:
+        Path(tmp_log).unlink(missing_ok=True)
 
 def _repo_state(root: Path) -> dict:
     """The repository commit the run used. A copy without .git (a GPU host) names it in PATCHLANE_REPO_COMMIT."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness import runs, ui
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WriteError
 from harness.hashing import sha256_file
 from harness.runs import Verdict  # what a run came to: decided by runs.Outcome.verdict, recorded here
 from harness.store import default_mode
@@ -515,28 +515,40 @@ def helper_digests(root: Path, reproducer: str) -> dict[str, str]:
 
 
 def write(directory: Path, receipt: Receipt, started: datetime, log_file: Path) -> Receipt:
-    """Move ``log_file`` and the receipt JSON into a new receipt directory under ``directory``."""
+    """Move ``log_file`` and the receipt JSON into a new receipt directory under ``directory``.
+
+    A receipt directory that cannot be made or written (read-only, full, no permission) is WriteError
+    naming the path; nothing of it is left, and ``log_file`` stays where it was (the caller's to remove).
+    """
     parent = directory / receipt.target / receipt.pack
-    parent.mkdir(parents=True, exist_ok=True)
-    name = f"{stamp_time(started)}-{receipt.lane}"
-    final = parent / name
-    n = 1
-    while final.exists():
-        n += 1
-        final = parent / f"{name}.{n}"
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-receipt-", dir=parent))
+    tmp = None
     try:
+        parent.mkdir(parents=True, exist_ok=True)
+        name = f"{stamp_time(started)}-{receipt.lane}"
+        final = parent / name
+        n = 1
+        while final.exists():
+            n += 1
+            final = parent / f"{name}.{n}"
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-receipt-", dir=parent))
         os.chmod(tmp, default_mode(directory=True))
-        shutil.move(str(log_file), tmp / LOG)
-        os.chmod(tmp / LOG, default_mode(directory=False))  # the log was made by mkstemp (0600)
+        shutil.copyfile(log_file, tmp / LOG)  # copied: the log stays the caller's until the receipt is in place
+        os.chmod(tmp / LOG, default_mode(directory=False))
         digest = sha256_file(tmp / LOG)
         receipt = replace(receipt, schema=SCHEMA, log=LogRecord(LOG, digest, (tmp / LOG).stat().st_size))
         (tmp / f"{LOG}.sha256").write_text(f"{digest}  {LOG}\n")
         (tmp / RECEIPT).write_text(dump(receipt))
         write_manifest(tmp)
         os.replace(tmp, final)
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        hint = ("the reproducer ran, but without a receipt its result is not recorded: "
+                "make the receipts directory writable (or pass --receipts-dir) and run again")
+        raise WriteError.of(exc, f"the receipt of pack {receipt.pack} lane {receipt.lane}", parent, hint=hint) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return replace(receipt, path=final / RECEIPT)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import zipfile
 
+import pytest
 from conftest import cli
 
 from harness.errors import Exit
@@ -139,3 +141,51 @@ def test_a_damaged_runtime_site_is_installed_again(lane_repo, tmp_path, capsys):
     again = runtime.ensure_requirements(("fakepkg==1.0",), "fake", store, sys.executable, wheels=dist)
     assert again == first and module.read_bytes() == good
     assert "is not as it was made (site/fakepkg/core.py" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- an unwritable receipts directory (case 4)
+
+REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def _read_only_bind_works(directory) -> bool:
+    import shutil
+    import subprocess
+
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rm", "mount", "--bind", str(directory), str(directory)], capture_output=True).returncode == 0
+
+
+def test_a_read_only_receipts_directory_is_exit_io_naming_it_with_nothing_left(lane_repo, tmp_path):
+    import subprocess
+    import sys
+
+    receipts = lane_repo.root / "receipts"
+    receipts.mkdir()
+    if not _read_only_bind_works(receipts):
+        pytest.skip("needs unshare -rm (user and mount namespaces) for a read-only bind mount")
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK  # builds first: the fault is about the receipt
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    harness = " ".join([sys.executable, "-m", "harness", "run", "01", "--lane", "bug", "--quiet", *lane_repo.args()])
+    script = f"mount --bind {receipts} {receipts} && mount -o remount,bind,ro {receipts} && exec {harness}"
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, TMPDIR=str(tmpdir)), timeout=120)
+    assert proc.returncode == Exit.IO == 74, proc.stderr
+    assert f"cannot write the receipt of pack 01 lane bug: {receipts / 'fake'}: Read-only file system" in proc.stderr
+    assert list(receipts.iterdir()) == [] and list(tmpdir.iterdir()) == []  # no receipt, no temporary log
+    assert "validation" not in Tracking.load(lane_repo.root).doc["packs"]["01"]
+
+
+def test_a_receipt_that_cannot_be_written_leaves_no_scratch_and_no_log(lane_repo, tmp_path, monkeypatch, capsys):
+    import tempfile
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    blocked = lane_repo.root / "receipts" / "fake" / "01"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("a file where the pack's receipt directory goes\n")
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.IO
+    assert f"cannot write the receipt of pack 01 lane bug: {blocked}" in capsys.readouterr().err
+    assert list(tmp.iterdir()) == [] and sorted(p.name for p in blocked.parent.iterdir()) == ["01"]
