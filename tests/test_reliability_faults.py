@@ -189,3 +189,38 @@ def test_a_receipt_that_cannot_be_written_leaves_no_scratch_and_no_log(lane_repo
     assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.IO
     assert f"cannot write the receipt of pack 01 lane bug: {blocked}" in capsys.readouterr().err
     assert list(tmp.iterdir()) == [] and sorted(p.name for p in blocked.parent.iterdir()) == ["01"]
+
+
+# --------------------------------------------------------------------------- relative path options (cases 5, 6)
+
+def test_a_relative_cache_builds_wheels(lane_repo, tmp_path, monkeypatch, capsys):
+    _wheel_lane_repo(lane_repo)
+    monkeypatch.chdir(tmp_path)  # pip runs in the build's tree: a relative cache path must not reach it as given
+    code = cli("run", "01", "--quiet", "--root", "repo", "--cache", "cache")
+    assert code == Exit.OK, capsys.readouterr().err
+    assert [e for e in (tmp_path / "cache" / "builds").iterdir() if not e.name.startswith(".")]
+
+
+def test_a_relative_receipts_dir_from_a_subdirectory_is_recorded_where_it_was_written(lane_repo, monkeypatch, capsys):
+    sub = lane_repo.root / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    assert cli("run", "01", "--lane", "bug", "--quiet", "--receipts-dir", "rcpt", "--cache", str(lane_repo.cache)) \
+        == Exit.OK, capsys.readouterr().err
+    [written] = (sub / "rcpt").glob("fake/01/*/receipt.json")
+    recorded = Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]["bug"]["receipt"]
+    assert lane_repo.root / recorded == written
+    monkeypatch.chdir(lane_repo.root)
+    capsys.readouterr()
+    assert cli("receipts", "verify", *lane_repo.args()) == Exit.OK, capsys.readouterr().out
+
+
+def test_every_path_option_is_absolute_once_parsed(tmp_path, monkeypatch):
+    from harness.main import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["run", "01", "--receipts-dir", "r", "--result-file", "x.json", "--cache", "c",
+                                      "--root", "rt", "--artifacts", "a", "--git-mirrors", "m", "--bundle-dir", "b"])
+    for name in ("receipts_dir", "result_file", "cache", "root", "bundle_dir"):
+        assert getattr(args, name).is_absolute() and getattr(args, name).parent == tmp_path, name
+    assert all(p.is_absolute() for p in (*args.artifacts, *args.git_mirrors))

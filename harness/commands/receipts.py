@@ -27,7 +27,7 @@ def register(sub) -> None:
                                      "legacy receipts: log only) and its pack and lane against tracking.toml, "
                                      f"then copy them into receipts/ and update tracking.toml (exit "
                                      f"{int(Exit.TAMPERED)}: a receipt fails, nothing imported)")
-    q.add_argument("archive", type=Path)
+    q.add_argument("archive", type=_args.path)
     _args.common(q)
     q = rs.add_parser("verify", help="check every receipt directory against its digests and its log "
                                      f"(exit {int(Exit.TAMPERED)} when one fails)")

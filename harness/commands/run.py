@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rich.table import Table
 
@@ -26,9 +25,9 @@ def register(sub) -> None:
                                    "the reproducer's output.")
     p.add_argument("pack", help="pack id, e.g. 09")
     p.add_argument("--lane", action="append", default=[], help="run only this lane (repeatable)")
-    p.add_argument("--receipts-dir", type=Path, default=None, help="write receipts here (default: receipts/)")
+    p.add_argument("--receipts-dir", type=_args.path, default=None, help="write receipts here (default: receipts/)")
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
-    p.add_argument("--result-file", type=Path, default=None,
+    p.add_argument("--result-file", type=_args.path, default=None,
                    help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
     _args.source(p)
     _args.common(p)
