@@ -586,8 +586,11 @@ def check_dir(directory: Path, vocabulary: set[str] | None = None) -> Check:
 
     ``vocabulary`` (the sentinel names) enables the check of receipt.json against its log.
     """
-    legacy = not (directory / MANIFEST).exists()
-    odd = sorted(p.name for p in directory.iterdir() if p.is_symlink() or not p.is_file())
+    try:
+        legacy = not (directory / MANIFEST).exists()
+        odd = sorted(p.name for p in directory.iterdir() if p.is_symlink() or not p.is_file())
+    except OSError as exc:  # the directory itself cannot be listed or searched
+        return Check(directory, (f"directory unreadable ({exc.strerror or exc})",), False)
     if odd:
         return Check(directory, (f"not a regular file: {', '.join(odd)}",), legacy)
     if not (directory / RECEIPT).is_file():
@@ -602,15 +605,29 @@ def check_dir(directory: Path, vocabulary: set[str] | None = None) -> Check:
     if legacy and (not isinstance(schema, int) or schema >= 2):  # deleting the manifest does not make it legacy
         return Check(directory, (f"{MANIFEST} missing (receipt.json has schema {schema!r}; "
                                  "receipts since schema 2 carry one)",), legacy)
-    problems = [] if legacy else _check_manifest(directory)
+    # each part is checked even when another could not be read: an unreadable file is one problem among the rest
+    problems = [] if legacy else _readable(_check_manifest, directory)
     try:
         Receipt.from_dict(data, directory / RECEIPT)
     except ConfigError as exc:
         problems.append(f"{RECEIPT} does not fit the receipt schema: {exc}")
-    problems += _check_log(directory, data)
+    problems += _readable(_check_log, directory, data)
     if vocabulary is not None and not problems:
-        problems += _check_against_log(directory, data, vocabulary)
+        problems += _readable(_check_against_log, directory, data, vocabulary)
     return Check(directory, tuple(problems), legacy)
+
+
+def _unreadable(exc: OSError, where: Path) -> str:
+    name = Path(exc.filename).name if exc.filename is not None else where.name
+    return f"{name}: unreadable ({exc.strerror or exc})"
+
+
+def _readable(check, directory: Path, *args) -> list[str]:
+    """``check(directory, *args)``'s problems; a file it cannot read is one (named), not the end of the verification."""
+    try:
+        return check(directory, *args)
+    except OSError as exc:
+        return [_unreadable(exc, directory)]
 
 
 def _check_manifest(directory: Path) -> list[str]:
@@ -676,9 +693,29 @@ def verify(receipt: Receipt) -> str | None:
 
 
 def run_dirs(root: Path) -> list[Path]:
-    """Every receipt directory (``receipts/<target>/<pack>/<run>/``), whatever it holds; scratch dirs excepted."""
+    """Every receipt directory (``receipts/<target>/<pack>/<run>/``), whatever it holds; scratch dirs excepted.
+
+    A target or pack directory that cannot be listed is returned itself, in place of the runs it hides, so
+    that ``check_dir`` reports it as unreadable instead of it being skipped in silence.
+    """
+    found: list[Path] = []
+
+    def walk(directory: Path, depth: int) -> None:
+        try:
+            children = sorted(d for d in directory.iterdir() if d.is_dir() and not d.name.startswith("."))
+        except OSError:
+            found.append(directory)
+            return
+        for child in children:
+            if depth == 2:
+                found.append(child)
+            else:
+                walk(child, depth + 1)
+
     base = receipts_root(root)
-    return sorted(d for d in base.glob("*/*/*") if d.is_dir() and not d.name.startswith("."))
+    if base.is_dir():
+        walk(base, 0)
+    return sorted(found)
 
 
 def find(root: Path, target: str | None = None, pack: str | None = None) -> list[Receipt]:

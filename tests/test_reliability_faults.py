@@ -143,7 +143,7 @@ def test_a_damaged_runtime_site_is_installed_again(lane_repo, tmp_path, capsys):
     assert "is not as it was made (site/fakepkg/core.py" in capsys.readouterr().err
 
 
-# --------------------------------------------------------------------------- an unwritable receipts directory (case 4)
+# ----------------------------------------------------------------- an unwritable receipts directory (case 4)
 
 REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 
@@ -224,3 +224,45 @@ def test_every_path_option_is_absolute_once_parsed(tmp_path, monkeypatch):
     for name in ("receipts_dir", "result_file", "cache", "root", "bundle_dir"):
         assert getattr(args, name).is_absolute() and getattr(args, name).parent == tmp_path, name
     assert all(p.is_absolute() for p in (*args.artifacts, *args.git_mirrors))
+
+
+# ------------------------------------------------------------ verify goes on past what it cannot read (case 8)
+
+def _unprivileged(cmd: list[str]) -> list[str]:
+    """``cmd`` run without the power to read a file its mode forbids (root reads any file: it runs as the
+    owner of the files, uid 1000, in a user namespace of its own, with no capability over them)."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return cmd
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without unshare: a mode-000 file stays readable")
+    return ["unshare", "--user", "--map-user=1000", "--map-group=1000", *cmd]
+
+
+@pytest.mark.parametrize("victim", ["output.log", "SHA256SUMS", "output.log.sha256", "receipt-dir", "pack-dir"])
+def test_verify_reports_an_unreadable_receipt_file_and_goes_on(lane_repo, victim, capsys):
+    import subprocess
+    import sys
+
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    pack_dir = lane_repo.root / "receipts" / "fake" / "01"
+    [bug] = pack_dir.glob("*-bug")
+    target = {"receipt-dir": bug, "pack-dir": pack_dir}.get(victim, bug / victim)
+    target.chmod(0)
+    try:
+        proc = subprocess.run(_unprivileged([sys.executable, "-m", "harness", "receipts", "verify",
+                                             *lane_repo.args()]), cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=120)
+    finally:
+        target.chmod(0o755)
+    assert proc.returncode == Exit.TAMPERED, proc.stderr
+    out = proc.stdout
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    if victim == "pack-dir":
+        assert "BAD receipts/fake/01: directory unreadable (Permission denied)" in out
+        assert out.count("cannot be read (Permission denied)") == 2  # both lanes' receipts named in tracking
+    else:
+        what = "directory" if victim == "receipt-dir" else f"{victim}:"
+        assert f"BAD receipts/fake/01/{bug.name}: {what} unreadable (Permission denied)" in out
+        assert "1 receipt(s) verified" in out  # the fix lane's receipt was still checked, and passed

@@ -141,7 +141,15 @@ def _missing_from_tracking(ctx) -> list[str]:
     for pid, pack in ctx.tracking.packs.items():
         for lane, entry in pack.validation.items():
             path = entry.receipt
-            if path is not None and not Path(path).is_absolute() and not (ctx.root / path).is_file():
+            if path is None or Path(path).is_absolute():
+                continue
+            try:
+                there = (ctx.root / path).is_file()
+            except OSError as exc:  # a directory on the way cannot be read: reported with the directory
+                out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which cannot be read "
+                           f"({exc.strerror or exc})")
+                continue
+            if not there:
                 out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which is missing")
     return out
 
