@@ -266,3 +266,75 @@ def test_verify_reports_an_unreadable_receipt_file_and_goes_on(lane_repo, victim
         what = "directory" if victim == "receipt-dir" else f"{victim}:"
         assert f"BAD receipts/fake/01/{bug.name}: {what} unreadable (Permission denied)" in out
         assert "1 receipt(s) verified" in out  # the fix lane's receipt was still checked, and passed
+
+
+# ----------------------------------------------------------- a token over plain http by URL confusion (case 9)
+
+@pytest.fixture
+def recorder():
+    """An HTTP server on 127.0.0.1 that records every request it receives (line and headers) and answers 404;
+    requests through it as a proxy are recorded the same way. Stopped after the test; each wait is bounded."""
+    import http.server
+    import threading
+
+    seen: list[dict] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the stdlib's name)
+            seen.append({"line": self.requestline, "headers": dict(self.headers)})
+            self.send_response(404)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.timeout = 5
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+TOKEN = "ghp_" + "R" * 36
+
+
+def _status(lane_repo, monkeypatch, url: str) -> int:
+    lane_repo.write_tracking('[[packs.01.threads]]\nurl = "https://github.com/acme/fake/pull/11"\n')
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    return cli("status", "--refresh", "--api-url", url, "--timeout", "3", *lane_repo.args())
+
+
+@pytest.mark.parametrize("url", [
+    "http://example.invalid:80\\@127.0.0.1:{port}",  # urlsplit sees 127.0.0.1, requests connects to example.invalid
+    "http://example.invalid\\@localhost:{port}",
+    "http://user:secret@127.0.0.1:{port}",  # credentials in the URL
+    "http://127.0.0.1:{port}@example.invalid",
+])
+def test_a_confusing_api_url_never_carries_the_token(lane_repo, monkeypatch, capsys, recorder, url):
+    port, seen = recorder
+    # the recorder is also the environment's proxy: whatever requests would send anywhere in clear lands in it
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert _status(lane_repo, monkeypatch, url.format(port=port)) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "refusing" in err and TOKEN not in err
+    assert seen == []  # nothing reached the server, directly or as a proxy
+
+
+def test_the_token_still_reaches_a_loopback_server_directly(lane_repo, monkeypatch, capsys, recorder):
+    port, seen = recorder
+    monkeypatch.setenv("HTTP_PROXY", "http://192.0.2.1:9")  # a proxy from the environment is not used for it
+    monkeypatch.setenv("http_proxy", "http://192.0.2.1:9")
+    code = _status(lane_repo, monkeypatch, f"http://127.0.0.1:{port}")
+    assert code == Exit.USAGE, capsys.readouterr().err  # the recorder answers 404: no such thread
+    assert [r["line"] for r in seen] == ["GET /repos/acme/fake/pulls/11 HTTP/1.1"]
+    assert seen[0]["headers"]["Authorization"] == f"Bearer {TOKEN}"
