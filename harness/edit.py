@@ -196,7 +196,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
         expected = {p.name: sha256_file(p) for p in sorted(scratch.glob("*.patch"))}
         backup = series.replace_series(dest, scratch)
         leftover = None  # it is the series now
-        _verify_or_restore(ctx, pack, dest, expected, backup)
+        _verify_or_restore(ctx, pack, state.base, dest, expected, backup)
         own.end = repo.head()
         own.patches = expected
         state.write(checkout)
@@ -220,8 +220,10 @@ def _refuse_off_branch(repo: git.Repo, checkout: Path, pack: Pack) -> None:
                         hint=f"git checkout {want} first")
 
 
-def _verify_or_restore(ctx: Context, pack: Pack, dest: Path, expected: dict[str, str], backup: Path | None) -> None:
-    """Check that ``dest`` now holds exactly the regenerated files and loads as a series; else put the backup back."""
+def _verify_or_restore(ctx: Context, pack: Pack, base: str, dest: Path, expected: dict[str, str],
+                       backup: Path | None) -> None:
+    """Check that ``dest`` now holds exactly the regenerated files, loads as a series and applies (with its
+    dependencies' series) on the base; else put the backup back."""
     try:
         found = {p.name: sha256_file(p) for p in sorted(dest.glob("*.patch"))}
         if found != expected:
@@ -229,12 +231,25 @@ def _verify_or_restore(ctx: Context, pack: Pack, dest: Path, expected: dict[str,
                             f"not the regenerated {sorted(expected)}")
         for p in sorted(dest.glob("*.patch")):
             series.parse_patch(pack.id, p)
-    except (EditError, ConfigError, OSError) as exc:
+        _check_applies(ctx, pack, base, dest)
+    except (EditError, ConfigError, SeriesError, OSError) as exc:
         if backup is not None:
             shutil.rmtree(dest, ignore_errors=True)
             os.replace(backup, dest)
             raise EditError(f"{exc}; the previous series was put back") from None
         raise
+
+
+def _check_applies(ctx: Context, pack: Pack, base: str, dest: Path) -> None:
+    """The regenerated series, after its dependencies', applies with ``git am`` on a throwaway clone of the base."""
+    checkout = ctx.materialize(ctx.manifest(pack.target), base)
+    patches = [patch for p in series.dependency_chain(ctx.tracking, pack, base)
+               for patch in series.load_series(ctx.root, p.target, p.id, base)]
+    with tempfile.TemporaryDirectory(prefix=f"regen-check-{pack.id}-", dir=ctx.store.area("tmp")) as tmp:
+        try:
+            series.check_applies(checkout, patches, Path(tmp) / "tree")
+        except SeriesError as exc:
+            raise EditError(f"the regenerated series does not apply: {exc}") from None
 
 
 def print_result(result: series.SeriesDiff, dest: Path) -> None:

@@ -327,8 +327,14 @@ def format_series(repo: git.Repo, start: str, end: str, out: Path) -> list[Path]
 
 
 def normalize_patch(data: bytes) -> bytes:
-    """Cut blob ids to 7 digits and the ``Date:`` header to the author's UTC day."""
+    """Cut blob ids to 7 digits and the ``Date:`` header to the author's UTC day.
+
+    The ``index`` line of a file with a binary hunk (``GIT binary patch``) keeps its full ids: git
+    applies a binary patch only when it can check the preimage's full blob id.
+    """
     lines = data.split(b"\n")
+    binary = _binary_sections(lines)
+    section = -1
     in_header = True
     for i, raw in enumerate(lines):
         if in_header:
@@ -340,11 +346,24 @@ def normalize_patch(data: bytes) -> bytes:
                 lines[i] = (f"Date: {_DAYS[when.weekday()]}, {when.day} {_MONTHS[when.month - 1]} {when.year} "
                             "00:00:00 +0000").encode()
             continue
-        if raw.startswith(b"index "):
+        if raw.startswith(b"diff --git "):
+            section += 1
+        if raw.startswith(b"index ") and section not in binary:
             m = _INDEX.match(raw.decode("ascii", "replace"))
             if m:
                 lines[i] = f"index {m.group(1)[:7]}..{m.group(2)[:7]}{m.group(3)}".encode()
     return b"\n".join(lines)
+
+
+def _binary_sections(lines: list[bytes]) -> set[int]:
+    """The positions (0, 1, ...) of the ``diff --git`` sections that carry a binary hunk."""
+    found, section = set(), -1
+    for raw in lines:
+        if raw.startswith(b"diff --git "):
+            section += 1
+        elif raw == b"GIT binary patch" and section >= 0:
+            found.add(section)
+    return found
 
 
 def content_key(data: bytes) -> bytes:

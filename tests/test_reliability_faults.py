@@ -338,3 +338,73 @@ def test_the_token_still_reaches_a_loopback_server_directly(lane_repo, monkeypat
     assert code == Exit.USAGE, capsys.readouterr().err  # the recorder answers 404: no such thread
     assert [r["line"] for r in seen] == ["GET /repos/acme/fake/pulls/11 HTTP/1.1"]
     assert seen[0]["headers"]["Authorization"] == f"Bearer {TOKEN}"
+
+
+# --------------------------------------------------------------------------- binary hunks in regen (case 2)
+
+BLOB = bytes(range(256)) * 4  # not text: git writes it as a binary hunk
+
+
+def _binary_patch(tmp_path) -> str:
+    """A second patch of pack 01, made with ``git format-patch --binary``: it adds a binary data file."""
+    import shutil
+
+    from conftest import git
+
+    repo = tmp_path / "binsrc"
+    shutil.rmtree(repo, ignore_errors=True)
+    (repo / "src" / "fakepkg").mkdir(parents=True)
+    (repo / "README").write_text("x\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    (repo / "src" / "fakepkg" / "table.bin").write_bytes(BLOB)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "core: ship the weight table\n\nUpstream-Status: Pending\nPack: 01\n")
+    return git(repo, "format-patch", "-1", "--stdout", "--binary", "--zero-commit", "--no-signature")
+
+
+def test_regen_of_a_binary_hunk_keeps_the_full_index_and_the_series_applies(lane_repo, tmp_path, capsys):
+    from conftest import git
+
+    lane_repo.write_patch(_binary_patch(tmp_path), name="0002-ship-the-weight-table.patch")
+    edit = tmp_path / "edit"
+    assert cli("edit", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    (edit / "src" / "fakepkg" / "table.bin").write_bytes(BLOB[::-1])  # a change to the blob
+    git(edit, "commit", "-q", "-a", "--amend", "--no-edit")
+    assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    text = (lane_repo.root / "patches" / "fake" / "01" / "0002-ship-the-weight-table.patch").read_text()
+    assert "GIT binary patch" in text
+    index = [ln for ln in text.splitlines() if ln.startswith("index ")]
+    assert len(index) == 1 and len(index[0].split()[1]) == 2 * 40 + 2  # full blob ids where git needs them
+    core = (lane_repo.root / "patches" / "fake" / "01" / "0001-use-own-weight.patch").read_text()
+    assert all(len(ln.split()[1]) == 16 for ln in core.splitlines() if ln.startswith("index "))  # text: short
+    assert cli("run", "01", "--lane", "fix", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+
+
+def test_a_regenerated_series_that_does_not_apply_is_never_kept(lane_repo, tmp_path, monkeypatch, capsys):
+    import re
+
+    from conftest import git
+
+    from harness import series
+
+    lane_repo.write_patch(_binary_patch(tmp_path), name="0002-ship-the-weight-table.patch")
+    before = {p.name: p.read_bytes() for p in (lane_repo.root / "patches" / "fake" / "01").iterdir()}
+    edit = tmp_path / "edit"
+    assert cli("edit", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    (edit / "src" / "fakepkg" / "table.bin").write_bytes(BLOB[::-1])
+    git(edit, "commit", "-q", "-a", "--amend", "--no-edit")
+    real = series.normalize_patch
+
+    def every_index_cut(data: bytes) -> bytes:  # what regen used to write: binary index lines cut to 7 digits
+        return re.sub(rb"(?m)^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}", rb"index \1..\2",
+                      real(data))
+
+    monkeypatch.setattr(series, "normalize_patch", every_index_cut)
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "the regenerated series does not apply" in err and "the previous series was put back" in err
+    assert {p.name: p.read_bytes() for p in (lane_repo.root / "patches" / "fake" / "01").iterdir()} == before
+    assert not [p for p in (lane_repo.root / "patches" / "fake").iterdir() if p.name.startswith(".")]
