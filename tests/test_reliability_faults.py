@@ -405,6 +405,95 @@ def test_a_regenerated_series_that_does_not_apply_is_never_kept(lane_repo, tmp_p
     capsys.readouterr()
     assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
-    assert "the regenerated series does not apply" in err and "the previous series was put back" in err
+    assert "the regenerated series does not apply, so 01's series was left as it was" in err
     assert {p.name: p.read_bytes() for p in (lane_repo.root / "patches" / "fake" / "01").iterdir()} == before
     assert not [p for p in (lane_repo.root / "patches" / "fake").iterdir() if p.name.startswith(".")]
+
+
+# --------------------------------------------------------------------------- Ctrl-C in regen after the swap (case 3)
+
+def _amended_checkout(lane_repo, tmp_path, capsys):
+    from conftest import git
+
+    edit = tmp_path / "edit"
+    assert cli("edit", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    core = edit / "src" / "fakepkg" / "core.py"
+    core.write_text(core.read_text().replace("zip(xs, w)", "zip(xs, w, strict=True)"))
+    git(edit, "commit", "-q", "-a", "--amend", "--no-edit")
+    return edit
+
+
+def _settled(lane_repo, edit, capsys) -> None:
+    """The series holds the edit, no backup is left, and both regen and edit --force accept the checkout."""
+    patches = lane_repo.root / "patches" / "fake"
+    assert b"strict=True" in (patches / "01" / "0001-use-own-weight.patch").read_bytes()
+    assert not [p.name for p in patches.iterdir() if p.name.startswith(".")]
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    assert "unchanged" in capsys.readouterr().out
+    assert cli("edit", "01", "--dir", str(edit), "--force", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree(lane_repo, tmp_path, monkeypatch, capsys,
+                                                                        sig):
+    import signal
+
+    from harness import series
+
+    edit = _amended_checkout(lane_repo, tmp_path, capsys)
+    real = series.replace_series
+
+    def signalled_at_the_swap(dest, new):
+        backup = real(dest, new)
+        os.kill(os.getpid(), getattr(signal, sig))  # a real signal, delivered right after the renames
+        return backup
+
+    monkeypatch.setattr(series, "replace_series", signalled_at_the_swap)
+    code = cli("regen", "01", "--dir", str(edit), *lane_repo.args())
+    assert code == (Exit.INTERRUPT if sig == "SIGINT" else Exit.TERMINATED)
+    monkeypatch.setattr(series, "replace_series", real)
+    _settled(lane_repo, edit, capsys)
+
+
+def test_a_regen_killed_after_the_swap_is_finished_by_the_next_regen(lane_repo, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    edit = _amended_checkout(lane_repo, tmp_path, capsys)
+    # SIGKILL cannot be held back: the process dies between the swap and the state that records it
+    killer = ("import os, signal, sys\n"
+              "from harness import edit\n"
+              "edit.EditState.write = lambda self, checkout: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "from harness.main import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, "-c", killer, "regen", "01", "--dir", str(edit), *lane_repo.args()],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    patches = lane_repo.root / "patches" / "fake"
+    assert [p.name for p in patches.iterdir() if ".bak-" in p.name]  # the state the issue found
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    assert "finished an interrupted regen of pack 01" in capsys.readouterr().err
+    _settled(lane_repo, edit, capsys)
+
+
+def test_a_series_changed_by_hand_after_an_interrupted_regen_names_the_backup(lane_repo, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    edit = _amended_checkout(lane_repo, tmp_path, capsys)
+    killer = ("import os, signal, sys\n"
+              "from harness import edit\n"
+              "edit.EditState.write = lambda self, checkout: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "from harness.main import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    subprocess.run([sys.executable, "-c", killer, "regen", "01", "--dir", str(edit), *lane_repo.args()],
+                   cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    patch = lane_repo.root / "patches" / "fake" / "01" / "0001-use-own-weight.patch"
+    patch.write_text(patch.read_text().replace("strict=True", "strict=False"))  # and then a hand edit
+    [backup] = [p for p in patch.parent.parent.iterdir() if ".bak-" in p.name]
+    capsys.readouterr()
+    assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert f"an interrupted regen left the previous series in {backup}" in err
