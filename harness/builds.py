@@ -33,7 +33,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import fingerprint, git, guard, interpreters, ui
+from harness import fingerprint, git, guard, interpreters, tarsafe, ui
 from harness import stubs as stubs_mod
 from harness.errors import BuildError
 from harness.hashing import check_seal, seal, sealed, sha256_file, sha256_text
@@ -129,7 +129,7 @@ def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, l
 
     def make(tmp: Path, info: dict) -> None:
         with tarfile.open(site_tar) as tf:
-            tf.extractall(tmp, filter="data")
+            tarsafe.extractall(tf, tmp)
         info["stubs"] = sorted(manifest.stubs)
 
     return _create(key, manifest, store, make, f"unpacking {label} from the bundle", label)

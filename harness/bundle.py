@@ -22,7 +22,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import builds, lanes, receipts, ui
+from harness import builds, lanes, receipts, tarsafe, ui
 from harness.bootstrap import VERIFIED, expected_files
 from harness.context import Context
 from harness.errors import BundleError
@@ -229,7 +229,7 @@ def unpack(archive: Path, dest: Path) -> Path:
             for m in tf.getmembers():
                 if not m.name.startswith(TOP + "/") and m.name != TOP:
                     raise BundleError(f"{archive}: unexpected member {m.name!r}; not a patch-lane bundle")
-            tf.extractall(dest, filter="data")
+            tarsafe.extractall(tf, dest)
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"cannot read bundle {archive}: {exc}") from None
     return dest / TOP

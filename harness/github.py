@@ -159,7 +159,7 @@ def _refuse_plain_http(api_url: str, with_token: bool = True) -> bool:
         raise UsageError(f"refusing --api-url {api_url!r}: it holds a backslash, which URL parsers read differently",
                          hint=hint)
     try:
-        parts = parse_url(requests.Request("GET", api_url + "/").prepare().url)
+        parts = parse_url(requests.Request("GET", api_url + "/").prepare().url or "")
     except (requests.RequestException, LocationParseError, ValueError) as exc:
         raise UsageError(f"refusing --api-url {api_url!r}: not a URL the HTTP client can use ({exc})") from None
     if parts.auth or "@" in (urlsplit(api_url).netloc or ""):

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from harness import git, ui
+from harness import git, tarsafe, ui
 from harness.errors import ConfigError, PinError
 from harness.hashing import sha256_file
 from harness.store import Store
@@ -498,7 +498,7 @@ def _extract(archive: Path, kind: str, dest: Path) -> None:
                 elif m.islnk():
                     m.linkname = _strip_top(m.linkname, top, m.name, archive)
                 m.name = str(rel)
-                tf.extract(m, dest, filter="data")
+                tarsafe.extract(tf, m, dest)
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise PinError(f"cannot unpack {archive.name}: {exc}") from None
 

@@ -497,3 +497,127 @@ def test_a_series_changed_by_hand_after_an_interrupted_regen_names_the_backup(la
     assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
     assert f"an interrupted regen left the previous series in {backup}" in err
+
+
+# ------------------------------------------------------------------------ Python 3.11.0-3.11.3: no tar filters (case 7)
+
+@pytest.fixture
+def no_tar_filter(monkeypatch):
+    """A stand-in for Python 3.11.0-3.11.3: tarfile without extraction filters, whose extract and extractall
+    refuse the ``filter`` argument exactly as those versions do."""
+    real_extract, real_extractall = tarfile.TarFile.extract, tarfile.TarFile.extractall
+
+    def extract(self, member, path="", set_attrs=True, *, numeric_owner=False, **kw):
+        if kw:
+            raise TypeError(f"TarFile.extract() got an unexpected keyword argument '{next(iter(kw))}'")
+        return real_extract(self, member, path, set_attrs, numeric_owner=numeric_owner, filter="fully_trusted")
+
+    def extractall(self, path=".", members=None, *, numeric_owner=False, **kw):
+        if kw:
+            raise TypeError(f"TarFile.extractall() got an unexpected keyword argument '{next(iter(kw))}'")
+        return real_extractall(self, path, members, numeric_owner=numeric_owner, filter="fully_trusted")
+
+    monkeypatch.delattr(tarfile, "data_filter")
+    monkeypatch.setattr(tarfile.TarFile, "extract", extract)
+    monkeypatch.setattr(tarfile.TarFile, "extractall", extractall)
+
+
+def test_the_stand_in_fails_as_python_3_11_3_does(no_tar_filter, tmp_path):
+    archive = tmp_path / "a.tar"
+    with tarfile.open(archive, "w") as tf:
+        tf.add(__file__, arcname="x.py")
+    with tarfile.open(archive) as tf, pytest.raises(TypeError, match="unexpected keyword argument 'filter'"):
+        tf.extractall(tmp_path / "out", filter="data")
+
+
+def test_run_bundle_and_receipts_import_work_without_tar_filters(no_tar_filter, lane_repo, tmp_path, capsys):
+    from harness.bundle import OpenBundle, unpack
+
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err  # unpacks the sdist
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "bundle.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
+    bundle_dir = unpack(out, tmp_path / "unpacked")
+    OpenBundle.open(bundle_dir)
+    device = tmp_path / "device-cache"  # the overlay builds come out of the bundle's site tars
+    assert cli("run", "01", "--quiet", "--bundle-dir", str(bundle_dir), "--root", str(lane_repo.root),
+               "--cache", str(device), "--receipts-dir", str(tmp_path / "device-receipts")) == Exit.OK
+    archive = tmp_path / "receipts.tar"
+    with tarfile.open(archive, "w") as tf:
+        tf.add(tmp_path / "device-receipts" / "fake", arcname="fake")
+    before = len(list((lane_repo.root / "receipts" / "fake" / "01").iterdir()))
+    assert cli("receipts", "import", str(archive), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    assert len(list((lane_repo.root / "receipts" / "fake" / "01").iterdir())) == before + 2
+
+
+def _hostile(tmp_path, kind: str):
+    import io
+
+    archive = tmp_path / f"{kind}.tar"
+    with tarfile.open(archive, "w") as tf:
+        def add(name, data=b"x", **attrs):
+            info = tarfile.TarInfo(name)
+            for k, v in attrs.items():
+                setattr(info, k, v)
+            info.size = len(data) if info.type == tarfile.REGTYPE else 0
+            tf.addfile(info, io.BytesIO(data) if info.type == tarfile.REGTYPE else None)
+
+        if kind == "absolute":
+            add(str(tmp_path / "escaped"))
+        elif kind == "dotdot":
+            add("top/../../escaped")
+        elif kind == "symlink-out":
+            add("top/link", type=tarfile.SYMTYPE, linkname="../../")
+        elif kind == "through-symlink":
+            add("top/link", type=tarfile.SYMTYPE, linkname=str(tmp_path))
+            add("top/link/escaped")
+        elif kind == "hardlink-out":
+            add("top/hard", type=tarfile.LNKTYPE, linkname="../escaped")
+        elif kind == "fifo":
+            add("top/pipe", type=tarfile.FIFOTYPE)
+    return archive
+
+
+@pytest.mark.parametrize("filters", ["real", "stand-in"])
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "symlink-out", "through-symlink", "hardlink-out", "fifo"])
+def test_a_hostile_member_is_refused_with_or_without_tar_filters(request, tmp_path, kind, filters):
+    from harness import tarsafe
+
+    if filters == "stand-in":
+        request.getfixturevalue("no_tar_filter")
+    assert tarsafe.has_filter() == (filters == "real")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with tarfile.open(_hostile(tmp_path, kind)) as tf:
+        if kind == "absolute":  # the leading slash is dropped: it lands inside
+            tarsafe.extractall(tf, dest)
+            assert (dest / str(tmp_path / "escaped").lstrip("/")).is_file()
+        else:
+            with pytest.raises(tarfile.TarError):
+                tarsafe.extractall(tf, dest)
+    assert not (tmp_path / "escaped").exists()
+    assert not [p for p in dest.rglob("*") if p.is_fifo()]
+
+
+@pytest.mark.parametrize("filters", ["real", "stand-in"])
+def test_modes_are_made_safe_with_or_without_tar_filters(request, tmp_path, filters):
+    import io
+
+    from harness import tarsafe
+
+    if filters == "stand-in":
+        request.getfixturevalue("no_tar_filter")
+    archive = tmp_path / "modes.tar"
+    with tarfile.open(archive, "w") as tf:
+        info = tarfile.TarInfo("top/tool")
+        info.mode, info.size, info.uid, info.uname = 0o4777, 1, 4242, "someone"
+        tf.addfile(info, io.BytesIO(b"x"))
+        inside = tarfile.TarInfo("top/alias")
+        inside.type, inside.linkname = tarfile.SYMTYPE, "tool"  # a link inside the tree is kept
+        tf.addfile(inside)
+    with tarfile.open(archive) as tf:
+        tarsafe.extractall(tf, tmp_path / "dest")
+    tool = tmp_path / "dest" / "top" / "tool"
+    assert tool.stat().st_mode & 0o7777 == 0o755 and tool.stat().st_uid == os.getuid()
+    assert (tmp_path / "dest" / "top" / "alias").resolve() == tool.resolve()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from harness import receipts, ui
+from harness import receipts, tarsafe, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError, Exit, ReceiptError
@@ -58,7 +58,7 @@ def _import(ctx, args) -> int:
     with tempfile.TemporaryDirectory(prefix="patchlane-import-") as tmp:
         try:
             with tarfile.open(args.archive) as tf:
-                tf.extractall(tmp, filter="data")
+                tarsafe.extractall(tf, tmp)
         except (tarfile.TarError, OSError) as exc:
             raise ConfigError(f"{args.archive}: cannot read: {exc}") from None
         dirs = sorted({p.parent for p in Path(tmp).rglob(receipts.RECEIPT)}
