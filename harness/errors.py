@@ -49,7 +49,7 @@ MEANINGS: dict[Exit, str] = {
     Exit.TAMPERED: "a receipt fails verification: a file edited, missing or not covered by its digests",
     Exit.NO_LANES: "the pack declares no lanes: nothing was validated",
     Exit.IO: "a file the harness must write cannot be written (read-only, full, no permission); nothing half-written",
-    Exit.INTERNAL: "internal error (a bug in the harness; traceback in $PATCHLANE_HOME/last-error.log)",
+    Exit.INTERNAL: "internal error (a bug in the harness; traceback in <cache>/last-error.log)",
     Exit.INTERRUPT: "stopped by Ctrl-C",
     Exit.TERMINATED: "stopped by SIGTERM or SIGHUP (CI cancellation); children killed, scratch removed",
 }

@@ -621,3 +621,33 @@ def test_modes_are_made_safe_with_or_without_tar_filters(request, tmp_path, filt
     tool = tmp_path / "dest" / "top" / "tool"
     assert tool.stat().st_mode & 0o7777 == 0o755 and tool.stat().st_uid == os.getuid()
     assert (tmp_path / "dest" / "top" / "alias").resolve() == tool.resolve()
+
+
+# --------------------------------------------------------------------------- smaller ones
+
+def test_import_check_memo_files_get_the_umask_mode(lane_repo, capsys):
+    old = os.umask(0o022)
+    try:
+        assert cli("prepare", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    finally:
+        os.umask(old)
+    memos = list((lane_repo.cache / "builds").glob("*/import-checks/*.json"))
+    assert memos and {m.stat().st_mode & 0o777 for m in memos} == {0o644}
+
+
+def test_last_error_log_goes_to_the_given_cache(lane_repo, tmp_path, monkeypatch, capsys):
+    from harness.commands import list as list_cmd
+
+    default = tmp_path / "default-home"
+    monkeypatch.setenv("PATCHLANE_HOME", str(default))
+    monkeypatch.setattr(list_cmd, "main", lambda args: {}["no such key"])  # a real bug inside a command
+    assert cli("list", *lane_repo.args()) == Exit.INTERNAL
+    assert str(lane_repo.cache / "last-error.log") in capsys.readouterr().err
+    assert "KeyError" in (lane_repo.cache / "last-error.log").read_text()
+    assert not (default / "last-error.log").exists()
+
+
+def test_run_help_states_the_exit_codes_it_uses(capsys):
+    assert cli("run", "--help") == Exit.OK
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"validates nothing (exit {int(Exit.NO_LANES)})" in text and f"(exit {int(Exit.SKIPPED)})" in text

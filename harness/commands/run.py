@@ -21,8 +21,8 @@ def register(sub) -> None:
                        description="Build each lane of PACK (baseline and patched), import-check it, run the "
                                    "pack's reproducer against it, write a receipt per lane and update "
                                    "tracking.toml. Lanes that need a GPU this host lacks are reported as skipped "
-                                   "(exit 3); a pack without lanes validates nothing (exit 12). -q stops echoing "
-                                   "the reproducer's output.")
+                                   f"(exit {int(Exit.SKIPPED)}); a pack without lanes validates nothing "
+                                   f"(exit {int(Exit.NO_LANES)}). -q stops echoing the reproducer's output.")
     p.add_argument("pack", help="pack id, e.g. 09")
     p.add_argument("--lane", action="append", default=[], help="run only this lane (repeatable)")
     p.add_argument("--receipts-dir", type=_args.path, default=None, help="write receipts here (default: receipts/)")
