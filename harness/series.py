@@ -113,12 +113,27 @@ def load_series(root: Path, target: str, pack: str, base: str | None = None) -> 
     d = series_dir(root, target, pack, base)
     if not d.is_dir():
         return []
-    patches = []
+    patches: list[Patch] = []
+    numbers: dict[str, Path] = {}
     for p in sorted(d.iterdir()):
-        if p.name.startswith(".") or p.is_dir():  # dot-files, and the ported series of other bases
+        if p.name.startswith("."):
             continue
-        if not PATCH_NAME.match(p.name):
+        named = PATCH_NAME.match(p.name)
+        if p.is_symlink():  # its content would live elsewhere, outside what the series' digests cover
+            raise ConfigError(f"{p}: a symbolic link (to {os.readlink(p)}); a patch is a regular file of the series",
+                              hint="replace the link with the file it points to")
+        if p.is_dir():
+            if named:
+                raise ConfigError(f"{p}: a directory named like a patch file; a series holds NNNN-slug.patch "
+                                  "files and the ported series of other bases (named after the base)")
+            continue  # the ported series of another base
+        if not named:
             raise ConfigError(f"{p}: patch files are named NNNN-slug.patch")
+        number = p.name[:4]
+        if number in numbers:
+            raise ConfigError(f"{p}: number {number} is also {numbers[number].name}; each patch of a series has "
+                              "its own number (its place in the order)")
+        numbers[number] = p
         patches.append(parse_patch(pack, p))
     return patches
 

@@ -651,3 +651,36 @@ def test_run_help_states_the_exit_codes_it_uses(capsys):
     assert cli("run", "--help") == Exit.OK
     text = " ".join(capsys.readouterr().out.split())
     assert f"validates nothing (exit {int(Exit.NO_LANES)})" in text and f"(exit {int(Exit.SKIPPED)})" in text
+
+
+@pytest.mark.parametrize("fault", ["duplicate-number", "directory", "symlink"])
+def test_check_refuses_a_series_it_cannot_trust(lane_repo, tmp_path, capsys, fault):
+    from conftest import CORE_FIXED, make_patch
+
+    series_dir = lane_repo.root / "patches" / "fake" / "01"
+    [first] = series_dir.glob("*.patch")
+    if fault == "duplicate-number":
+        lane_repo.write_patch(make_patch(tmp_path, CORE_FIXED, CORE_FIXED + "# more\n"), name="0001-more.patch")
+        want = f"{series_dir / '0001-use-own-weight.patch'}: number 0001 is also 0001-more.patch"
+    elif fault == "directory":
+        (series_dir / "0004-x.patch").mkdir()
+        want = f"{series_dir / '0004-x.patch'}: a directory named like a patch file"
+    else:
+        elsewhere = tmp_path / "elsewhere.patch"
+        elsewhere.write_bytes(first.read_bytes())
+        first.unlink()
+        first.symlink_to(elsewhere)
+        want = f"{first}: a symbolic link (to {elsewhere})"
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    assert want in capsys.readouterr().err
+
+
+def test_a_pack_removed_from_tracking_mid_run_is_named(lane_repo, capsys):
+    path = lane_repo.root / "tracking.toml"
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    # the reproducer itself removes the pack while the run goes on (an operator's edit at that moment)
+    repro.write_text(f"import pathlib\npathlib.Path({str(path)!r}).write_text('schema = 1\\n')\n" + repro.read_text())
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert f"{path}: changed while this command ran; [packs.01] was removed from it" in err
+    assert "does not exist" not in err and path.read_text() == "schema = 1\n"
