@@ -151,7 +151,45 @@ def run_dir_for(pack: Pack) -> Path:
         path = Path(given)
         path.mkdir(parents=True, exist_ok=True)
         return path
-    return Path(tempfile.mkdtemp(prefix=f"patchlane-run-{pack.id}-"))
+    return Path(tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{os.getpid()}-{pack.id}-"))
+
+
+# What a run keeps in the temporary directory while it runs, named with its process id, so that a later run can
+# tell the leftovers of a harness killed outright (SIGKILL, the OOM killer: no cleanup ran) from a live run's.
+_LOG_PREFIX, _RUN_PREFIX = "patchlane-log-", "patchlane-run-"
+
+
+def sweep_stale_temp(tmp: Path | None = None) -> list[Path]:
+    """Remove this user's temporary logs and run directories whose harness process is gone; return them.
+
+    An entry whose process still exists (a concurrent run, or a reused id) is kept: never a live run's.
+    """
+    tmp = Path(tmp or tempfile.gettempdir())
+    removed = []
+    for entry in [*tmp.glob(_LOG_PREFIX + "*"), *tmp.glob(_RUN_PREFIX + "*")]:
+        prefix = _LOG_PREFIX if entry.name.startswith(_LOG_PREFIX) else _RUN_PREFIX
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or entry.lstat().st_uid != os.getuid() or _process_exists(int(pid)):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed.append(entry)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneResult:
@@ -181,7 +219,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env.update(runs.MULTI_GPU_ENV)
     cmd = runs.launch_command(ctx.python, lane.nproc, script, list(lane.args))
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
-    fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
+    fd, tmp_log = tempfile.mkstemp(prefix=f"{_LOG_PREFIX}{os.getpid()}-", suffix=".log")
     os.close(fd)
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
@@ -254,6 +292,8 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     gpus, gpu_desc = (runs.cuda_devices(ctx.python, ctx.store.area("memo") / "cuda-devices") if needs_gpu
                       else (0, "not needed"))
     results = []
+    for stale in sweep_stale_temp():
+        ui.detail(f"removed {stale}, left by a harness that was killed")
     run_dir = run_dir_for(pack)
     made_here = not os.environ.get("HARNESS_RUN_DIR")  # a directory the caller gave is the caller's to remove
     try:

@@ -684,3 +684,39 @@ def test_a_pack_removed_from_tracking_mid_run_is_named(lane_repo, capsys):
     err = capsys.readouterr().err
     assert f"{path}: changed while this command ran; [packs.01] was removed from it" in err
     assert "does not exist" not in err and path.read_text() == "schema = 1\n"
+
+
+def test_a_later_run_sweeps_what_a_sigkilled_run_left_in_tmp(lane_repo, tmp_path, monkeypatch, capsys):
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    started = tmp_path / "started"
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    original = repro.read_text()
+    repro.write_text(f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "01", "--lane", "bug", "--quiet",
+                             *lane_repo.args()], cwd=REPO_ROOT, env=dict(os.environ, TMPDIR=str(tmp)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not started.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert started.exists()
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no cleanup can run
+        proc.wait(timeout=30)
+    left = sorted(p.name for p in tmp.iterdir())
+    assert any(n.startswith(f"patchlane-log-{proc.pid}-") for n in left), left
+    assert any(n.startswith(f"patchlane-run-{proc.pid}-") for n in left), left
+    live = tmp / f"patchlane-log-{os.getpid()}-live.log"  # a run still going (this process) is left alone
+    live.write_text("")
+    repro.write_text(original)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.delenv("HARNESS_RUN_DIR", raising=False)
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    assert sorted(p.name for p in tmp.iterdir()) == [live.name]
