@@ -265,7 +265,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
             duration_s=outcome.duration_s,
         )
         out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
-        written = receipts.write(out_dir, receipt, started, Path(tmp_log))
+        written = receipts.write(out_dir, receipt, started, Path(tmp_log), outcome.omitted_bytes)
         return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
 
     finally:

@@ -277,11 +277,15 @@ class LogRecord(_Record):
     file: str
     sha256: str
     bytes: int
+    omitted_bytes: int | None = None  # output the log's size cap left out between its head and its tail
+    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"omitted_bytes"})
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> LogRecord:
         return cls(file=_take(data, "file", "str", where), sha256=_take(data, "sha256", "str", where),
-                   bytes=_take(data, "bytes", "int", where), _keys=cls._present(data, where))
+                   bytes=_take(data, "bytes", "int", where),
+                   omitted_bytes=_take(data, "omitted_bytes", "int", where, required=False),
+                   _keys=cls._present(data, where))
 
 
 @dataclass(frozen=True)
@@ -514,7 +518,7 @@ def helper_digests(root: Path, reproducer: str) -> dict[str, str]:
     return {rel: sha256_file(root / rel) for rel in sorted(p.relative_to(root).as_posix() for p in found)}
 
 
-def write(directory: Path, receipt: Receipt, started: datetime, log_file: Path) -> Receipt:
+def write(directory: Path, receipt: Receipt, started: datetime, log_file: Path, omitted_bytes: int = 0) -> Receipt:
     """Move ``log_file`` and the receipt JSON into a new receipt directory under ``directory``.
 
     A receipt directory that cannot be made or written (read-only, full, no permission) is WriteError
@@ -535,7 +539,8 @@ def write(directory: Path, receipt: Receipt, started: datetime, log_file: Path) 
         shutil.copyfile(log_file, tmp / LOG)  # copied: the log stays the caller's until the receipt is in place
         os.chmod(tmp / LOG, default_mode(directory=False))
         digest = sha256_file(tmp / LOG)
-        receipt = replace(receipt, schema=SCHEMA, log=LogRecord(LOG, digest, (tmp / LOG).stat().st_size))
+        receipt = replace(receipt, schema=SCHEMA, log=LogRecord(LOG, digest, (tmp / LOG).stat().st_size,
+                                                                omitted_bytes or None))
         (tmp / f"{LOG}.sha256").write_text(f"{digest}  {LOG}\n")
         (tmp / RECEIPT).write_text(dump(receipt))
         write_manifest(tmp)

@@ -720,3 +720,26 @@ def test_a_later_run_sweeps_what_a_sigkilled_run_left_in_tmp(lane_repo, tmp_path
     monkeypatch.delenv("HARNESS_RUN_DIR", raising=False)
     assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
     assert sorted(p.name for p in tmp.iterdir()) == [live.name]
+
+
+def test_a_reproducer_that_prints_without_end_gets_a_capped_log_that_says_so(lane_repo, monkeypatch, capsys):
+    from harness import runs
+    from harness.receipts import find
+
+    monkeypatch.setattr(runs, "LOG_CAP", 64 << 10)
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    text = repro.read_text()
+    # 8 MB of output between the host stamp (at the start) and the verdict (at the end)
+    repro.write_text(text.replace('mode = os.environ.get("FAKE_MODE", "")',
+                                  'mode = os.environ.get("FAKE_MODE", "")\n'
+                                  'for i in range(100_000):\n'
+                                  '    print("noise " * 12, i)\n'))
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    [rec] = find(lane_repo.root, "fake", "01")
+    log = (rec.dir / "output.log").read_bytes()
+    assert len(log) <= (64 << 10) + 200
+    assert rec.log.omitted_bytes > 7_000_000 and rec.log.bytes == len(log)
+    assert f"[harness: {rec.log.omitted_bytes} bytes of output left out here".encode() in log
+    assert b"HOST_STAMP" in log[:4096] and rec.verdict == "pass"
+    capsys.readouterr()
+    assert cli("receipts", "verify", *lane_repo.args()) == Exit.OK, capsys.readouterr().out
