@@ -380,6 +380,13 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
     base = manifest.base(base_name)
     with store.locked():
         final = base_dir(store, manifest.target, base)
+        if (final / ".git").is_dir():
+            stray = git.repo(final).stray_paths()  # a pristine checkout is exactly its commit
+            if stray:
+                ui.warn(f"base {manifest.target} {base.name}: the cache entry {final} is not its pinned commit "
+                        f"({stray[0]}{f' and {len(stray) - 1} more' if len(stray) > 1 else ''} changed or added); "
+                        "making it again")
+                shutil.rmtree(final)
         if not (final / ".git").is_dir():
             if base.git is not None:
                 with ui.status(f"fetching {base.git.commit[:12]} ({base.git.ref}) of {base.git.url}") as act, \

@@ -235,6 +235,12 @@ def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
     key = series_key(base.target, base.base.pin, patches)
     with store.locked():
         final = store.area("trees") / base.target / key[:20]
+        if (final / ".git").is_dir():
+            stray = git.repo(final).stray_paths()  # a patched tree is exactly its last commit
+            if stray:
+                ui.warn(f"patched tree {final} is not its series' commit ({stray[0]} changed or added); "
+                        "making it again")
+                shutil.rmtree(final)
         if not (final / ".git").is_dir():
             with store.new_entry(final) as tmp:
                 repo = git.clone(base.path, tmp, branch="patched")  # clone into the empty scratch dir

@@ -743,3 +743,17 @@ def test_a_reproducer_that_prints_without_end_gets_a_capped_log_that_says_so(lan
     assert b"HOST_STAMP" in log[:4096] and rec.verdict == "pass"
     capsys.readouterr()
     assert cli("receipts", "verify", *lane_repo.args()) == Exit.OK, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("area", ["bases", "trees"])
+def test_a_changed_base_or_patched_tree_is_made_again(lane_repo, capsys, area):
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    [entry] = [e for e in (lane_repo.cache / area / "fake").iterdir() if not e.name.startswith(".")]
+    core = entry / "src" / "fakepkg" / "core.py"
+    good = core.read_bytes()
+    core.write_bytes(good[:20])
+    (entry / "stray.py").write_text("x = 1\n")
+    capsys.readouterr()
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    assert f"{entry} is not" in capsys.readouterr().err
+    assert core.read_bytes() == good and not (entry / "stray.py").exists()
