@@ -181,8 +181,12 @@ def store_uncompressed(wheel: Path, dest: Path) -> Path:
 
 
 def _tar_dir(src: Path, dest: Path) -> Path:
+    """A tar of an overlay's ``site/`` as it was sealed: without the bytecode caches imports wrote into it since."""
+    def sealed_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if "__pycache__" in Path(info.name).parts else info
+
     with tarfile.open(dest, "w") as tf:
-        tf.add(src, arcname="site")
+        tf.add(src, arcname="site", filter=sealed_only)
     return dest
 
 

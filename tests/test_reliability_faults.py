@@ -757,3 +757,22 @@ def test_a_changed_base_or_patched_tree_is_made_again(lane_repo, capsys, area):
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
     assert f"{entry} is not" in capsys.readouterr().err
     assert core.read_bytes() == good and not (entry / "stray.py").exists()
+
+
+def test_an_overlay_bundle_carries_no_bytecode_written_after_the_seal(lane_repo, tmp_path, capsys):
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    for site in (lane_repo.cache / "builds").glob("*/site"):  # bytecode as an import writes it beside a module
+        cache = site / "fakepkg" / "__pycache__"
+        cache.mkdir(exist_ok=True)
+        (cache / "core.cpython-312.pyc").write_bytes(b"not what the module says")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "bundle.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
+    with tarfile.open(out) as tf:
+        sites = [m for m in tf.getmembers() if m.name.endswith("site.tar")]
+        assert sites
+        for member in sites:
+            with tarfile.open(fileobj=tf.extractfile(member)) as site:
+                names = site.getnames()
+                assert "site/fakepkg/core.py" in names and not [n for n in names if "__pycache__" in n]
