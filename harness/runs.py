@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness import fingerprint, guard
-from harness.errors import Exit
+from harness.errors import Exit, WriteError
 
 
 class Verdict(StrEnum):
@@ -154,8 +154,8 @@ class _CappedLog:
     """Writes the first ``cap // 2`` bytes to ``fh`` as they come and keeps the last ``cap - cap // 2`` in memory;
     ``close`` writes a line saying how much was left out between the two, then the tail (from a line start)."""
 
-    def __init__(self, fh, cap: int):
-        self.fh, self.head_size, self.tail_max = fh, cap // 2, cap - cap // 2
+    def __init__(self, fh, cap: int, path: Path):
+        self.fh, self.head_size, self.tail_max, self.path = fh, cap // 2, cap - cap // 2, path
         self.head_left = self.head_size
         self.tail: collections.deque[bytes] = collections.deque()
         self.tail_len = 0
@@ -164,8 +164,7 @@ class _CappedLog:
     def write(self, chunk: bytes) -> None:
         if self.head_left > 0:
             part = chunk[:self.head_left]
-            self.fh.write(part)
-            self.fh.flush()
+            self._put(part)
             self.head_left -= len(part)
             chunk = chunk[len(part):]
         if not chunk:
@@ -185,10 +184,18 @@ class _CappedLog:
             cut = tail.find(b"\n") + 1  # the tail starts at a line: a protocol line is whole or absent
             self.omitted += cut
             tail = tail[cut:]
-            self.fh.write(f"\n[harness: {self.omitted} bytes of output left out here; the log keeps the first "
-                          f"{self.head_size - self.head_left} and the last {len(tail)} bytes]\n".encode())
-        self.fh.write(tail)
-        self.fh.flush()
+            self._put(f"\n[harness: {self.omitted} bytes of output left out here; the log keeps the first "
+                      f"{self.head_size - self.head_left} and the last {len(tail)} bytes]\n".encode())
+        self._put(tail)
+
+    def _put(self, data: bytes) -> None:
+        try:
+            self.fh.write(data)
+            self.fh.flush()
+        except OSError as exc:  # a full or read-only temporary directory: the run stops, the lane is not judged
+            raise WriteError.of(exc, "the reproducer's log", self.path,
+                                hint="free space in the temporary directory (or point TMPDIR elsewhere) and run "
+                                     "again") from None
 
 
 def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
@@ -205,7 +212,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
     start = time.monotonic()
     timed_out = False
     with open(log_path, "wb") as fh:
-        log = _CappedLog(fh, LOG_CAP if cap is None else cap)
+        log = _CappedLog(fh, LOG_CAP if cap is None else cap, log_path)
         proc = guard.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = proc.stdout
         assert out is not None  # stdout=PIPE
@@ -232,12 +239,12 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
                     timed_out = True
                     guard.kill_group(proc)
                     break
+            log.close()
         except BaseException:
             guard.kill_group(proc)
             raise
         finally:
             out.close()
-        log.close()
     code = proc.wait()
     guard.release(proc)
     outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),

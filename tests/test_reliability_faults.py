@@ -776,3 +776,26 @@ def test_an_overlay_bundle_carries_no_bytecode_written_after_the_seal(lane_repo,
             with tarfile.open(fileobj=tf.extractfile(member)) as site:
                 names = site.getnames()
                 assert "site/fakepkg/core.py" in names and not [n for n in names if "__pycache__" in n]
+
+
+def test_a_full_temporary_directory_is_exit_io_naming_the_log(lane_repo, tmp_path):
+    import subprocess
+    import sys
+
+    tmpdir = tmp_path / "small-tmp"
+    tmpdir.mkdir()
+    if not _read_only_bind_works(tmpdir):
+        pytest.skip("needs unshare -rm (user and mount namespaces) for a small tmpfs")
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.OK
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text().replace('mode = os.environ.get("FAKE_MODE", "")',
+                                               'mode = os.environ.get("FAKE_MODE", "")\n'
+                                               'print("x" * 1_000_000)'))
+    harness = " ".join([sys.executable, "-m", "harness", "run", "01", "--lane", "bug", "--quiet", *lane_repo.args()])
+    script = f"mount -t tmpfs -o size=64k tmpfs {tmpdir} && exec {harness}"  # 64 KiB of room for a 1 MB log
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, TMPDIR=str(tmpdir)), timeout=120)
+    assert proc.returncode == Exit.IO, proc.stderr
+    assert f"cannot write the reproducer's log: {tmpdir}/patchlane-log-" in proc.stderr
+    assert "No space left on device" in proc.stderr
+    assert not (lane_repo.root / "receipts").exists()
