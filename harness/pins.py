@@ -351,8 +351,10 @@ class Sources:
 
 
 def mirrors_from_env() -> tuple[Path, ...]:
-    """``$PATCHLANE_GIT_MIRRORS``: directories (os.pathsep-separated) holding ``owner+name.git`` mirrors."""
-    return tuple(Path(p).expanduser() for p in os.environ.get(MIRRORS_ENV, "").split(os.pathsep) if p)
+    """``$PATCHLANE_GIT_MIRRORS``: directories (os.pathsep-separated) holding ``owner+name.git`` mirrors,
+    made absolute against the working directory (git fetches from them with the new checkout as its own)."""
+    return tuple(Path(os.path.abspath(os.path.expanduser(p)))
+                 for p in os.environ.get(MIRRORS_ENV, "").split(os.pathsep) if p)
 
 
 @dataclass(frozen=True)

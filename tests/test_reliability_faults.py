@@ -799,3 +799,29 @@ def test_a_full_temporary_directory_is_exit_io_naming_the_log(lane_repo, tmp_pat
     assert f"cannot write the reproducer's log: {tmpdir}/patchlane-log-" in proc.stderr
     assert "No space left on device" in proc.stderr
     assert not (lane_repo.root / "receipts").exists()
+
+
+@pytest.fixture
+def git_repo(lane_repo, tmp_path):
+    """A fake upstream with a git mirror and a git base ``main`` (test_git_bases' fixture)."""
+    from conftest import CORE_BUGGY
+    from test_git_bases import _add_git_base, _upstream
+
+    mirrors, sha = _upstream(tmp_path, CORE_BUGGY)
+    _add_git_base(lane_repo, "main", sha)
+    lane_repo.mirrors, lane_repo.main_sha = mirrors, sha
+    return lane_repo
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_a_relative_mirror_directory_is_found_from_where_the_command_ran(git_repo, monkeypatch, how):
+    from harness import pins
+
+    monkeypatch.chdir(git_repo.mirrors.parent)
+    relative = git_repo.mirrors.name
+    args = ["materialize", "fake", "--base", "main", *git_repo.args()]
+    if how == "option":
+        args += ["--git-mirrors", relative]
+    else:
+        monkeypatch.setenv(pins.MIRRORS_ENV, relative)
+    assert cli(*args) == Exit.OK
