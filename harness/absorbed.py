@@ -160,5 +160,5 @@ def retire_diff(tracking: Tracking, pid: str, version: str) -> str:
 
 def retire(tracking: Tracking, pid: str, version: str) -> None:
     """Mark the pack absorbed at ``version`` (comments, order and lanes untouched) and save."""
-    tracking.edit(lambda doc: _mark(doc, pid, version))
+    tracking.edit(lambda doc: _mark(doc, pid, version), pid)
     tracking.save()

@@ -24,6 +24,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from harness import tarsafe
 from harness.errors import Exit
 from harness.hashing import sha256_file, verify_files
 from harness.store import default_root
@@ -50,7 +51,7 @@ def unpack(archive: Path, dest: Path) -> int:
         for m in tf.getmembers():
             if not (m.name == TOP or m.name.startswith(TOP + "/")):
                 return _fail(f"{archive}: unexpected member {m.name!r}")
-        tf.extractall(dest, filter="data")
+        tarsafe.extractall(tf, dest)
     bundle_dir = dest / TOP
     index = json.loads((bundle_dir / "bundle.json").read_text())
     bad = verify_files(bundle_dir, expected_files(index), bundle_dir / VERIFIED)

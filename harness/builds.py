@@ -12,7 +12,12 @@ A build entry lives at ``builds/<key>`` where the key hashes the tree's key
 (base sha256 + patch sha256s) and the build kind; the directory appears only
 when the build finished, so an interrupted build is never mistaken for one.
 Each entry holds ``site/`` (what goes on ``PYTHONPATH``) and, for wheels,
-the wheel itself, which the offline bundle carries. Every build runs in a
+the wheel itself, which the offline bundle carries. The last step of making an
+entry seals it: the sha256 of each of its files goes into the entry
+(``harness.hashing.seal``). Every use checks the seal first (by stat, hashing
+only a file that changed since it last matched): an entry with a file missing,
+changed or added, or with no seal, is removed and built again, never used.
+Every build runs in a
 throwaway clone of the tree inside its scratch entry: the cached base and
 patched trees are never written to, and nothing left in them reaches a build.
 """
@@ -28,14 +33,15 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import fingerprint, git, guard, interpreters, ui
+from harness import fingerprint, git, guard, interpreters, tarsafe, ui
 from harness import stubs as stubs_mod
 from harness.errors import BuildError
-from harness.hashing import sha256_file, sha256_text
+from harness.hashing import check_seal, seal, sealed, sha256_file, sha256_text
 from harness.pins import Manifest
 from harness.store import Store
 
 RECIPE_VERSION = "1"  # bump when the way builds are made changes
+MUTABLE = ("import-checks",)  # what an entry keeps changing after it is sealed (remembered import checks)
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Build:
     site: Path  # put this on PYTHONPATH
     wheel: Path | None
     stubs: tuple[str, ...] = ()  # modules the overlay replaced with stubs (harness/stubs.py)
+    wheel_sha256: str = ""  # the wheel's digest as sealed when the entry was made
 
     def describe(self) -> dict:
         info: dict[str, object] = {"key": self.key, "kind": self.kind}
@@ -53,8 +60,12 @@ class Build:
             info["stubbed_modules"] = list(self.stubs)
         if self.wheel is not None:
             info["wheel"] = self.wheel.name
-            info["wheel_sha256"] = sha256_file(self.wheel)
+            info["wheel_sha256"] = self.wheel_sha256 or sha256_file(self.wheel)
         return info
+
+    def damage(self) -> list[str]:
+        """What differs from the entry's seal (empty: every file as it was made)."""
+        return check_seal(self.path, MUTABLE)
 
 
 def build_key(tree_key: str, manifest: Manifest, python_version: str = "") -> str:
@@ -69,13 +80,19 @@ def build_key(tree_key: str, manifest: Manifest, python_version: str = "") -> st
 
 
 def lookup(store: Store, key: str) -> Build | None:
+    """The entry of ``key`` as recorded (None when there is none); ``Build.damage`` says whether it is intact."""
     path = store.root / "builds" / key[:20]
     meta = path / "build.json"
     if not meta.is_file():
         return None
-    info = json.loads(meta.read_text())
-    wheel = path / info["wheel"] if info.get("wheel") else None
-    return Build(key, info["kind"], path, path / "site", wheel, tuple(info.get("stubs", ())))
+    try:
+        info = json.loads(meta.read_text())
+        wheel = path / info["wheel"] if info.get("wheel") else None
+        kind, stubs = info["kind"], tuple(info.get("stubs", ()))
+    except (OSError, ValueError, KeyError, TypeError):  # build.json itself damaged: the seal check says so
+        kind, wheel, stubs = "damaged", None, ()
+    digest = (sealed(path) or {}).get(wheel.name, "") if wheel is not None else ""
+    return Build(key, kind, path, path / "site", wheel, stubs, digest)
 
 
 def build(tree: Path, tree_key: str, manifest: Manifest, store: Store, label: str,
@@ -112,7 +129,7 @@ def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, l
 
     def make(tmp: Path, info: dict) -> None:
         with tarfile.open(site_tar) as tf:
-            tf.extractall(tmp, filter="data")
+            tarsafe.extractall(tf, tmp)
         info["stubs"] = sorted(manifest.stubs)
 
     return _create(key, manifest, store, make, f"unpacking {label} from the bundle", label)
@@ -123,13 +140,18 @@ def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: 
     with store.locked():
         found = lookup(store, key)
         if found is not None:
-            ui.note_once(f"build {label}: cached ({key[:12]})")
-            return found
+            damage = found.damage()
+            if not damage:
+                ui.note_once(f"build {label}: cached ({key[:12]})")
+                return found
+            ui.warn(f"build {label}: the cache entry {found.path} is not as it was made "
+                    f"({damage[0]}{f' and {len(damage) - 1} more' if len(damage) > 1 else ''}); building it again")
         with ui.status(what) as act, store.new_entry(store.area("builds") / key[:20]) as tmp:
             info = {"kind": manifest.build, "key": key, "target": manifest.target}
             make(tmp, info)
             act.result = ui.human_bytes(ui.dir_size(tmp))
             (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+            seal(tmp, MUTABLE)
     made = lookup(store, key)
     if made is None:  # renamed in complete a moment ago: only something outside the harness removes it
         raise BuildError(f"build {label}: the cache entry {store.root / 'builds' / key[:20]} vanished as it was made")

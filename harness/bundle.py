@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import builds, interpreters, lanes, receipts, ui
+from harness import builds, interpreters, lanes, receipts, tarsafe, ui
 from harness.bootstrap import VERIFIED, expected_files
 from harness.context import Context
 from harness.errors import BundleError
@@ -179,6 +179,10 @@ def _add_build(index: dict, members: dict[str, Path], ctx: Context, build: build
     entry["lanes"].append(lane)
     if "file" in entry:
         return
+    damage = build.damage()  # checked again as it is packed: the bundle carries only what was built
+    if damage:
+        raise BundleError(f"build {lane}: the cache entry {build.path} is not as it was made ({damage[0]}); "
+                          "nothing was written", hint=f"remove {build.path}; the next run builds it again")
     if build.wheel is not None:
         arc = f"builds/{key[:20]}/{build.wheel.name}"
         members[arc] = build.wheel
@@ -187,6 +191,10 @@ def _add_build(index: dict, members: dict[str, Path], ctx: Context, build: build
         members[arc] = _tar_dir(build.site, ctx.store.area("tmp") / f"{key[:20]}-site.tar")
     entry["file"] = arc
     entry["sha256"] = sha256_file(members[arc])
+    if build.wheel is not None and entry["sha256"] != build.wheel_sha256:
+        raise BundleError(f"build {lane}: {build.wheel} changed while the bundle was made "
+                          f"(sha256 {entry['sha256'][:12]}, sealed {build.wheel_sha256[:12]}); nothing was written",
+                          hint=f"remove {build.path}; the next run builds it again")
 
 
 def store_uncompressed(wheel: Path, dest: Path) -> Path:
@@ -208,8 +216,12 @@ def store_uncompressed(wheel: Path, dest: Path) -> Path:
 
 
 def _tar_dir(src: Path, dest: Path) -> Path:
+    """A tar of an overlay's ``site/`` as it was sealed: without the bytecode caches imports wrote into it since."""
+    def sealed_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if "__pycache__" in Path(info.name).parts else info
+
     with tarfile.open(dest, "w") as tf:
-        tf.add(src, arcname="site")
+        tf.add(src, arcname="site", filter=sealed_only)
     return dest
 
 
@@ -266,7 +278,7 @@ def unpack(archive: Path, dest: Path) -> Path:
             for m in tf.getmembers():
                 if not m.name.startswith(TOP + "/") and m.name != TOP:
                     raise BundleError(f"{archive}: unexpected member {m.name!r}; not a patch-lane bundle")
-            tf.extractall(dest, filter="data")
+            tarsafe.extractall(tf, dest)
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"cannot read bundle {archive}: {exc}") from None
     return dest / TOP

@@ -11,17 +11,22 @@ an unchanged commit gives a byte-identical file). A checkout made on the pack's
 own base writes ``patches/<target>/<pack>/``; one made on another base (``edit
 --base main``) writes the ported series ``patches/<target>/<pack>/<base>/``.
 
-New files are written to a scratch directory beside the series and swapped in
-with renames; the old series is kept as a backup until the swap succeeded.
+New files are written to a scratch directory beside the series, checked (they load,
+and apply on the base), and swapped in with renames; the old series is kept as a
+backup until the checkout's state records the new one. Signals wait during that
+step; a regen cut in it by SIGKILL is finished by the next ``regen``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import tempfile
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -157,6 +162,14 @@ def _check_commits(pack: Pack, repo: git.Repo, start: str, end: str) -> None:
 
 
 def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) -> Regenerated:
+    """Rewrite the pack's series from the checkout's commits (see the module docstring).
+
+    The new series is checked before it replaces the old one (it loads, and applies with its dependencies'
+    on the base); from the swap until the checkout's state records it, Ctrl-C, SIGTERM and SIGHUP wait
+    (``_signals_held``), so an interrupt never leaves a half-finished regen. One that was cut there all the
+    same (SIGKILL, a power loss) is finished by the next ``regen``: the series on disk is then exactly what
+    the checkout regenerates, so only the state and the backup are left to settle.
+    """
     state = EditState.read(checkout)
     if state.pack != pack.id or state.target != pack.target:
         raise EditError(f"{checkout}: edit checkout of pack {state.pack} ({state.target}), not of pack {pack.id}")
@@ -170,9 +183,6 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     source = series.series_dir(ctx.root, pack.target, pack.id, state.base)  # what the checkout was made from
     dest = series.write_dir(ctx.root, pack, state.base, ctx.manifest(pack.target).default_base)
     current = {p.name: sha256_file(p) for p in sorted(source.glob("*.patch"))} if source.is_dir() else {}
-    if current != own.patches:
-        raise EditError(f"{source}: changed since 'harness edit' made {checkout}; regenerating would overwrite it",
-                        hint="commit or move those changes, then run 'harness edit --force' again")
     dest.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".regen-{pack.id}-", dir=dest.parent))
     leftover: Path | None = scratch  # removed on the way out unless it became the series
@@ -191,21 +201,63 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
             series.parse_patch(pack.id, f)  # the Upstream-Status value itself, as every loader checks it
         series.keep_unchanged(source, series.keep_names(source, files))
         result = series.compare(source, scratch)
+        expected = {p.name: sha256_file(p) for p in sorted(scratch.glob("*.patch"))}
+        if current != own.patches:
+            if not result.changed and not dry_run:  # a regen cut after its swap: only its bookkeeping is left
+                _settle(state, own, repo, checkout, expected, dest)
+                ui.info(f"finished an interrupted regen of pack {pack.id}: {source} already held the "
+                        f"regenerated series; the checkout now records it")
+                return result
+            backups = _backups(dest)
+            raise EditError(f"{source}: changed since 'harness edit' made {checkout}; regenerating would overwrite "
+                            "it", hint=(f"an interrupted regen left the previous series in {backups[0]}: move it "
+                                        f"back over {dest} (or remove it to keep the current one), then run "
+                                        "'harness regen' again" if backups else
+                                        "commit or move those changes, then run 'harness edit --force' again"))
         if not result.changed or dry_run:
             return result
-        expected = {p.name: sha256_file(p) for p in sorted(scratch.glob("*.patch"))}
-        backup = series.replace_series(dest, scratch)
-        leftover = None  # it is the series now
-        _verify_or_restore(ctx, pack, dest, expected, backup)
-        own.end = repo.head()
-        own.patches = expected
-        state.write(checkout)
-        if backup is not None:  # only now: the new series is verified and the checkout knows it
-            shutil.rmtree(backup)
+        _check_applies(ctx, pack, state.base, scratch)
+        with _signals_held():  # Ctrl-C, SIGTERM, SIGHUP act once the new series and the state agree
+            backup = series.replace_series(dest, scratch)
+            leftover = None  # it is the series now
+            _verify_or_restore(pack, dest, expected, backup)
+            _settle(state, own, repo, checkout, expected, dest)
         return result
     finally:
         if leftover is not None:
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _settle(state: EditState, own: PackRange, repo: git.Repo, checkout: Path, expected: dict[str, str],
+            dest: Path) -> None:
+    """Record the new series in the checkout's state, then remove the previous series' backup(s)."""
+    own.end = repo.head()
+    own.patches = expected
+    state.write(checkout)
+    for backup in _backups(dest):  # only now: the new series is verified and the checkout knows it
+        shutil.rmtree(backup)
+
+
+def _backups(dest: Path) -> list[Path]:
+    """The previous series kept by ``series.replace_series`` beside ``dest`` (``.<name>.bak-<pid>``)."""
+    return sorted(p for p in dest.parent.glob(f".{dest.name}.bak-*") if p.is_dir())
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT, SIGTERM and SIGHUP are held back while the body runs and delivered when it is over.
+
+    The swap of a series and the state that records it are then one step as far as an interrupt is
+    concerned. Outside the main thread (where Python runs no signal handler) nothing is changed.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _refuse_off_branch(repo: git.Repo, checkout: Path, pack: Pack) -> None:
@@ -220,7 +272,7 @@ def _refuse_off_branch(repo: git.Repo, checkout: Path, pack: Pack) -> None:
                         hint=f"git checkout {want} first")
 
 
-def _verify_or_restore(ctx: Context, pack: Pack, dest: Path, expected: dict[str, str], backup: Path | None) -> None:
+def _verify_or_restore(pack: Pack, dest: Path, expected: dict[str, str], backup: Path | None) -> None:
     """Check that ``dest`` now holds exactly the regenerated files and loads as a series; else put the backup back."""
     try:
         found = {p.name: sha256_file(p) for p in sorted(dest.glob("*.patch"))}
@@ -235,6 +287,21 @@ def _verify_or_restore(ctx: Context, pack: Pack, dest: Path, expected: dict[str,
             os.replace(backup, dest)
             raise EditError(f"{exc}; the previous series was put back") from None
         raise
+
+
+def _check_applies(ctx: Context, pack: Pack, base: str, new: Path) -> None:
+    """The regenerated series in ``new``, after its dependencies', applies with ``git am`` on a throwaway
+    clone of the base (checked before it replaces the series: one that does not apply is never kept)."""
+    checkout = ctx.materialize(ctx.manifest(pack.target), base)
+    patches = [patch for p in series.dependency_chain(ctx.tracking, pack, base) if p.id != pack.id
+               for patch in series.load_series(ctx.root, p.target, p.id, base)]
+    patches += [series.parse_patch(pack.id, f) for f in sorted(new.glob("*.patch"))]
+    with tempfile.TemporaryDirectory(prefix=f"regen-check-{pack.id}-", dir=ctx.store.area("tmp")) as tmp:
+        try:
+            series.check_applies(checkout, patches, Path(tmp) / "tree")
+        except SeriesError as exc:
+            raise EditError(f"the regenerated series does not apply, so {pack.id}'s series was left as it was: "
+                            f"{exc}") from None
 
 
 def print_result(result: series.SeriesDiff, dest: Path) -> None:

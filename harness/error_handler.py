@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import traceback
+from pathlib import Path
 from typing import NoReturn
 
 from harness.errors import Exit, HarnessError, Terminated
@@ -37,14 +38,17 @@ def _stop_signals_raise():
 
 
 @contextlib.contextmanager
-def handled():
-    """Run the body; map HarnessError / Ctrl-C / SIGTERM / unexpected errors to ``SystemExit(code)``."""
+def handled(cache: Path | None = None):
+    """Run the body; map HarnessError / Ctrl-C / SIGTERM / unexpected errors to ``SystemExit(code)``.
+
+    ``cache`` is the command's ``--cache`` (default: ``default_root()``); ``last-error.log`` goes there.
+    """
     try:
         with _stop_signals_raise():
             yield
     except HarnessError as exc:
         if exc.exit_code == Exit.INTERNAL:  # e.g. a git command that should not fail: keep its traceback
-            _internal(exc)
+            _internal(exc, cache)
         print(f"harness: error: {exc}", file=sys.stderr)
         if exc.hint:
             print(f"harness: hint: {exc.hint}", file=sys.stderr)
@@ -56,11 +60,11 @@ def handled():
         print("harness: interrupted", file=sys.stderr)
         raise SystemExit(int(Exit.INTERRUPT)) from None
     except Exception as exc:  # a bug in the harness: keep the traceback, print one line
-        _internal(exc)
+        _internal(exc, cache)
 
 
-def _internal(exc: BaseException) -> NoReturn:
-    log = default_root() / "last-error.log"
+def _internal(exc: BaseException, cache: Path | None = None) -> NoReturn:
+    log = (cache or default_root()) / "last-error.log"
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(traceback.format_exc())

@@ -28,6 +28,7 @@ class Exit(enum.IntEnum):
     TAMPERED = 12
     NO_LANES = 13
     INTERNAL = 70
+    IO = 74
     INTERRUPT = 130
     TERMINATED = 143
 
@@ -48,14 +49,16 @@ MEANINGS: dict[Exit, str] = {
     Exit.DRIFT: "'harness absorbed' found a local change no pack tracks",
     Exit.TAMPERED: "a receipt fails verification: a file edited, missing or not covered by its digests",
     Exit.NO_LANES: "the pack declares no lanes: nothing was validated",
-    Exit.INTERNAL: "internal error (a bug in the harness; traceback in $PATCHLANE_HOME/last-error.log)",
+    Exit.IO: "a file the harness must write cannot be written (read-only, full, no permission); nothing half-written",
+    Exit.INTERNAL: "internal error (a bug in the harness; traceback in <cache>/last-error.log)",
     Exit.INTERRUPT: "stopped by Ctrl-C",
     Exit.TERMINATED: "stopped by SIGTERM or SIGHUP (CI cancellation); children killed, scratch removed",
 }
 
 # Least to most severe.
 SEVERITY = [Exit.OK, Exit.SKIPPED, Exit.NO_LANES, Exit.MISMATCH, Exit.TIMEOUT, Exit.CRASH, Exit.BUILD, Exit.APPLY,
-            Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.TAMPERED, Exit.USAGE, Exit.INTERNAL, Exit.TERMINATED,
+            Exit.LINT, Exit.UPSTREAM, Exit.PIN, Exit.DRIFT, Exit.TAMPERED, Exit.USAGE, Exit.IO, Exit.INTERNAL,
+            Exit.TERMINATED,
             Exit.INTERRUPT]
 
 
@@ -157,6 +160,21 @@ class ReceiptError(HarnessError):
 
     exit_code = Exit.TAMPERED
 
+
+
+class WriteError(HarnessError):
+    """A file or directory the harness must write cannot be written (read-only, full, no permission).
+
+    Names the path; whatever the write was part of is left as it was before (no half-written receipt).
+    """
+
+    exit_code = Exit.IO
+
+    @classmethod
+    def of(cls, exc: OSError, what: str, where: object, *, hint: str | None = None) -> WriteError:
+        """``what`` failed at ``exc.filename`` (else ``where``) with the OS's reason."""
+        path = exc.filename if exc.filename is not None else where
+        return cls(f"cannot write {what}: {path}: {exc.strerror or exc}; nothing was written", hint=hint)
 
 
 class GitError(HarnessError):

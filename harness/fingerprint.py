@@ -175,8 +175,14 @@ class Memo:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.directory)
+        except OSError:
+            return
+        try:
+            mask = os.umask(0o022)
+            os.umask(mask)
+            os.fchmod(fd, 0o666 & ~mask)  # mkstemp makes 0600; a cache file gets the umask's mode like the rest
             with os.fdopen(fd, "w") as fh:
                 json.dump({"key": key, "value": value, **context}, fh, indent=1, sort_keys=True, default=str)
             os.replace(tmp, self._path(key))
         except OSError:
-            pass
+            Path(tmp).unlink(missing_ok=True)

@@ -209,6 +209,12 @@ class Repo:
     def is_clean(self) -> bool:
         return not self.dirty_paths()
 
+    def stray_paths(self) -> list[str]:
+        """Paths that are not the checked-out commit: changed, staged, untracked or ignored (a cache entry's check;
+        git rehashes only files whose stat data changed since its index recorded them)."""
+        out = self.run("status", "--porcelain", "--ignored", "--untracked-files=all")
+        return [ln[3:] for ln in out.splitlines() if ln.strip()]
+
 
 def repo(path: Path) -> Repo:
     return Repo(Path(path))

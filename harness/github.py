@@ -100,8 +100,10 @@ class GitHub:
             "X-GitHub-Api-Version": "2022-11-28",
             "User-Agent": f"patch-lane-harness/{__version__}",
         })
+        plain_http = _refuse_plain_http(self.api_url, with_token=bool(token))
         if token:
-            _refuse_plain_http(self.api_url)
+            if plain_http:  # to the loopback only: no proxy from the environment may stand in between
+                self._session.trust_env = False
             self._session.headers["Authorization"] = f"Bearer {token}"
 
     def get(self, path: str) -> dict:
@@ -220,19 +222,40 @@ def _read_json(file: Path):
         raise ConfigError(f"{file}: not a recorded GitHub answer ({exc})") from None
 
 
-def _refuse_plain_http(api_url: str) -> None:
-    """A token goes only over https, or over http to this host's own loopback (a local test server)."""
-    parts = urlsplit(api_url)
-    if parts.scheme == "https":
-        return
-    host = (parts.hostname or "").lower()
+def _refuse_plain_http(api_url: str, with_token: bool = True) -> bool:
+    """A token goes only over https, or over http to this host's own loopback (a local test server).
+    Returns whether the URL is plain http (to the loopback, when ``with_token``).
+
+    Judged on the URL exactly as the HTTP client will connect to it: ``requests`` prepares it and urllib3
+    parses the result, and that host is the one checked (two parsers that disagree on, say, a backslash
+    before an ``@`` would otherwise let one see the loopback while the other connects elsewhere). A URL
+    with a backslash or with credentials is refused outright: neither has a use in an API URL.
+    """
+    import requests
+    from urllib3.exceptions import LocationParseError
+    from urllib3.util import parse_url
+
+    hint = "use an https:// --api-url, or unset the token for an anonymous read"
+    if "\\" in api_url:
+        raise UsageError(f"refusing --api-url {api_url!r}: it holds a backslash, which URL parsers read differently",
+                         hint=hint)
+    try:
+        parts = parse_url(requests.Request("GET", api_url + "/").prepare().url or "")
+    except (requests.RequestException, LocationParseError, ValueError) as exc:
+        raise UsageError(f"refusing --api-url {api_url!r}: not a URL the HTTP client can use ({exc})") from None
+    if parts.auth or "@" in (urlsplit(api_url).netloc or ""):
+        raise UsageError(f"refusing --api-url {api_url!r}: it holds credentials; the token goes in a header only",
+                         hint="give the URL without 'user:password@'")
+    if parts.scheme == "https" or not with_token:
+        return parts.scheme == "http"
+    host = (parts.host or "").lower().strip("[]")
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
     if parts.scheme != "http" or not loopback:
-        raise UsageError(f"refusing to send GITHUB_TOKEN/GH_TOKEN to {api_url}: not https",
-                         hint="use an https:// --api-url, or unset the token for an anonymous read")
+        raise UsageError(f"refusing to send GITHUB_TOKEN/GH_TOKEN to {api_url}: not https", hint=hint)
+    return True
 
 
 def _reset(resp) -> str:

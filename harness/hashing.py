@@ -57,3 +57,60 @@ def verify_files(base: Path, expected: dict[str, str], memo: Path | None = None)
         except OSError:
             pass  # a read-only bundle directory: verified again next time
     return bad
+
+
+# --------------------------------------------------------------------------- sealed cache entries
+
+SEAL = ".sealed-sha256.json"  # name -> sha256 of every file of an entry, written when the entry is made
+_SEAL_SEEN = ".sealed-seen.json"  # the stat identities of files that matched their seal (verify_files' memo)
+_NEVER_SEALED = "__pycache__"  # Python writes bytecode next to what it imports; it checks it against the source
+
+
+def _entry_files(entry: Path, mutable: tuple[str, ...]) -> list[str]:
+    """Every file under ``entry`` (relative names) but the seal, bytecode caches and ``mutable`` top-level names."""
+    found = []
+    for dirpath, dirnames, files in os.walk(entry):
+        rel = os.path.relpath(dirpath, entry)
+        top = rel == "."
+        dirnames[:] = sorted(d for d in dirnames if d != _NEVER_SEALED and not (top and d in mutable))
+        for name in files:
+            if top and (name in (SEAL, _SEAL_SEEN) or name in mutable):
+                continue
+            found.append(name if top else os.path.join(rel, name))
+    return sorted(found)
+
+
+def seal(entry: Path, mutable: tuple[str, ...] = ()) -> dict[str, str]:
+    """Record the sha256 of every file of a new cache entry in ``entry/SEAL``; return the digests.
+
+    ``mutable`` names top-level files or directories the entry keeps changing after it is made (a memo),
+    which are left out. Call it as the last step in the entry's scratch directory, before it is renamed in.
+    """
+    digests = {name: sha256_file(entry / name) for name in _entry_files(entry, mutable)}
+    (entry / SEAL).write_text(json.dumps(digests, indent=0, sort_keys=True))
+    return digests
+
+
+def sealed(entry: Path) -> dict[str, str] | None:
+    """The digests an entry was sealed with (None: no seal, or an unreadable one)."""
+    try:
+        digests = json.loads((entry / SEAL).read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(digests, dict) and all(isinstance(v, str) for v in digests.values())
+    return digests if ok else None
+
+
+def check_seal(entry: Path, mutable: tuple[str, ...] = ()) -> list[str]:
+    """What is wrong with a sealed entry: one line per missing, changed or added file (empty: intact).
+
+    Cheap when nothing changed: a file whose size, mtime, ctime, inode and device are those it had when it
+    last matched is not read again (``verify_files``); any other file is hashed in full. An entry
+    without a readable seal (made by an older harness, or its seal damaged) is never trusted.
+    """
+    digests = sealed(entry)
+    if digests is None:
+        return [f"{SEAL}: missing or unreadable"]
+    problems = [f"{name}: missing or not as sealed" for name in verify_files(entry, digests, entry / _SEAL_SEEN)]
+    problems += [f"{name}: not in the seal" for name in _entry_files(entry, mutable) if name not in digests]
+    return problems

@@ -151,7 +151,45 @@ def run_dir_for(pack: Pack) -> Path:
         path = Path(given)
         path.mkdir(parents=True, exist_ok=True)
         return path
-    return Path(tempfile.mkdtemp(prefix=f"patchlane-run-{pack.id}-"))
+    return Path(tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}{os.getpid()}-{pack.id}-"))
+
+
+# What a run keeps in the temporary directory while it runs, named with its process id, so that a later run can
+# tell the leftovers of a harness killed outright (SIGKILL, the OOM killer: no cleanup ran) from a live run's.
+_LOG_PREFIX, _RUN_PREFIX = "patchlane-log-", "patchlane-run-"
+
+
+def sweep_stale_temp(tmp: Path | None = None) -> list[Path]:
+    """Remove this user's temporary logs and run directories whose harness process is gone; return them.
+
+    An entry whose process still exists (a concurrent run, or a reused id) is kept: never a live run's.
+    """
+    tmp = Path(tmp or tempfile.gettempdir())
+    removed = []
+    for entry in [*tmp.glob(_LOG_PREFIX + "*"), *tmp.glob(_RUN_PREFIX + "*")]:
+        prefix = _LOG_PREFIX if entry.name.startswith(_LOG_PREFIX) else _RUN_PREFIX
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or entry.lstat().st_uid != os.getuid() or _process_exists(int(pid)):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed.append(entry)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneResult:
@@ -185,56 +223,57 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env.update(runs.MULTI_GPU_ENV)
     cmd = runs.launch_command(ctx.python, lane.nproc, runner, args)
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
-    fd, tmp_log = tempfile.mkstemp(prefix="patchlane-", suffix=".log")
+    fd, tmp_log = tempfile.mkstemp(prefix=f"{_LOG_PREFIX}{os.getpid()}-", suffix=".log")
     os.close(fd)
+    # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
+    # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
         outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
-    except BaseException:  # Ctrl-C, SIGTERM: the reproducer's group is killed, the log must not stay behind
-        Path(tmp_log).unlink(missing_ok=True)
-        raise
-    verdict, reason = outcome.verdict(lane.expect)
-    if verdict == Verdict.SKIPPED:
-        Path(tmp_log).unlink(missing_ok=True)
-        return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
-    where = f"pack {pack.id} lane {lane.name}"
-    receipt = receipts.Receipt(
-        pack=pack.id,
-        title=pack.title,
-        lane=lane.name,
-        target=pack.target,
-        base=receipts.BaseRecord.from_dict(prep.base.describe(), f"{where} base"),
-        patched=lane.patched,
-        patches=tuple(receipts.PatchRecord(str(p.path.relative_to(ctx.root)), p.sha256, p.upstream_status)
-                      for p in prep.patches),
-        build=receipts.BuildRecord.from_dict(
-            prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"}, f"{where} build"),
-        baseline_build=(receipts.BuildRecord.from_dict(prep.baseline.describe(), f"{where} baseline build")
-                        if prep.baseline is not None else None),
-        extra_builds=tuple(receipts.BuildRecord.from_dict(b.describe(), f"{where} extra build") for b in prep.extras),
-        world_size=lane.nproc,
-        ranks=tuple(receipts.Host(s) for s in outcome.stamps) if lane.nproc > 1 else None,
-        runtime_requires=tuple(prep.runtime_requires),
-        imported=dict(prep.imported),
-        reproducer=receipts.ReproducerRecord(pinned, sha256_file(script), tuple(lane.args),
-                                             receipts.helper_digests(ctx.root, str(pack.lane_runner(lane)))),
-        harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
-        host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
-        expected=receipts.Sentinel(lane.expect),
-        sentinels=tuple(receipts.Sentinel(name) for name, _ in outcome.sentinels),
-        sentinel_details={name: details for name, details in outcome.sentinels},
-        figures=tuple(receipts.Figure(f) for f in outcome.figures),
-        verdict=verdict,
-        reason=reason,
-        exit_code=outcome.exit_code,
-        timed_out=outcome.timed_out,
-        timeout_s=lane.timeout,
-        started=started.isoformat().replace("+00:00", "Z"),
-        duration_s=outcome.duration_s,
-    )
-    out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
-    written = receipts.write(out_dir, receipt, started, Path(tmp_log))
-    return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
+        verdict, reason = outcome.verdict(lane.expect)
+        if verdict == Verdict.SKIPPED:
+            return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
+        where = f"pack {pack.id} lane {lane.name}"
+        receipt = receipts.Receipt(
+            pack=pack.id,
+            title=pack.title,
+            lane=lane.name,
+            target=pack.target,
+            base=receipts.BaseRecord.from_dict(prep.base.describe(), f"{where} base"),
+            patched=lane.patched,
+            patches=tuple(receipts.PatchRecord(str(p.path.relative_to(ctx.root)), p.sha256, p.upstream_status)
+                          for p in prep.patches),
+            build=receipts.BuildRecord.from_dict(
+                prep.build.describe() | {"source": "bundle" if ctx.bundle is not None else "local"}, f"{where} build"),
+            baseline_build=(receipts.BuildRecord.from_dict(prep.baseline.describe(), f"{where} baseline build")
+                            if prep.baseline is not None else None),
+            extra_builds=tuple(receipts.BuildRecord.from_dict(b.describe(), f"{where} extra build")
+                               for b in prep.extras),
+            world_size=lane.nproc,
+            ranks=tuple(receipts.Host(s) for s in outcome.stamps) if lane.nproc > 1 else None,
+            runtime_requires=tuple(prep.runtime_requires),
+            imported=dict(prep.imported),
+            reproducer=receipts.ReproducerRecord(pinned, sha256_file(script), tuple(lane.args),
+                                                 receipts.helper_digests(ctx.root, str(pack.lane_runner(lane)))),
+            harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
+            host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
+            expected=receipts.Sentinel(lane.expect),
+            sentinels=tuple(receipts.Sentinel(name) for name, _ in outcome.sentinels),
+            sentinel_details={name: details for name, details in outcome.sentinels},
+            figures=tuple(receipts.Figure(f) for f in outcome.figures),
+            verdict=verdict,
+            reason=reason,
+            exit_code=outcome.exit_code,
+            timed_out=outcome.timed_out,
+            timeout_s=lane.timeout,
+            started=started.isoformat().replace("+00:00", "Z"),
+            duration_s=outcome.duration_s,
+        )
+        out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
+        written = receipts.write(out_dir, receipt, started, Path(tmp_log), outcome.omitted_bytes)
+        return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
 
+    finally:
+        Path(tmp_log).unlink(missing_ok=True)
 
 def _repo_state(root: Path) -> dict:
     """The repository commit the run used. A copy without .git (a GPU host) names it in PATCHLANE_REPO_COMMIT."""
@@ -257,6 +296,8 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     gpus, gpu_desc = (runs.cuda_devices(ctx.python, ctx.store.area("memo") / "cuda-devices") if needs_gpu
                       else (0, "not needed"))
     results = []
+    for stale in sweep_stale_temp():
+        ui.detail(f"removed {stale}, left by a harness that was killed")
     run_dir = run_dir_for(pack)
     made_here = not os.environ.get("HARNESS_RUN_DIR")  # a directory the caller gave is the caller's to remove
     try:

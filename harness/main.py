@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ui.set_verbosity(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
     try:
-        with handled():
+        with handled(getattr(args, "cache", None)):
             module = importlib.import_module(f"harness.commands.{args.command}")
             code = int(module.main(args))
     except SystemExit as exc:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from harness import git, ui
+from harness import git, tarsafe, ui
 from harness.errors import ConfigError, PinError
 from harness.hashing import sha256_file
 from harness.store import Store
@@ -472,8 +472,10 @@ class Sources:
 
 
 def mirrors_from_env() -> tuple[Path, ...]:
-    """``$PATCHLANE_GIT_MIRRORS``: directories (os.pathsep-separated) holding ``owner+name.git`` mirrors."""
-    return tuple(Path(p).expanduser() for p in os.environ.get(MIRRORS_ENV, "").split(os.pathsep) if p)
+    """``$PATCHLANE_GIT_MIRRORS``: directories (os.pathsep-separated) holding ``owner+name.git`` mirrors,
+    made absolute against the working directory (git fetches from them with the new checkout as its own)."""
+    return tuple(Path(os.path.abspath(os.path.expanduser(p)))
+                 for p in os.environ.get(MIRRORS_ENV, "").split(os.pathsep) if p)
 
 
 @dataclass(frozen=True)
@@ -501,6 +503,13 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
     base = manifest.base(base_name)
     with store.locked():
         final = base_dir(store, manifest.target, base)
+        if (final / ".git").is_dir():
+            stray = git.repo(final).stray_paths()  # a pristine checkout is exactly its commit
+            if stray:
+                ui.warn(f"base {manifest.target} {base.name}: the cache entry {final} is not its pinned commit "
+                        f"({stray[0]}{f' and {len(stray) - 1} more' if len(stray) > 1 else ''} changed or added); "
+                        "making it again")
+                shutil.rmtree(final)
         if not (final / ".git").is_dir():
             if base.git is not None:
                 first = git_sources(base.git, sources.git_mirrors)[0][0]
@@ -622,7 +631,7 @@ def _extract(archive: Path, kind: str, dest: Path) -> None:
                 elif m.islnk():
                     m.linkname = _strip_top(m.linkname, top, m.name, archive)
                 m.name = str(rel)
-                tf.extract(m, dest, filter="data")
+                tarsafe.extract(tf, m, dest)
     except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
         raise PinError(f"cannot unpack {archive.name}: {exc}") from None
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness import runs, ui
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WriteError
 from harness.hashing import sha256_file
 from harness.runs import Verdict  # what a run came to: decided by runs.Outcome.verdict, recorded here
 from harness.store import default_mode
@@ -277,11 +277,15 @@ class LogRecord(_Record):
     file: str
     sha256: str
     bytes: int
+    omitted_bytes: int | None = None  # output the log's size cap left out between its head and its tail
+    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"omitted_bytes"})
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> LogRecord:
         return cls(file=_take(data, "file", "str", where), sha256=_take(data, "sha256", "str", where),
-                   bytes=_take(data, "bytes", "int", where), _keys=cls._present(data, where))
+                   bytes=_take(data, "bytes", "int", where),
+                   omitted_bytes=_take(data, "omitted_bytes", "int", where, required=False),
+                   _keys=cls._present(data, where))
 
 
 @dataclass(frozen=True)
@@ -514,29 +518,42 @@ def helper_digests(root: Path, reproducer: str) -> dict[str, str]:
     return {rel: sha256_file(root / rel) for rel in sorted(p.relative_to(root).as_posix() for p in found)}
 
 
-def write(directory: Path, receipt: Receipt, started: datetime, log_file: Path) -> Receipt:
-    """Move ``log_file`` and the receipt JSON into a new receipt directory under ``directory``."""
+def write(directory: Path, receipt: Receipt, started: datetime, log_file: Path, omitted_bytes: int = 0) -> Receipt:
+    """Move ``log_file`` and the receipt JSON into a new receipt directory under ``directory``.
+
+    A receipt directory that cannot be made or written (read-only, full, no permission) is WriteError
+    naming the path; nothing of it is left, and ``log_file`` stays where it was (the caller's to remove).
+    """
     parent = directory / receipt.target / receipt.pack
-    parent.mkdir(parents=True, exist_ok=True)
-    name = f"{stamp_time(started)}-{receipt.lane}"
-    final = parent / name
-    n = 1
-    while final.exists():
-        n += 1
-        final = parent / f"{name}.{n}"
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-receipt-", dir=parent))
+    tmp = None
     try:
+        parent.mkdir(parents=True, exist_ok=True)
+        name = f"{stamp_time(started)}-{receipt.lane}"
+        final = parent / name
+        n = 1
+        while final.exists():
+            n += 1
+            final = parent / f"{name}.{n}"
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-receipt-", dir=parent))
         os.chmod(tmp, default_mode(directory=True))
-        shutil.move(str(log_file), tmp / LOG)
-        os.chmod(tmp / LOG, default_mode(directory=False))  # the log was made by mkstemp (0600)
+        shutil.copyfile(log_file, tmp / LOG)  # copied: the log stays the caller's until the receipt is in place
+        os.chmod(tmp / LOG, default_mode(directory=False))
         digest = sha256_file(tmp / LOG)
-        receipt = replace(receipt, schema=SCHEMA, log=LogRecord(LOG, digest, (tmp / LOG).stat().st_size))
+        receipt = replace(receipt, schema=SCHEMA, log=LogRecord(LOG, digest, (tmp / LOG).stat().st_size,
+                                                                omitted_bytes or None))
         (tmp / f"{LOG}.sha256").write_text(f"{digest}  {LOG}\n")
         (tmp / RECEIPT).write_text(dump(receipt))
         write_manifest(tmp)
         os.replace(tmp, final)
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        hint = ("the reproducer ran, but without a receipt its result is not recorded: "
+                "make the receipts directory writable (or pass --receipts-dir) and run again")
+        raise WriteError.of(exc, f"the receipt of pack {receipt.pack} lane {receipt.lane}", parent, hint=hint) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     return replace(receipt, path=final / RECEIPT)
 
@@ -574,8 +591,11 @@ def check_dir(directory: Path, vocabulary: set[str] | None = None) -> Check:
 
     ``vocabulary`` (the sentinel names) enables the check of receipt.json against its log.
     """
-    legacy = not (directory / MANIFEST).exists()
-    odd = sorted(p.name for p in directory.iterdir() if p.is_symlink() or not p.is_file())
+    try:
+        legacy = not (directory / MANIFEST).exists()
+        odd = sorted(p.name for p in directory.iterdir() if p.is_symlink() or not p.is_file())
+    except OSError as exc:  # the directory itself cannot be listed or searched
+        return Check(directory, (f"directory unreadable ({exc.strerror or exc})",), False)
     if odd:
         return Check(directory, (f"not a regular file: {', '.join(odd)}",), legacy)
     if not (directory / RECEIPT).is_file():
@@ -590,15 +610,29 @@ def check_dir(directory: Path, vocabulary: set[str] | None = None) -> Check:
     if legacy and (not isinstance(schema, int) or schema >= 2):  # deleting the manifest does not make it legacy
         return Check(directory, (f"{MANIFEST} missing (receipt.json has schema {schema!r}; "
                                  "receipts since schema 2 carry one)",), legacy)
-    problems = [] if legacy else _check_manifest(directory)
+    # each part is checked even when another could not be read: an unreadable file is one problem among the rest
+    problems = [] if legacy else _readable(_check_manifest, directory)
     try:
         Receipt.from_dict(data, directory / RECEIPT)
     except ConfigError as exc:
         problems.append(f"{RECEIPT} does not fit the receipt schema: {exc}")
-    problems += _check_log(directory, data)
+    problems += _readable(_check_log, directory, data)
     if vocabulary is not None and not problems:
-        problems += _check_against_log(directory, data, vocabulary)
+        problems += _readable(_check_against_log, directory, data, vocabulary)
     return Check(directory, tuple(problems), legacy)
+
+
+def _unreadable(exc: OSError, where: Path) -> str:
+    name = Path(exc.filename).name if exc.filename is not None else where.name
+    return f"{name}: unreadable ({exc.strerror or exc})"
+
+
+def _readable(check, directory: Path, *args) -> list[str]:
+    """``check(directory, *args)``'s problems; a file it cannot read is one (named), not the end of the verification."""
+    try:
+        return check(directory, *args)
+    except OSError as exc:
+        return [_unreadable(exc, directory)]
 
 
 def _check_manifest(directory: Path) -> list[str]:
@@ -664,9 +698,29 @@ def verify(receipt: Receipt) -> str | None:
 
 
 def run_dirs(root: Path) -> list[Path]:
-    """Every receipt directory (``receipts/<target>/<pack>/<run>/``), whatever it holds; scratch dirs excepted."""
+    """Every receipt directory (``receipts/<target>/<pack>/<run>/``), whatever it holds; scratch dirs excepted.
+
+    A target or pack directory that cannot be listed is returned itself, in place of the runs it hides, so
+    that ``check_dir`` reports it as unreadable instead of it being skipped in silence.
+    """
+    found: list[Path] = []
+
+    def walk(directory: Path, depth: int) -> None:
+        try:
+            children = sorted(d for d in directory.iterdir() if d.is_dir() and not d.name.startswith("."))
+        except OSError:
+            found.append(directory)
+            return
+        for child in children:
+            if depth == 2:
+                found.append(child)
+            else:
+                walk(child, depth + 1)
+
     base = receipts_root(root)
-    return sorted(d for d in base.glob("*/*/*") if d.is_dir() and not d.name.startswith("."))
+    if base.is_dir():
+        walk(base, 0)
+    return sorted(found)
 
 
 def find(root: Path, target: str | None = None, pack: str | None = None) -> list[Receipt]:

@@ -9,6 +9,7 @@ crash or a timeout -- never a pass.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness import fingerprint, guard
-from harness.errors import Exit
+from harness.errors import Exit, WriteError
 
 
 class Verdict(StrEnum):
@@ -53,6 +54,7 @@ class Outcome:
     skipped: str | None = None  # the reason of the first SKIPPED line
     skips: int = 0  # how many SKIPPED lines (one per rank on a multi-process lane)
     stamp_problem: str | None = None  # the first HOST_STAMP line that is not a non-empty JSON object
+    omitted_bytes: int = 0  # output left out of the log by its size cap (``LOG_CAP``)
 
     def verdict(self, expected: str) -> tuple[Verdict, str]:
         """(verdict, reason) for a lane that expects ``expected``.
@@ -145,18 +147,72 @@ def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
     return answer
 
 
+LOG_CAP = 64 << 20  # bytes of a reproducer's output its log keeps: the first half and the last half
+
+
+class _CappedLog:
+    """Writes the first ``cap // 2`` bytes to ``fh`` as they come and keeps the last ``cap - cap // 2`` in memory;
+    ``close`` writes a line saying how much was left out between the two, then the tail (from a line start)."""
+
+    def __init__(self, fh, cap: int, path: Path):
+        self.fh, self.head_size, self.tail_max, self.path = fh, cap // 2, cap - cap // 2, path
+        self.head_left = self.head_size
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_len = 0
+        self.omitted = 0
+
+    def write(self, chunk: bytes) -> None:
+        if self.head_left > 0:
+            part = chunk[:self.head_left]
+            self._put(part)
+            self.head_left -= len(part)
+            chunk = chunk[len(part):]
+        if not chunk:
+            return
+        self.tail.append(chunk)
+        self.tail_len += len(chunk)
+        while self.tail_len - len(self.tail[0]) >= self.tail_max:  # whole chunks first, then the first one's start
+            self.omitted += len(self.tail[0])
+            self.tail_len -= len(self.tail.popleft())
+
+    def close(self) -> None:
+        tail = b"".join(self.tail)
+        if len(tail) > self.tail_max:
+            self.omitted += len(tail) - self.tail_max
+            tail = tail[len(tail) - self.tail_max:]
+        if self.omitted:
+            cut = tail.find(b"\n") + 1  # the tail starts at a line: a protocol line is whole or absent
+            self.omitted += cut
+            tail = tail[cut:]
+            self._put(f"\n[harness: {self.omitted} bytes of output left out here; the log keeps the first "
+                      f"{self.head_size - self.head_left} and the last {len(tail)} bytes]\n".encode())
+        self._put(tail)
+
+    def _put(self, data: bytes) -> None:
+        try:
+            self.fh.write(data)
+            self.fh.flush()
+        except OSError as exc:  # a full or read-only temporary directory: the run stops, the lane is not judged
+            raise WriteError.of(exc, "the reproducer's log", self.path,
+                                hint="free space in the temporary directory (or point TMPDIR elsewhere) and run "
+                                     "again") from None
+
+
 def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
-        echo: bool = True) -> Outcome:
+        echo: bool = True, cap: int | None = None) -> Outcome:
     """Run ``cmd`` (under ``harness.guard``), teeing its combined output into ``log_path``.
 
     Its whole process group is killed at ``timeout``, on any exception (Ctrl-C, SIGTERM), and by
     the guard itself if the harness dies.
 
-    ``sentinels`` is the vocabulary of verdict lines to look for in the log.
+    ``sentinels`` is the vocabulary of verdict lines to look for in the log. The log keeps at most ``cap``
+    bytes (default ``LOG_CAP``) of the output, its beginning and its end, with a line that says how much was
+    left out between them (``Outcome.omitted_bytes``); the console still sees everything.
     """
     start = time.monotonic()
     timed_out = False
-    with open(log_path, "wb") as log:
+    with open(log_path, "wb") as fh:
+        log = _CappedLog(fh, LOG_CAP if cap is None else cap, log_path)
         proc = guard.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = proc.stdout
         assert out is not None  # stdout=PIPE
@@ -167,7 +223,6 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
                 chunk = out.read(65536)
                 if chunk:
                     log.write(chunk)
-                    log.flush()
                     if echo:
                         sys.stderr.buffer.write(chunk)
                         sys.stderr.flush()
@@ -184,6 +239,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
                     timed_out = True
                     guard.kill_group(proc)
                     break
+            log.close()
         except BaseException:
             guard.kill_group(proc)
             raise
@@ -192,7 +248,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
     code = proc.wait()
     guard.release(proc)
     outcome = Outcome(exit_code=None if timed_out else code, duration_s=round(time.monotonic() - start, 3),
-                      timed_out=timed_out)
+                      timed_out=timed_out, omitted_bytes=log.omitted)
     parse_log(log_path.read_text(encoding="utf-8", errors="replace"), outcome, sentinels)
     return outcome
 

@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 
 from harness import guard, ui
 from harness.errors import BuildError, ConfigError
-from harness.hashing import sha256_text
+from harness.hashing import check_seal, seal, sha256_text
 from harness.interpreters import python_version
 from harness.store import Store
 
@@ -106,7 +106,10 @@ def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python:
     final = store.area("runtime") / key[:20]
     with store.locked():
         if (final / "site").is_dir():
-            return final / "site"
+            damage = check_seal(final)  # sealed when made; a changed file means building the site again
+            if not damage:
+                return final / "site"
+            ui.warn(f"{label}: the runtime entry {final} is not as it was made ({damage[0]}); installing it again")
         with ui.status(f"installing runtime of {label}: {', '.join(reqs)}") as act, store.new_entry(final) as tmp:
             cmd = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
                    "--target", str(tmp / "site")]
@@ -119,5 +122,6 @@ def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python:
                 tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-6:])
                 raise BuildError(f"{label}: cannot install runtime_requires ({', '.join(reqs)}):\n{tail}")
             (tmp / "requirements.txt").write_text("\n".join(reqs) + "\n")
+            seal(tmp)
             act.result = f"{len(reqs)} distribution(s), {ui.human_bytes(ui.dir_size(tmp / 'site'))}"
     return final / "site"

@@ -113,12 +113,27 @@ def load_series(root: Path, target: str, pack: str, base: str | None = None) -> 
     d = series_dir(root, target, pack, base)
     if not d.is_dir():
         return []
-    patches = []
+    patches: list[Patch] = []
+    numbers: dict[str, Path] = {}
     for p in sorted(d.iterdir()):
-        if p.name.startswith(".") or p.is_dir():  # dot-files, and the ported series of other bases
+        if p.name.startswith("."):
             continue
-        if not PATCH_NAME.match(p.name):
+        named = PATCH_NAME.match(p.name)
+        if p.is_symlink():  # its content would live elsewhere, outside what the series' digests cover
+            raise ConfigError(f"{p}: a symbolic link (to {os.readlink(p)}); a patch is a regular file of the series",
+                              hint="replace the link with the file it points to")
+        if p.is_dir():
+            if named:
+                raise ConfigError(f"{p}: a directory named like a patch file; a series holds NNNN-slug.patch "
+                                  "files and the ported series of other bases (named after the base)")
+            continue  # the ported series of another base
+        if not named:
             raise ConfigError(f"{p}: patch files are named NNNN-slug.patch")
+        number = p.name[:4]
+        if number in numbers:
+            raise ConfigError(f"{p}: number {number} is also {numbers[number].name}; each patch of a series has "
+                              "its own number (its place in the order)")
+        numbers[number] = p
         patches.append(parse_patch(pack, p))
     return patches
 
@@ -220,6 +235,12 @@ def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
     key = series_key(base.target, base.base.pin, patches)
     with store.locked():
         final = store.area("trees") / base.target / key[:20]
+        if (final / ".git").is_dir():
+            stray = git.repo(final).stray_paths()  # a patched tree is exactly its last commit
+            if stray:
+                ui.warn(f"patched tree {final} is not its series' commit ({stray[0]} changed or added); "
+                        "making it again")
+                shutil.rmtree(final)
         if not (final / ".git").is_dir():
             with store.new_entry(final) as tmp:
                 repo = git.clone(base.path, tmp, branch="patched")  # clone into the empty scratch dir
@@ -327,8 +348,14 @@ def format_series(repo: git.Repo, start: str, end: str, out: Path) -> list[Path]
 
 
 def normalize_patch(data: bytes) -> bytes:
-    """Cut blob ids to 7 digits and the ``Date:`` header to the author's UTC day."""
+    """Cut blob ids to 7 digits and the ``Date:`` header to the author's UTC day.
+
+    The ``index`` line of a file with a binary hunk (``GIT binary patch``) keeps its full ids: git
+    applies a binary patch only when it can check the preimage's full blob id.
+    """
     lines = data.split(b"\n")
+    binary = _binary_sections(lines)
+    section = -1
     in_header = True
     for i, raw in enumerate(lines):
         if in_header:
@@ -340,11 +367,24 @@ def normalize_patch(data: bytes) -> bytes:
                 lines[i] = (f"Date: {_DAYS[when.weekday()]}, {when.day} {_MONTHS[when.month - 1]} {when.year} "
                             "00:00:00 +0000").encode()
             continue
-        if raw.startswith(b"index "):
+        if raw.startswith(b"diff --git "):
+            section += 1
+        if raw.startswith(b"index ") and section not in binary:
             m = _INDEX.match(raw.decode("ascii", "replace"))
             if m:
                 lines[i] = f"index {m.group(1)[:7]}..{m.group(2)[:7]}{m.group(3)}".encode()
     return b"\n".join(lines)
+
+
+def _binary_sections(lines: list[bytes]) -> set[int]:
+    """The positions (0, 1, ...) of the ``diff --git`` sections that carry a binary hunk."""
+    found, section = set(), -1
+    for raw in lines:
+        if raw.startswith(b"diff --git "):
+            section += 1
+        elif raw == b"GIT binary patch" and section >= 0:
+            found.add(section)
+    return found
 
 
 def content_key(data: bytes) -> bytes:

@@ -40,14 +40,15 @@ def default_root() -> Path:
     if env:
         return Path(env).expanduser().resolve()
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "patchlane"
+    return Path(os.path.abspath((Path(xdg) if xdg else Path.home() / ".cache") / "patchlane"))
 
 
 class Store:
     """One cache root with named areas and an exclusive lock."""
 
     def __init__(self, root: Path | None = None):
-        self.root = Path(root) if root else default_root()
+        # absolute once, here: pip and git run with another working directory (a build's tree)
+        self.root = Path(os.path.abspath(os.path.expanduser(root))) if root else default_root()
         self.root.mkdir(parents=True, exist_ok=True)
         from filelock import FileLock
 

@@ -249,7 +249,7 @@ class Tracking:
         self.path = path
         self.doc = doc
         self.packs = packs
-        self._edits: list[Callable[[tomlkit.TOMLDocument], None]] = []
+        self._edits: list[tuple[Callable[[tomlkit.TOMLDocument], None], str | None]] = []
 
     @classmethod
     def load(cls, root: Path, path: Path | None = None) -> Tracking:
@@ -302,10 +302,13 @@ class Tracking:
 
     # ------------------------------------------------------------------ tool edits
 
-    def edit(self, change: Callable[[tomlkit.TOMLDocument], None]) -> None:
-        """Apply ``change`` to the document now, and again to the file's current text when saving."""
+    def edit(self, change: Callable[[tomlkit.TOMLDocument], None], pack: str | None = None) -> None:
+        """Apply ``change`` to the document now, and again to the file's current text when saving.
+
+        ``pack`` names the pack whose table it changes, for the message when that pack is gone by then.
+        """
         change(self.doc)
-        self._edits.append(change)
+        self._edits.append((change, pack))
 
     def record_validation(self, pid: str, lane: str, entry: dict[str, Any]) -> None:
         """Set ``[packs.<pid>.validation.<lane>]`` to ``entry`` (replacing what was there)."""
@@ -321,7 +324,7 @@ class Tracking:
                     lane_table[key] = value
             table["validation"][lane] = lane_table
 
-        self.edit(change)
+        self.edit(change, pid)
 
     def update_thread(self, pid: str, index: int, values: dict[str, Any]) -> None:
         """Set keys of ``[[packs.<pid>.threads]]`` entry ``index`` (existing keys keep their place)."""
@@ -332,7 +335,7 @@ class Tracking:
                 if value is not None:
                     thread[key] = value
 
-        self.edit(change)
+        self.edit(change, pid)
 
     def check_filing_slot(self, pid: str) -> None:
         table = self.doc["packs"][pid]
@@ -351,7 +354,7 @@ class Tracking:
                     filing[key] = value
             doc["packs"][pid]["filing"] = filing
 
-        self.edit(change)
+        self.edit(change, pid)
 
     def save(self) -> None:
         """Write the edits made since the last save, serialized with every other process saving this file.
@@ -362,12 +365,17 @@ class Tracking:
         """
         with FileLock(str(self.path.with_name(f".{self.path.name}.lock"))):
             doc = load_document(self.path)
-            for change in self._edits:
+            for change, pid in self._edits:
                 try:
                     change(doc)
                 except (KeyError, IndexError) as exc:
-                    raise ConfigError(f"{self.path}: changed while this command ran; {exc} is gone, so this "
-                                      "command's update cannot be applied (nothing written)") from None
+                    packs = doc.get("packs")
+                    if pid is not None and (not isinstance(packs, dict) or pid not in packs):
+                        gone = f"[packs.{pid}] was removed from it"
+                    else:
+                        gone = f"what this command updates{f' in [packs.{pid}]' if pid else ''} is gone ({exc})"
+                    raise ConfigError(f"{self.path}: changed while this command ran; {gone}, so this command's "
+                                      "update cannot be applied (nothing written)") from None
             text = tomlkit.dumps(doc)
             mode = stat.S_IMODE(self.path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
             fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)

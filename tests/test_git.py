@@ -97,7 +97,7 @@ def test_cli_without_git_on_path_says_git_was_not_found(lane_repo, tmp_path):
 
 
 def test_an_unexpected_git_failure_is_an_internal_error_with_its_traceback(lane_repo, capsys, monkeypatch):
-    """A cached base whose .git is broken: the git that reads its HEAD fails, reported as before (exit 70)."""
+    """A cached base whose .git is broken: the git that checks the entry fails, reported as before (exit 70)."""
     assert cli("materialize", "fake", *lane_repo.args()) == Exit.OK
     capsys.readouterr()
     [entry] = (lane_repo.cache / "bases" / "fake").iterdir()
@@ -105,7 +105,7 @@ def test_an_unexpected_git_failure_is_an_internal_error_with_its_traceback(lane_
     monkeypatch.setenv("PATCHLANE_HOME", str(lane_repo.cache))  # where last-error.log goes
     assert cli("materialize", "fake", *lane_repo.args()) == Exit.INTERNAL
     err = capsys.readouterr().err
-    assert err.startswith("harness: internal error: GitError: git rev-parse") and "last-error.log" in err
+    assert err.startswith("harness: internal error: GitError: git status") and "last-error.log" in err
     assert "Traceback" in (lane_repo.cache / "last-error.log").read_text()
 
 

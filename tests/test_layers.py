@@ -17,7 +17,7 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 LAYERS: dict[int, set[str]] = {
-    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint"},
+    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint", "tarsafe"},
     1: {"tomlutil", "runs", "github", "sessions", "standalone", "bootstrap",  # bootstrap: stdlib + layer 0
         "git"},  # git: raises the GitError family of errors
     2: {"pins", "runtime", "receipts"},

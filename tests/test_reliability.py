@@ -139,8 +139,9 @@ def test_leftovers_in_a_base_never_reach_a_wheel(lane_repo, capsys):
     [wheel] = entry.glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read("fakepkg/core.py") == (checkout.path / "src" / "fakepkg" / "core.py").read_bytes()
-    # nothing but the build, its record and the remembered import checks
-    assert not [p for p in entry.iterdir() if p.name not in ("site", "build.json", wheel.name, "import-checks")]
+    # nothing but the build, its record, its seal (and what matched it) and the remembered import checks
+    kept = ("site", "build.json", wheel.name, "import-checks", ".sealed-sha256.json", ".sealed-seen.json")
+    assert not [p for p in entry.iterdir() if p.name not in kept]
 
 
 def test_a_build_entry_removed_as_it_lands_is_a_build_error_not_a_missing_build(lane_repo, monkeypatch):

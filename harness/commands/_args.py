@@ -3,32 +3,43 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+
+def path(text: str) -> Path:
+    """A path option, made absolute against the working directory once, where it is parsed.
+
+    Every path the harness passes on (to pip with another ``cwd``, into ``tracking.toml``, to a
+    receipt) is then the one the person meant, whichever directory the code that uses it runs in.
+    ``~`` is expanded; symbolic links are kept as given.
+    """
+    return Path(os.path.abspath(os.path.expanduser(text)))
 
 
 def common(p: argparse.ArgumentParser) -> None:
 
     add_verbosity(p)
-    p.add_argument("--root", type=Path, default=None,
+    p.add_argument("--root", type=path, default=None,
                    help="repository root (default: found from the current directory)")
-    p.add_argument("--cache", type=Path, default=None,
+    p.add_argument("--cache", type=path, default=None,
                    help="cache for artefacts, bases and builds (default: $PATCHLANE_HOME, else "
                         "$XDG_CACHE_HOME/patchlane, else ~/.cache/patchlane)")
 
 
 def artifacts(p: argparse.ArgumentParser) -> None:
     """Where bases come from: artefact directories and git mirrors, tried before the network."""
-    p.add_argument("--artifacts", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument("--artifacts", type=path, action="append", default=[], metavar="DIR",
                    help="look for pinned artefacts in DIR before downloading (repeatable)")
-    p.add_argument("--git-mirrors", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument("--git-mirrors", type=path, action="append", default=[], metavar="DIR",
                    help="fetch git bases from the bare mirror DIR/<owner>+<name>.git before the repository URL "
                         "(repeatable; also $PATCHLANE_GIT_MIRRORS, os.pathsep-separated)")
 
 
 def source(p: argparse.ArgumentParser) -> None:
     artifacts(p)
-    p.add_argument("--bundle-dir", type=Path, default=None, metavar="DIR",
+    p.add_argument("--bundle-dir", type=path, default=None, metavar="DIR",
                    help="take every build from this unpacked offline bundle (see 'python -m harness.bootstrap')")
     p.add_argument("--python", default=sys.executable,
                    help="interpreter that imports the builds and runs reproducers (default: this one)")

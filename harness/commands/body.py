@@ -24,7 +24,7 @@ def register(sub) -> None:
                     "from the latest receipts) and a single-file reproducer. stdout carries only the body; "
                     "the files written, readiness and the gh command go to stderr.")
     p.add_argument("pack", nargs="*", help="pack id (09, pack09, liger_pack09); --check takes several")
-    p.add_argument("-o", "--out", type=Path, default=None,
+    p.add_argument("-o", "--out", type=_args.path, default=None,
                    help="where to write the body (default: dist/filing/<pack>-<kind>.md; the reproducer goes "
                         "beside it)")
     p.add_argument("--head", default=None, metavar="OWNER:BRANCH", help="head branch of a PR (kind pr)")

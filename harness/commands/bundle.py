@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness import bundle, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -12,9 +10,9 @@ from harness.commands._context import context
 def register(sub) -> None:
     p = sub.add_parser("bundle", help="write an offline bundle (builds + wheels) for GPU hosts without network")
     p.add_argument("packs", nargs="+", help="pack ids")
-    p.add_argument("-o", "--output", type=Path, required=True, help="output file, e.g. dist/bundle-09.tar.xz")
+    p.add_argument("-o", "--output", type=_args.path, required=True, help="output file, e.g. dist/bundle-09.tar.xz")
     p.add_argument("--python-version", default="3.12", help="Python version of the GPU host (default 3.12)")
-    p.add_argument("--wheels", type=Path, default=None, metavar="DIR",
+    p.add_argument("--wheels", type=_args.path, default=None, metavar="DIR",
                    help="take the dependency wheels from DIR instead of downloading them")
     p.add_argument("--base", action="append", default=[], metavar="NAME",
                    help="only the lanes on this base (repeatable); run them there with 'run PACK --lane NAME'")

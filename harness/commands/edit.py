@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness import edit, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -16,7 +14,7 @@ def register(sub) -> None:
                                    "rebase -i, new commits), then run 'harness regen PACK'.")
     p.add_argument("pack")
     p.add_argument("--base", default=None, help="base name (default: the pack's base, else the target's default)")
-    p.add_argument("--dir", type=Path, default=None,
+    p.add_argument("--dir", type=_args.path, default=None,
                    help="where to put the checkout (default: <cache>/edit/<target>/<pack>)")
     p.add_argument("--force", action="store_true",
                    help="replace an existing checkout at that place (refused if it has uncommitted changes)")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from harness import export, ui
 from harness.commands import _args
@@ -23,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("pack")
     p.add_argument("--base", default=None,
                    help="the upstream base to file against (default: the pack's filing base, e.g. main)")
-    p.add_argument("-o", "--output", type=Path, default=None,
+    p.add_argument("-o", "--output", type=_args.path, default=None,
                    help="directory to write (replaced whole; default dist/export/<pack>-<base>/)")
     p.add_argument("--identity", default=None, metavar='"NAME <EMAIL>"',
                    help="who files the series: author and Signed-off-by (default: your git config's "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from harness import receipts, ui
+from harness import receipts, tarsafe, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError, Exit, ReceiptError
@@ -27,7 +27,7 @@ def register(sub) -> None:
                                      "legacy receipts: log only) and its pack and lane against tracking.toml, "
                                      f"then copy them into receipts/ and update tracking.toml (exit "
                                      f"{int(Exit.TAMPERED)}: a receipt fails, nothing imported)")
-    q.add_argument("archive", type=Path)
+    q.add_argument("archive", type=_args.path)
     _args.common(q)
     q = rs.add_parser("verify", help="check every receipt directory against its digests and its log "
                                      f"(exit {int(Exit.TAMPERED)} when one fails)")
@@ -58,7 +58,7 @@ def _import(ctx, args) -> int:
     with tempfile.TemporaryDirectory(prefix="patchlane-import-") as tmp:
         try:
             with tarfile.open(args.archive) as tf:
-                tf.extractall(tmp, filter="data")
+                tarsafe.extractall(tf, tmp)
         except (tarfile.TarError, OSError) as exc:
             raise ConfigError(f"{args.archive}: cannot read: {exc}") from None
         dirs = sorted({p.parent for p in Path(tmp).rglob(receipts.RECEIPT)}
@@ -141,7 +141,15 @@ def _missing_from_tracking(ctx) -> list[str]:
     for pid, pack in ctx.tracking.packs.items():
         for lane, entry in pack.validation.items():
             path = entry.receipt
-            if path is not None and not Path(path).is_absolute() and not (ctx.root / path).is_file():
+            if path is None or Path(path).is_absolute():
+                continue
+            try:
+                there = (ctx.root / path).is_file()
+            except OSError as exc:  # a directory on the way cannot be read: reported with the directory
+                out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which cannot be read "
+                           f"({exc.strerror or exc})")
+                continue
+            if not there:
                 out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which is missing")
     return out
 

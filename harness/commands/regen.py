@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from harness import edit, series
 from harness.commands import _args
 from harness.commands._context import context
@@ -16,7 +14,8 @@ def register(sub) -> None:
                                    "against patches/<target>/<pack>/ and replace the series atomically. "
                                    "Refused while the checkout has uncommitted changes.")
     p.add_argument("pack")
-    p.add_argument("--dir", type=Path, default=None, help="the edit checkout (default: where 'harness edit' puts it)")
+    p.add_argument("--dir", type=_args.path, default=None,
+                   help="the edit checkout (default: where 'harness edit' puts it)")
     p.add_argument("--dry-run", action="store_true", help="print the difference, write nothing")
     _args.common(p)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rich.table import Table
 
@@ -22,13 +21,13 @@ def register(sub) -> None:
                        description="Build each lane of PACK (baseline and patched), import-check it, run the "
                                    "pack's reproducer against it, write a receipt per lane and update "
                                    "tracking.toml. Lanes that need a GPU this host lacks are reported as skipped "
-                                   "(exit 3); a pack without lanes validates nothing (exit 13). -q stops echoing "
-                                   "the reproducer's output.")
+                                   f"(exit {int(Exit.SKIPPED)}); a pack without lanes validates nothing "
+                                   f"(exit {int(Exit.NO_LANES)}). -q stops echoing the reproducer's output.")
     p.add_argument("pack", help="pack id, e.g. 09")
     p.add_argument("--lane", action="append", default=[], help="run only this lane (repeatable)")
-    p.add_argument("--receipts-dir", type=Path, default=None, help="write receipts here (default: receipts/)")
+    p.add_argument("--receipts-dir", type=_args.path, default=None, help="write receipts here (default: receipts/)")
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
-    p.add_argument("--result-file", type=Path, default=None,
+    p.add_argument("--result-file", type=_args.path, default=None,
                    help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
     _args.source(p)
     _args.common(p)

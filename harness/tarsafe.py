@@ -1,0 +1,87 @@
+"""Extract tar members with the safety of tarfile's ``data`` filter on every Python the harness supports.
+
+Extraction filters (PEP 706) came with Python 3.11.4; 3.11.0 to 3.11.3 have none, and their
+``extract``/``extractall`` refuse the ``filter`` argument. Where the filter exists it is used; where it
+does not, each member is checked right before it is extracted, by the same rules:
+
+* leading slashes are dropped from a name; nothing lands outside the destination once every link on its way (in the
+  destination, including links extracted a moment ago) is followed;
+* a symbolic or hard link must not be absolute nor point outside the destination;
+* no device file or FIFO;
+* set-user-id, set-group-id and sticky bits and group/other write bits are cleared; a file is readable
+  and writable by its owner; a directory gets the default mode; owners and groups of the archive are
+  ignored (files belong to whoever extracts them).
+
+Standard library only (``harness.bootstrap`` unpacks bundles with it before any dependency exists).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+import tarfile
+from collections.abc import Iterable
+from pathlib import Path
+
+
+class UnsafeMember(tarfile.TarError):
+    """A member the ``data`` filter would refuse (named, with the reason)."""
+
+
+def has_filter() -> bool:
+    """Whether this Python's tarfile has extraction filters (3.11.4 and later)."""
+    return hasattr(tarfile, "data_filter")
+
+
+def extractall(tf: tarfile.TarFile, dest: Path | str, members: Iterable[tarfile.TarInfo] | None = None) -> None:
+    """``tf.extractall(dest, filter="data")``, on a Python without filters too."""
+    if has_filter():
+        tf.extractall(dest, members=members, filter="data")
+        return
+    for member in list(members if members is not None else tf.getmembers()):
+        extract(tf, member, dest)
+
+
+def extract(tf: tarfile.TarFile, member: tarfile.TarInfo, dest: Path | str) -> None:
+    """``tf.extract(member, dest, filter="data")``, on a Python without filters too."""
+    if has_filter():
+        tf.extract(member, dest, filter="data")
+        return
+    tf.extract(checked(member, dest), dest)  # 3.11.0-3.11.3: no filter argument
+
+
+def checked(member: tarfile.TarInfo, dest: Path | str) -> tarfile.TarInfo:
+    """A copy of ``member`` made safe the way the ``data`` filter does, or UnsafeMember."""
+    root = os.path.realpath(dest)
+    name = member.name.lstrip("/" + os.sep)
+    if os.path.isabs(name):  # leading slashes are dropped, as the filter does; what is still absolute is not
+        raise UnsafeMember(f"member {member.name!r} has an absolute path")
+    target = os.path.realpath(os.path.join(root, name))
+    if os.path.commonpath([root, target]) != root:
+        raise UnsafeMember(f"member {member.name!r} would be extracted outside {dest}")
+    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
+        raise UnsafeMember(f"member {member.name!r} is a device or FIFO")
+    if member.issym() or member.islnk():
+        if os.path.isabs(member.linkname):
+            raise UnsafeMember(f"link {member.name!r} -> {member.linkname!r} is absolute")
+        base = os.path.dirname(target) if member.issym() else root
+        where = os.path.realpath(os.path.join(base, member.linkname))
+        if os.path.commonpath([root, where]) != root:
+            raise UnsafeMember(f"link {member.name!r} -> {member.linkname!r} points outside {dest}")
+    safe = copy.copy(member)  # TarInfo.replace came with the filters
+    safe.name, safe.uid, safe.gid, safe.uname, safe.gname = name, os.getuid(), os.getgid(), "", ""
+    if member.isreg() or member.islnk():
+        mode = (member.mode or 0) & 0o755 & ~(stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX) | 0o600
+        if not mode & 0o100:
+            mode &= ~0o011  # group/other execute only with the owner's
+        safe.mode = mode
+    elif member.isdir():
+        safe.mode = 0o755 & ~_umask()
+    return safe
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
