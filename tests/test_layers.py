@@ -16,7 +16,7 @@ LAYERS: dict[int, set[str]] = {
     0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint"},
     1: {"tomlutil", "runs", "github", "sessions", "standalone", "bootstrap",  # bootstrap: stdlib + layer 0
         "git"},  # git: raises the GitError family of errors
-    2: {"pins", "runtime", "receipts"},
+    2: {"pins", "runtime", "receipts", "upstream_tests"},
     3: {"tracking", "builds"},
     4: {"series", "threads"},
     5: {"context"},
