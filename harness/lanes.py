@@ -96,7 +96,9 @@ def tests_tree_key(manifest: pins.Manifest, base: pins.Base, patches: list[serie
 def obtain_tests_tree(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch],
                       lane: Lane, label: str) -> Path:
     """The upstream test files an upstream-test lane runs: from the bundle offline, else exported from the
-    base's tree with ``patches`` applied (the same tree its build is made from)."""
+    base's tree with ``patches`` applied. ``patches`` is the pack's series on every lane, patched or not:
+    the tests are the ones the series files upstream, so an unpatched lane runs them against the old code
+    (a test the series adds must fail there) and a patched lane against the new."""
     key = tests_tree_key(manifest, base, patches, lane)
     if ctx.bundle is not None:
         return ctx.bundle.tests_tree_for(key, ctx.store, label)
@@ -129,7 +131,8 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
                            + [(f"{other.target} {xbase.name}", xbase.runtime_requires) for other, xbase, _ in extras]
                            + ([(f"lane {lane.name}'s upstream tests",
                                 upstream_tests.PYTEST_REQUIRES + lane.test_requires)] if lane.upstream_tests else []))
-    tests_tree = obtain_tests_tree(ctx, manifest, base, patches, lane, label) if lane.upstream_tests else None
+    tests_tree = (obtain_tests_tree(ctx, manifest, base, series_for(ctx, pack, base.name), lane, label)
+                  if lane.upstream_tests else None)
     runtime_site = runtime.ensure_requirements(reqs, label, ctx.store, ctx.python, wheels) if import_check else None
     runtime_path = [str(runtime_site)] if runtime_site else []
     imported = {}

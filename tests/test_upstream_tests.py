@@ -112,6 +112,8 @@ def test_expected_failure_unpatched_and_pass_patched_are_recorded_per_id(upstrea
     assert fix.sentinels == (Sentinel.UPSTREAM_TESTS_PASSED,)
     assert _details(fix)["outcomes"] == {OK: "passed", BAD: "passed"}
     assert [(f.to_dict()["id"], f.to_dict()["value"]) for f in fix.figures] == [(OK, "passed"), (BAD, "passed")]
+    # both lanes ran the tests of the series-applied tree: one exported test tree
+    assert len(list((upstream_repo.cache / "upstream-tests").iterdir())) == 1
 
 
 def test_an_expected_failure_that_passes_is_a_mismatch(upstream_repo):
