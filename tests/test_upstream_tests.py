@@ -211,3 +211,25 @@ def test_the_gpu_lock_serialises_two_runs_on_one_gpu(tmp_path):
     released = float(holder.stdout.readline().split()[1])
     holder.wait(timeout=30)
     assert got >= released and waited > 0.5
+
+
+def test_a_bundle_carries_the_test_tree_to_a_host_without_the_upstream(upstream_repo, tmp_path):
+    upstream_repo.write_tracking(_lane("tests-bug", False, [OK, BAD], [BAD]))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    out = tmp_path / "dist" / "bundle-01.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *upstream_repo.args()) == Exit.OK
+    with tarfile.open(out) as tf:
+        index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
+    [entry] = index["tests_trees"].values()
+    assert entry["lanes"] == ["01/tests-bug"] and len(entry["sha256"]) == 64
+    from harness.bundle import unpack
+
+    bundle_dir = unpack(out, tmp_path / "unpacked")
+    upstream_repo.sdist.unlink()  # no artefact: the tests can only come from the bundle
+    device = tmp_path / "device-cache"
+    assert cli("run", "01", "--quiet", "--lane", "tests-bug", "--bundle-dir", str(bundle_dir),
+               "--root", str(upstream_repo.root), "--cache", str(device)) == Exit.OK
+    [rec] = find(upstream_repo.root, "fake", "01")
+    assert rec.build.source == "bundle" and _details(rec)["outcomes"] == {OK: "passed", BAD: "failed"}
+    assert not (device / "bases").exists()
