@@ -106,8 +106,8 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
             for build in prep.extras:
                 _add_build(index, members, ctx, build, f"{pack.id}/{lane.name}")
             if prep.tests_tree is not None:
-                key = lanes.tests_tree_key(prep.manifest, prep.base, lanes.series_for(ctx, pack, prep.base.name), lane)
-                _add_tests_tree(index, members, ctx, key, prep.tests_tree, f"{pack.id}/{lane.name}")
+                assert prep.tests_tree_key is not None  # set with tests_tree
+                _add_tests_tree(index, members, ctx, prep.tests_tree_key, prep.tests_tree, f"{pack.id}/{lane.name}")
     with ui.status("downloading wheels for the GPU host"):
         work = ctx.store.area("tmp") / "bundle-wheels"
         shutil.rmtree(work, ignore_errors=True)

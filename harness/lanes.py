@@ -37,7 +37,8 @@ class Prepared:
     extras: tuple[builds.Build, ...] = ()
     runtime_site: Path | None = None  # runtime_requires of the base and of the extra builds' bases, for this lane only
     runtime_requires: tuple[str, ...] = ()  # what runtime_site holds
-    tests_tree: Path | None = None  # upstream-test lanes: the upstream's test files, series applied when patched
+    tests_tree: Path | None = None  # upstream-test lanes: the upstream's test files (the pack's series applied)
+    tests_tree_key: str | None = None
 
     @property
     def path_entries(self) -> list[str]:
@@ -131,8 +132,11 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
                            + [(f"{other.target} {xbase.name}", xbase.runtime_requires) for other, xbase, _ in extras]
                            + ([(f"lane {lane.name}'s upstream tests",
                                 upstream_tests.PYTEST_REQUIRES + lane.test_requires)] if lane.upstream_tests else []))
-    tests_tree = (obtain_tests_tree(ctx, manifest, base, series_for(ctx, pack, base.name), lane, label)
-                  if lane.upstream_tests else None)
+    tests_tree = tests_key = None
+    if lane.upstream_tests:
+        pack_series = series_for(ctx, pack, base.name)
+        tests_key = tests_tree_key(manifest, base, pack_series, lane)
+        tests_tree = obtain_tests_tree(ctx, manifest, base, pack_series, lane, label)
     runtime_site = runtime.ensure_requirements(reqs, label, ctx.store, ctx.python, wheels) if import_check else None
     runtime_path = [str(runtime_site)] if runtime_site else []
     imported = {}
@@ -150,7 +154,7 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
         baseline = prepare(ctx, pack, twin, import_check=False).build
     return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline=baseline,
                     extras=tuple(b for _, _, b in extras), runtime_site=runtime_site, runtime_requires=reqs,
-                    tests_tree=tests_tree)
+                    tests_tree=tests_tree, tests_tree_key=tests_key)
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -191,8 +195,9 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     args = list(lane.args)
     requires = pack.lane_requires(lane) or "cpu"
     if lane.upstream_tests:
+        assert prep.tests_tree_key is not None  # prepare sets it for every upstream-test lane
         args = upstream_tests.runner_args(lane.upstream_tests, lane.expect_failed, prep.manifest.distribution,
-                                          prep.manifest.import_names[0], requires, lane.timeout)
+                                          prep.manifest.import_names[0], requires, lane.timeout, prep.tests_tree_key)
     started = receipts.utc_now()
     env = runtime.with_library_path(dict(os.environ), prep.runtime_site)
     env.update({

@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from harness import filing, git, pins, rebase, receipts, series
+from harness import filing, git, pins, rebase, receipts, series, upstream_tests
 from harness.errors import ConfigError, HarnessError
 from harness.github import thread_label
 from harness.hashing import sha256_file
@@ -286,18 +286,24 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
             return LaneProblem(LaneProblemCode.SERIES,
                                f"latest receipt applied another series than the one for {lane.base} "
                                f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
-    if pack.reproducer:
-        path = root / pack.reproducer
+    if lane.upstream_tests:  # the test files come from the series on every such lane, patched or not
+        tree = upstream_tests.tree_key(series.series_key(pack.target, base.pin, patches), lane.upstream_tests)
+        if upstream_tests.recorded_tree(rec.reproducer.args) != tree:
+            return LaneProblem(LaneProblemCode.SERIES, "latest receipt ran the upstream tests of another series "
+                                                       f"or another choice of ids than today's for {lane.base}")
+    script = upstream_tests.RUNNER if lane.upstream_tests else pack.reproducer
+    if script:
+        path = root / script
         if path.is_file() and sha256_file(path) != rec.reproducer.sha256:
             return LaneProblem(LaneProblemCode.REPRODUCER,
-                               f"latest receipt ran an older {pack.reproducer} (it changed since)")
+                               f"latest receipt ran an older {script} (it changed since)")
         if rec.reproducer.helpers is not None:  # receipts before helpers were pinned: the file alone, as above
-            now = receipts.helper_digests(root, pack.reproducer)
+            now = receipts.helper_digests(root, script)
             changed_helpers = sorted(name for name in set(now) | set(rec.reproducer.helpers)
                                      if now.get(name) != rec.reproducer.helpers.get(name))
             if changed_helpers:
                 return LaneProblem(LaneProblemCode.HELPERS,
-                                   f"latest receipt ran {pack.reproducer} with other helper modules than today's "
+                                   f"latest receipt ran {script} with other helper modules than today's "
                                    f"({', '.join(changed_helpers)} changed, added or removed since)")
     return None
 

@@ -45,6 +45,11 @@ SENTINEL_ALL_PASSED = "UPSTREAM_TESTS_PASSED"
 SENTINEL_FAILED_AS_EXPECTED = "UPSTREAM_TESTS_FAILED_AS_EXPECTED"
 
 
+def recorded_tree(args: tuple[str, ...]) -> str | None:
+    """The test tree key a receipt's runner arguments name (``runner_args``), or None."""
+    return args[args.index("--tests-tree") + 1] if "--tests-tree" in args[:-1] else None
+
+
 def expected_sentinel(expect_failed: tuple[str, ...]) -> str:
     """The sentinel an upstream-test lane expects: every id passed, or exactly the listed ones failed."""
     return SENTINEL_FAILED_AS_EXPECTED if expect_failed else SENTINEL_ALL_PASSED
@@ -125,11 +130,14 @@ def adopt_tree(tar: Path, key: str, store: Store, label: str) -> Path:
 
 
 def runner_args(ids: tuple[str, ...], expect_failed: tuple[str, ...], distribution: str, module: str,
-                requires: str, timeout_s: int) -> list[str]:
-    """The runner's command line: what it stamps, the device it needs, pytest's time budget, the ids."""
+                requires: str, timeout_s: int, tree: str) -> list[str]:
+    """The runner's command line: what it stamps, the device it needs, pytest's time budget, the test tree's
+    key (``tree_key``: which series the test files came from, so a receipt goes stale when the series
+    changes, on an unpatched lane too), the ids."""
     # pytest gets the lane's time less a margin, so the runner can still read the XML and say what happened
     budget = max(30, timeout_s - min(120, timeout_s // 10))
-    args = ["--distribution", distribution, "--module", module, "--requires", requires, "--timeout", str(budget)]
+    args = ["--distribution", distribution, "--module", module, "--requires", requires, "--timeout", str(budget),
+            "--tests-tree", tree]
     for node in expect_failed:
         args += ["--expect-failed", node]
     return args + ["--", *ids]

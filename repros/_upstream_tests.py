@@ -130,6 +130,7 @@ def main() -> int:
     p.add_argument("--requires", choices=("cuda", "cpu"), default="cpu")
     p.add_argument("--timeout", type=int, default=600, help="seconds pytest may run")
     p.add_argument("--expect-failed", action="append", default=[], metavar="ID")
+    p.add_argument("--tests-tree", help="the harness's key of the test tree (which series the tests came from)")
     p.add_argument("ids", nargs="+", help="pytest node ids, relative to the upstream root")
     args = p.parse_args()
     start(args, args.distribution, args.module)
@@ -157,7 +158,7 @@ def main() -> int:
         reasons.append(f"pytest ran past its budget of {args.timeout} s and was killed")
         sentinel = "UPSTREAM_TESTS_UNEXPECTED"
     verdict(sentinel, selected=args.ids, expect_failed=args.expect_failed, outcomes=outcomes, cases=cases,
-            summary=summary, pytest_exit=pytest_exit, reasons=reasons)
+            summary=summary, pytest_exit=pytest_exit, reasons=reasons, tests_tree=args.tests_tree)
     return 0
 
 

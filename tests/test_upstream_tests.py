@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli, fake_tree
 
-from harness import upstream_tests
+from harness import pins, upstream_tests
 from harness.errors import ConfigError, Exit, GpuBusyError
 from harness.receipts import Sentinel, Verdict, find, verify
 
@@ -186,7 +186,7 @@ def test_visible_gpus_follow_cuda_visible_devices(tmp_path):
 HOLDER = textwrap.dedent('''\
     import sys, time
     from pathlib import Path
-    from harness import upstream_tests
+    from harness import pins, upstream_tests
     with upstream_tests.gpu_lock(["0"], 30, "holder", Path(sys.argv[1])):
         print(f"acquired {time.time()}", flush=True)
         time.sleep(float(sys.argv[2]))
@@ -233,3 +233,26 @@ def test_a_bundle_carries_the_test_tree_to_a_host_without_the_upstream(upstream_
     [rec] = find(upstream_repo.root, "fake", "01")
     assert rec.build.source == "bundle" and _details(rec)["outcomes"] == {OK: "passed", BAD: "failed"}
     assert not (device / "bases").exists()
+
+
+def test_a_changed_series_makes_the_unpatched_lane_stale_too(upstream_repo, tmp_path):
+    """The unpatched lane runs the series' tests: a new series (tests included) outdates its receipt."""
+    from conftest import CORE_BUGGY, CORE_FIXED, make_patch
+
+    from harness import readiness
+    from harness.tracking import Tracking
+
+    upstream_repo.write_tracking(_lane("tests-bug", False, [OK, BAD], [BAD]))
+    assert _run(upstream_repo, "tests-bug") == Exit.OK
+
+    def problem():
+        tracking = Tracking.load(upstream_repo.root)
+        pack = tracking.pack("01")
+        [rec] = find(upstream_repo.root, "fake", "01")
+        patches = readiness.series_at(upstream_repo.root, tracking, pack, "1.0")
+        return readiness.lane_problem(upstream_repo.root, pack, pack.lane("tests-bug"), rec,
+                                      pins.load_manifest(upstream_repo.root, "fake").base("1.0"), patches)
+
+    assert problem() is None
+    upstream_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("weight", "own weight")))
+    assert "upstream tests of another series" in str(problem())
