@@ -55,7 +55,8 @@ def stamp_time(t: datetime) -> str:
 
 
 class Sentinel(StrEnum):
-    """The sentinel names of ``repros/_lane.py`` (``SENTINELS``; a test keeps the two equal)."""
+    """The sentinel names of ``repros/_lane.py`` (``SENTINELS``) and of the upstream-test runner
+    (``upstream_tests.SENTINELS``); a test keeps them equal."""
 
     BUG_REPRODUCED = "BUG_REPRODUCED"
     BUG_ABSENT = "BUG_ABSENT"

@@ -66,13 +66,13 @@ THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note"})
 
 @cache
 def sentinels(root: Path) -> dict[str, str]:
-    """The sentinel vocabulary, read from the reproducers' own contract module."""
+    """The sentinel vocabulary, read from the reproducers' own contract module, and the upstream-test runner's."""
     spec = importlib.util.spec_from_file_location("_lane", root / "repros" / "_lane.py")
     if spec is None or spec.loader is None:
         raise ConfigError(f"{root / 'repros' / '_lane.py'}: missing")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return dict(mod.SENTINELS)
+    return dict(mod.SENTINELS) | upstream_tests.SENTINELS
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ lane workflow (``harness/lanes.py``) puts together:
   e.g. ``tests/``, and the root's pytest configuration), copied into the store under the tree's key, so
   the package source itself is *not* beside the tests and ``import mamba_ssm`` resolves to the build.
   Bundles carry it as a tar (``harness/bundle.py``).
-* ``runner_args``: the arguments of the kit's runner (``repros/_upstream_tests.py``), which runs pytest
+* ``runner_args``: the arguments of the kit's runner (``repros/upstream_tests.py``), which runs pytest
   with ``--junitxml``, reads each id's outcome from that file and prints the verdict sentinel; the
   arguments hold the selected ids exactly, so the receipt's ``reproducer.args`` records the choice.
 * ``gpu_lock``: one file lock per visible GPU, held for the whole pytest run. Upstream suites autotune
@@ -33,16 +33,25 @@ from harness import fingerprint, ui
 from harness.errors import BuildError, ConfigError, GpuBusyError
 from harness.store import Store
 
-RUNNER = "repros/_upstream_tests.py"  # the kit's runner, relative to the repository root
+# the kit's runner, relative to the repository root; not named _*.py: the kit's helpers are pinned in every
+# receipt (receipts.helper_digests), and adding one would make every reproducer's receipt stale
+RUNNER = "repros/upstream_tests.py"
 # pytest and its own dependencies, exactly pinned: the lane's runtime site is installed with --no-deps
 PYTEST_REQUIRES = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "packaging==26.0", "pygments==2.21.0")
 # files at the root of an upstream tree that configure pytest (rootdir, markers, addopts, conftest)
 ROOT_CONFIG = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "conftest.py")
 TREE_VERSION = "1"  # bump when what export_tree copies changes
 LOCK_DIR_ENV = "PATCHLANE_GPU_LOCK_DIR"
-ROOT_ENV = "HARNESS_UPSTREAM_TESTS_ROOT"  # where the runner finds the test tree (repros/_upstream_tests.py reads it)
+ROOT_ENV = "HARNESS_UPSTREAM_TESTS_ROOT"  # where the runner finds the test tree (repros/upstream_tests.py reads it)
 SENTINEL_ALL_PASSED = "UPSTREAM_TESTS_PASSED"
 SENTINEL_FAILED_AS_EXPECTED = "UPSTREAM_TESTS_FAILED_AS_EXPECTED"
+# The runner's verdicts, added to the reproducers' vocabulary (tracking.sentinels) here rather than in
+# repros/_lane.py, whose digest every receipt pins. The runner prints them (RUNNER keeps the same names).
+SENTINELS = {
+    SENTINEL_ALL_PASSED: "every selected upstream test passed on this build",
+    SENTINEL_FAILED_AS_EXPECTED: "the upstream tests expected to fail failed, every other one passed",
+    "UPSTREAM_TESTS_UNEXPECTED": "an upstream test failed, errored, was skipped or did not run against expectation",
+}
 
 
 def recorded_tree(args: tuple[str, ...]) -> str | None:

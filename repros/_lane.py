@@ -49,9 +49,6 @@ SENTINELS = {
     "CONTRACT_BROKEN": "a boundary contract is violated",
     "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
     "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
-    "UPSTREAM_TESTS_PASSED": "every selected upstream test passed on this build",
-    "UPSTREAM_TESTS_FAILED_AS_EXPECTED": "the upstream tests expected to fail failed, every other one passed",
-    "UPSTREAM_TESTS_UNEXPECTED": "an upstream test failed, errored, was skipped or did not run against expectation",
 }
 
 

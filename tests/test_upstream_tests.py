@@ -82,7 +82,7 @@ def upstream_repo(lane_repo, tmp_path, monkeypatch):
     lane_repo.sdist.unlink()
     lane_repo.sdist = _sdist(lane_repo.sdist.parent)
     lane_repo.write_manifest()
-    shutil.copy(REPO / "repros" / "_upstream_tests.py", lane_repo.root / "repros" / "_upstream_tests.py")
+    shutil.copy(REPO / "repros" / "upstream_tests.py", lane_repo.root / "repros" / "upstream_tests.py")
     monkeypatch.setattr(upstream_tests, "PYTEST_REQUIRES", ())
     monkeypatch.setenv(upstream_tests.LOCK_DIR_ENV, str(tmp_path / "locks"))
     return lane_repo
