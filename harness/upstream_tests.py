@@ -156,12 +156,14 @@ def visible_gpus(env: dict[str, str] | None = None, proc_root: Path = Path("/pro
     """Names of the GPUs a process started with ``env`` may use, for the lock files.
 
     ``CUDA_VISIBLE_DEVICES`` when set (its entries: indices or UUIDs), else every GPU the kernel shows,
-    by index. An empty ``CUDA_VISIBLE_DEVICES`` hides every GPU.
+    by index; GPU 0 when the kernel shows none (a container without ``/proc/driver/nvidia/gpus``: a
+    CUDA lane runs only where torch saw a device, so locking too much beats locking nothing). An empty
+    ``CUDA_VISIBLE_DEVICES`` hides every GPU.
     """
     given = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
     if given is not None:
         return [d.strip() for d in given.split(",") if d.strip()]
-    return [str(i) for i in range(len(fingerprint.gpu_driver(proc_root)["gpus"]))]
+    return [str(i) for i in range(len(fingerprint.gpu_driver(proc_root)["gpus"]))] or ["0"]
 
 
 def lock_dir() -> Path:

@@ -180,6 +180,7 @@ def test_visible_gpus_follow_cuda_visible_devices(tmp_path):
     gpus = tmp_path / "driver" / "nvidia" / "gpus"
     for bus in ("0000:01:00.0", "0000:02:00.0"):
         (gpus / bus).mkdir(parents=True)
+    assert upstream_tests.visible_gpus({}, proc_root=tmp_path / "no-proc") == ["0"]
     assert upstream_tests.visible_gpus({}, proc_root=tmp_path) == ["0", "1"]
 
 
@@ -256,3 +257,24 @@ def test_a_changed_series_makes_the_unpatched_lane_stale_too(upstream_repo, tmp_
     assert problem() is None
     upstream_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("weight", "own weight")))
     assert "upstream tests of another series" in str(problem())
+
+
+def test_a_cuda_upstream_lane_runs_under_the_lock_of_every_visible_gpu(upstream_repo, monkeypatch):
+    """The lane holds the locks for the whole runner process; a cpu lane takes none."""
+    from contextlib import contextmanager
+
+    from harness import runs
+
+    held = []
+
+    @contextmanager
+    def recording_lock(gpus, timeout_s, label, directory=None):
+        held.append(list(gpus))
+        yield 0.0
+
+    monkeypatch.setattr(upstream_tests, "gpu_lock", recording_lock)
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (2, "this host has 2: fake"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    upstream_repo.write_tracking(_lane("tests-gpu", True, [OK], requires="cuda") + _lane("tests-cpu", True, [OK]))
+    _run(upstream_repo, "tests-gpu", "tests-cpu")  # no CUDA here: the runner skips or dies; the lock came first
+    assert held == [["3", "5"], []]
