@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import builds, interpreters, lanes, receipts, tarsafe, ui
+from harness import builds, interpreters, lanes, receipts, tarsafe, ui, upstream_tests
 from harness.bootstrap import VERIFIED, expected_files
 from harness.context import Context
 from harness.errors import BundleError
@@ -107,6 +107,9 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
                 _add_build(index, members, ctx, prep.baseline, f"{pack.id}/{lane.name}.baseline")
             for build in prep.extras:
                 _add_build(index, members, ctx, build, f"{pack.id}/{lane.name}")
+            if prep.tests_tree is not None:
+                assert prep.tests_tree_key is not None  # set with tests_tree
+                _add_tests_tree(index, members, ctx, prep.tests_tree_key, prep.tests_tree, f"{pack.id}/{lane.name}")
     with ui.status("downloading wheels for the GPU host"):
         work = ctx.store.area("tmp") / "bundle-wheels"
         shutil.rmtree(work, ignore_errors=True)
@@ -197,6 +200,21 @@ def _add_build(index: dict, members: dict[str, Path], ctx: Context, build: build
                           hint=f"remove {build.path}; the next run builds it again")
 
 
+def _add_tests_tree(index: dict, members: dict[str, Path], ctx: Context, key: str, tree: Path, lane: str) -> None:
+    """Record an upstream-test lane's test tree (a tar of its ``tree/``) once, noting which lanes use it."""
+    entry = index.setdefault("tests_trees", {}).setdefault(key, {"lanes": []})
+    entry["lanes"].append(lane)
+    if "file" in entry:
+        return
+    arc = f"tests/{key[:20]}/tree.tar"
+    tar = ctx.store.area("tmp") / f"{key[:20]}-tests.tar"
+    with tarfile.open(tar, "w") as tf:
+        tf.add(tree, arcname="tree")
+    members[arc] = tar
+    entry["file"] = arc
+    entry["sha256"] = sha256_file(tar)
+
+
 def store_uncompressed(wheel: Path, dest: Path) -> Path:
     """``wheel`` rewritten with stored (uncompressed) members, so the bundle's xz sees the raw files.
 
@@ -269,6 +287,14 @@ class OpenBundle:
         if src.suffix == ".whl":
             return builds.adopt_wheel(src, key, manifest, store, label)
         return builds.adopt_site_tar(src, key, manifest, store, label)
+
+
+    def tests_tree_for(self, key: str, store: Store, label: str) -> Path:
+        entry = self.index.get("tests_trees", {}).get(key)
+        if entry is None:
+            raise BundleError(f"the bundle has no upstream test tree for {label} (key {key[:12]}); the series or "
+                              "the lane's ids changed since it was made: make it again with 'harness bundle'")
+        return upstream_tests.adopt_tree(self.path / entry["file"], key, store, label)
 
 
 def unpack(archive: Path, dest: Path) -> Path:

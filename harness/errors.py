@@ -155,6 +155,12 @@ class DriftError(HarnessError):
     exit_code = Exit.DRIFT
 
 
+class GpuBusyError(HarnessError):
+    """An upstream-test lane waited past its time limit for a GPU another upstream-test run holds."""
+
+    exit_code = Exit.TIMEOUT
+
+
 class ReceiptError(HarnessError):
     """A receipt fails verification (a file edited, missing, or not covered by its digests)."""
 

@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import __version__, builds, git, pins, receipts, runs, runtime, series, ui
+from harness import __version__, builds, git, pins, receipts, runs, runtime, series, ui, upstream_tests
 from harness.context import Context
 from harness.errors import ConfigError, Exit
 from harness.hashing import sha256_file
@@ -37,6 +37,8 @@ class Prepared:
     extras: tuple[builds.Build, ...] = ()
     runtime_site: Path | None = None  # runtime_requires of the base and of the extra builds' bases, for this lane only
     runtime_requires: tuple[str, ...] = ()  # what runtime_site holds
+    tests_tree: Path | None = None  # upstream-test lanes: the upstream's test files (the pack's series applied)
+    tests_tree_key: str | None = None
 
     @property
     def path_entries(self) -> list[str]:
@@ -88,6 +90,27 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
     return build
 
 
+def tests_tree_key(manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch], lane: Lane) -> str:
+    return upstream_tests.tree_key(series.series_key(manifest.target, base.pin, patches), lane.upstream_tests)
+
+
+def obtain_tests_tree(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch],
+                      lane: Lane, label: str) -> Path:
+    """The upstream test files an upstream-test lane runs: from the bundle offline, else exported from the
+    base's tree with ``patches`` applied. ``patches`` is the pack's series on every lane, patched or not:
+    the tests are the ones the series files upstream, so an unpatched lane runs them against the old code
+    (a test the series adds must fail there) and a patched lane against the new."""
+    key = tests_tree_key(manifest, base, patches, lane)
+    if ctx.bundle is not None:
+        return ctx.bundle.tests_tree_for(key, ctx.store, label)
+    found = upstream_tests.lookup_tree(ctx.store, key)
+    if found is not None:
+        return found
+    checkout = ctx.materialize(manifest, base.name)
+    source = series.apply(checkout, patches, ctx.store).path if patches else checkout.path
+    return upstream_tests.export_tree(source, lane.upstream_tests, key, ctx.store, label)
+
+
 def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> Prepared:
     manifest = ctx.manifest(pack.target)
     base = manifest.base(lane.base)
@@ -106,7 +129,14 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     wheels = ctx.bundle.path / "wheels" if ctx.bundle is not None else None
     # an extra build needs its own base's runtime (mamba's tilelang) on this lane's path as well
     reqs = runtime.combine([(f"{manifest.target} {base.name}", base.runtime_requires)]
-                           + [(f"{other.target} {xbase.name}", xbase.runtime_requires) for other, xbase, _ in extras])
+                           + [(f"{other.target} {xbase.name}", xbase.runtime_requires) for other, xbase, _ in extras]
+                           + ([(f"lane {lane.name}'s upstream tests",
+                                upstream_tests.PYTEST_REQUIRES + lane.test_requires)] if lane.upstream_tests else []))
+    tests_tree = tests_key = None
+    if lane.upstream_tests:
+        pack_series = series_for(ctx, pack, base.name)
+        tests_key = tests_tree_key(manifest, base, pack_series, lane)
+        tests_tree = obtain_tests_tree(ctx, manifest, base, pack_series, lane, label)
     runtime_site = runtime.ensure_requirements(reqs, label, ctx.store, ctx.python, wheels) if import_check else None
     runtime_path = [str(runtime_site)] if runtime_site else []
     imported = {}
@@ -123,7 +153,8 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
         twin = Lane(name=f"{lane.name}.baseline", base=lane.base, patched=False, expect=lane.expect)
         baseline = prepare(ctx, pack, twin, import_check=False).build
     return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline=baseline,
-                    extras=tuple(b for _, _, b in extras), runtime_site=runtime_site, runtime_requires=reqs)
+                    extras=tuple(b for _, _, b in extras), runtime_site=runtime_site, runtime_requires=reqs,
+                    tests_tree=tests_tree, tests_tree_key=tests_key)
 
 
 def _pack_modules(pack: Pack) -> list[str]:
@@ -195,13 +226,17 @@ def _process_exists(pid: int) -> bool:
 def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneResult:
     """Run the lane's reproducer against the prepared build and write its receipt."""
     pack, lane = prep.pack, prep.lane
-    if pack.reproducer is None:  # tracking.load refuses lanes without a reproducer
+    pinned, launched = pack.lane_script(lane), pack.lane_runner(lane)  # what the receipt pins; what runs
+    if pinned is None or launched is None:  # tracking.load refuses lanes without a reproducer
         raise ConfigError(f"tracking.toml [packs.{pack.id}]: lane {lane.name} but no key 'reproducer'")
-    pinned = pack.lane_script(lane) or pack.reproducer  # the script the receipt pins
-    script = ctx.root / pinned
-    runner, args = script, list(lane.args)
+    script, runner, args = ctx.root / pinned, ctx.root / launched, list(lane.args)
+    requires = pack.lane_requires(lane) or "cpu"
     if lane.minimal:  # the plain script runs unchanged under the kit that speaks the lane protocol
-        runner, args = ctx.root / str(pack.lane_runner(lane)), [str(script), *lane.args]
+        args = [str(script), *lane.args]
+    elif lane.upstream_tests:
+        assert prep.tests_tree_key is not None  # prepare sets it for every upstream-test lane
+        args = upstream_tests.runner_args(lane.upstream_tests, lane.expect_failed, prep.manifest.distribution,
+                                          prep.manifest.import_names[0], requires, lane.timeout, prep.tests_tree_key)
     started = receipts.utc_now()
     env = runtime.with_library_path(dict(os.environ), prep.runtime_site)
     env.update({
@@ -219,16 +254,21 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     })
     if prep.baseline is not None:
         env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
+    if prep.tests_tree is not None:
+        env[upstream_tests.ROOT_ENV] = str(prep.tests_tree)
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
     cmd = runs.launch_command(ctx.python, lane.nproc, runner, args)
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
+    # upstream suites take a GPU over (autotuning, tens of GB): one upstream-test process per GPU at a time
+    gpus = upstream_tests.visible_gpus(env) if lane.upstream_tests and requires == "cuda" else []
     fd, tmp_log = tempfile.mkstemp(prefix=f"{_LOG_PREFIX}{os.getpid()}-", suffix=".log")
     os.close(fd)
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
-        outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+        with upstream_tests.gpu_lock(gpus, lane.timeout, f"pack {pack.id} lane {lane.name}"):
+            outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
         verdict, reason = outcome.verdict(lane.expect)
         if verdict == Verdict.SKIPPED:
             return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
@@ -252,8 +292,10 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
             ranks=tuple(receipts.Host(s) for s in outcome.stamps) if lane.nproc > 1 else None,
             runtime_requires=tuple(prep.runtime_requires),
             imported=dict(prep.imported),
-            reproducer=receipts.ReproducerRecord(pinned, sha256_file(script), tuple(lane.args),
-                                                 receipts.helper_digests(ctx.root, str(pack.lane_runner(lane)))),
+            reproducer=receipts.ReproducerRecord(pinned, sha256_file(script),
+                                                 # an upstream-test lane's ids and test tree are its arguments
+                                                 tuple(args if lane.upstream_tests else lane.args),
+                                                 receipts.helper_digests(ctx.root, launched)),
             harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
             host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
             expected=receipts.Sentinel(lane.expect),
@@ -271,9 +313,9 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
         written = receipts.write(out_dir, receipt, started, Path(tmp_log), outcome.omitted_bytes)
         return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
-
     finally:
         Path(tmp_log).unlink(missing_ok=True)
+
 
 def _repo_state(root: Path) -> dict:
     """The repository commit the run used. A copy without .git (a GPU host) names it in PATCHLANE_REPO_COMMIT."""

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from harness import filing, git, pins, rebase, receipts, related, series
+from harness import filing, git, pins, rebase, receipts, related, series, upstream_tests
 from harness.errors import ConfigError, HarnessError, PinError
 from harness.github import thread_label
 from harness.hashing import sha256_file
@@ -338,6 +338,11 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
             return LaneProblem(LaneProblemCode.SERIES,
                                f"latest receipt applied another series than the one for {lane.base} "
                                f"({changed} of {max(len(got), len(want))} patch file(s) differ)")
+    if lane.upstream_tests:  # the test files come from the series on every such lane, patched or not
+        tree = upstream_tests.tree_key(series.series_key(pack.target, base.pin, patches), lane.upstream_tests)
+        if upstream_tests.recorded_tree(rec.reproducer.args) != tree:
+            return LaneProblem(LaneProblemCode.SERIES, "latest receipt ran the upstream tests of another series "
+                                                       f"or another choice of ids than today's for {lane.base}")
     script = pack.lane_script(lane)
     if script:
         path = root / script

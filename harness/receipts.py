@@ -55,7 +55,8 @@ def stamp_time(t: datetime) -> str:
 
 
 class Sentinel(StrEnum):
-    """The sentinel names of ``repros/_lane.py`` (``SENTINELS``; a test keeps the two equal)."""
+    """The sentinel names of ``repros/_lane.py`` (``SENTINELS``) and of the upstream-test runner
+    (``upstream_tests.SENTINELS``); a test keeps them equal."""
 
     BUG_REPRODUCED = "BUG_REPRODUCED"
     BUG_ABSENT = "BUG_ABSENT"
@@ -71,6 +72,9 @@ class Sentinel(StrEnum):
     CONTRACT_BROKEN = "CONTRACT_BROKEN"
     CONTRACT_VIOLATION_DETECTED = "CONTRACT_VIOLATION_DETECTED"
     CONTRACT_VIOLATION_MISSED = "CONTRACT_VIOLATION_MISSED"
+    UPSTREAM_TESTS_PASSED = "UPSTREAM_TESTS_PASSED"
+    UPSTREAM_TESTS_FAILED_AS_EXPECTED = "UPSTREAM_TESTS_FAILED_AS_EXPECTED"
+    UPSTREAM_TESTS_UNEXPECTED = "UPSTREAM_TESTS_UNEXPECTED"
 
 
 # ---------------------------------------------------------------------------------------------- the schema

@@ -26,7 +26,7 @@ from typing import Any
 import tomlkit
 from filelock import FileLock
 
-from harness import pins, ui
+from harness import pins, ui, upstream_tests
 from harness.errors import ConfigError
 from harness.tomlutil import choice, field, load_document, str_list
 
@@ -62,7 +62,8 @@ PACK_KEYS = frozenset({
     "explicit_pre_norm", "uses_identity_norm",
 })
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
-                       "with_builds", "minimal", "note"})
+                       "with_builds", "minimal", "note", "upstream_tests", "expect_failed",
+                       "test_requires"})
 # The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
 # script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
 MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
@@ -80,13 +81,13 @@ OURS = ("comment", "author")
 
 @cache
 def sentinels(root: Path) -> dict[str, str]:
-    """The sentinel vocabulary, read from the reproducers' own contract module."""
+    """The sentinel vocabulary, read from the reproducers' own contract module, and the upstream-test runner's."""
     spec = importlib.util.spec_from_file_location("_lane", root / "repros" / "_lane.py")
     if spec is None or spec.loader is None:
         raise ConfigError(f"{root / 'repros' / '_lane.py'}: missing")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return dict(mod.SENTINELS)
+    return dict(mod.SENTINELS) | upstream_tests.SENTINELS
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,11 @@ class Lane:
     nproc: int = 1  # >1: launched with torch.distributed.run, one process per rank (per GPU on cuda lanes)
     extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
     minimal: bool = False  # runs the pack's minimal_repro through MINIMAL_RUNNER instead of its reproducer
+    # an upstream-test lane (docs/upstream-tests.md): pytest node ids of the upstream tree run against the build,
+    # the ids of those that must fail, and pip pins the tests need besides the base's runtime and pytest
+    upstream_tests: tuple[str, ...] = ()
+    expect_failed: tuple[str, ...] = ()
+    test_requires: tuple[str, ...] = ()
 
 
 # How an evidence row picks among the figures it matches (see EvidenceRow).
@@ -216,11 +222,17 @@ class Pack:
         return {"blocked": self.blocked, "held": self.held}.get(self.state)
 
     def lane_script(self, lane: Lane) -> str | None:
-        """The script a lane runs and its receipt pins: the minimal reproducer, or the pack's reproducer."""
+        """The script a lane runs and its receipt pins: the upstream-test runner, the minimal reproducer, or
+        the pack's reproducer."""
+        if lane.upstream_tests:
+            return upstream_tests.RUNNER
         return self.minimal_repro if lane.minimal else self.reproducer
 
     def lane_runner(self, lane: Lane) -> str | None:
-        """The script a lane launches (its helper modules are pinned too): the minimal kit, or the reproducer."""
+        """The script a lane launches (its helper modules are pinned too): the upstream-test runner, the minimal
+        kit, or the reproducer."""
+        if lane.upstream_tests:
+            return upstream_tests.RUNNER
         return MINIMAL_RUNNER if lane.minimal else self.reproducer
 
     def lane_requires(self, lane: Lane) -> str:
@@ -439,7 +451,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     if reproducer is not None and not (root / reproducer).is_file():
         raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
-    if lanes and reproducer is None:
+    if reproducer is None and any(not lane.upstream_tests for lane in lanes):
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
     minimal_repro = field(t, "minimal_repro", str, where, default=None)
     if minimal_repro is not None and not (root / minimal_repro).is_file():
@@ -623,7 +635,26 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
     if base not in manifest.bases:
         raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
                           f"({', '.join(manifest.bases)})")
-    expect = field(t, "expect", str, where)
+    upstream = tuple(str_list(t, "upstream_tests", where))
+    expect_failed = tuple(str_list(t, "expect_failed", where))
+    test_requires = tuple(str_list(t, "test_requires", where))
+    if upstream:
+        upstream_tests.check_ids(upstream, f"{where}: key 'upstream_tests'")
+        if len(set(upstream)) != len(upstream):
+            raise ConfigError(f"{where}: key 'upstream_tests' lists an id twice")
+        stray = [node for node in expect_failed if node not in upstream]
+        if stray:
+            raise ConfigError(f"{where}: key 'expect_failed' names {stray[0]!r}, not one of 'upstream_tests'")
+        for key in ("args", "with_baseline", "nproc"):
+            if key in t:
+                raise ConfigError(f"{where}: key '{key}' does not apply to an upstream-test lane")
+        wanted = upstream_tests.expected_sentinel(expect_failed)
+        if t.get("expect", wanted) != wanted:
+            raise ConfigError(f"{where}: key 'expect' is '{t['expect']}'; an upstream-test lane "
+                              + ("with" if expect_failed else "without") + f" 'expect_failed' expects {wanted}")
+    elif expect_failed or test_requires:
+        raise ConfigError(f"{where}: keys 'expect_failed' and 'test_requires' need 'upstream_tests'")
+    expect = field(t, "expect", str, where) if not upstream else upstream_tests.expected_sentinel(expect_failed)
     known = sentinels(root)
     if expect not in known:
         raise ConfigError(f"{where}: key 'expect' is '{expect}', not a sentinel ({', '.join(known)})")
@@ -655,7 +686,8 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
         raise ConfigError(f"{where}: key 'minimal' runs a plain script: no with_baseline, nproc 1")
     return Lane(name=name, base=base, patched=patched, expect=expect,
                 args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
-                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal)
+                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal,
+                upstream_tests=upstream, expect_failed=expect_failed, test_requires=test_requires)
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:

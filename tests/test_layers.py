@@ -20,7 +20,7 @@ LAYERS: dict[int, set[str]] = {
     0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint", "tarsafe"},
     1: {"tomlutil", "runs", "github", "sessions", "standalone", "bootstrap",  # bootstrap: stdlib + layer 0
         "git"},  # git: raises the GitError family of errors
-    2: {"pins", "runtime", "receipts"},
+    2: {"pins", "runtime", "receipts", "upstream_tests"},
     3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree
     4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data
     5: {"context"},
