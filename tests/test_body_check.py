@@ -179,6 +179,20 @@ def test_a_cut_anchor_and_a_misspelt_name_are_named_by_line(ran):
     assert by_rule["name"].line == len(lines)
 
 
+def test_a_real_upstream_name_off_the_added_lines_is_no_misspelling(ran):
+    """A near miss of an added name is flagged only when neither the diff (context and removed lines too) nor the
+    touched files at the filing base hold it; a real misspelling beside them is still named."""
+    rendered = dataclasses.replace(_render(ran), diff=PATCH.replace(" import os\n", "-import keep_in_fp32_paramz\n"),
+                                   base_text="def keep_in_fp32_params_old():\n    pass\n")
+    body = rendered.body + ("\nUpstream keeps keep_in_fp32_paramz and keep_in_fp32_params_old; "
+                            "the host names keep_fp32_params.\n")
+    found = [f for f in body_check.own_findings(dataclasses.replace(rendered, body=body)) if f.rule == "name"]
+    assert [f.text.split("`")[1] for f in found] == ["keep_fp32_params"]
+    bare = dataclasses.replace(rendered, body=body, base_text="")
+    assert "keep_in_fp32_params_old" in {f.text.split("`")[1] for f in body_check.own_findings(bare)
+                                         if f.rule == "name"}
+
+
 @pytest.mark.parametrize("word", ["pack", "sentinel", "lane", "receipts", "harness"])
 def test_our_vocabulary_in_a_body_is_a_lint_finding(word):
     assert _rules(filing.lint(f"ok\nthe {word} shows it\n")) == ["internal vocabulary"]

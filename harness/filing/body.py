@@ -40,6 +40,7 @@ class Rendered:
     receipts: list[receipts.Receipt]
     filing_base: str
     diff: str = ""  # the pack's own patches as one diff (the body check compares names and anchors with it)
+    base_text: str = ""  # the files that diff touches, as the filing base has them (names the prose may use)
 
     @property
     def needs_upload(self) -> bool:
@@ -135,7 +136,8 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     findings = lint(body)
     if script is not None:
         findings += lint(script[1], body=False, where=script[0])
-    return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff)
+    touched = pr_template.tree_text(manifest, base, pr_template.touched_paths(own_diff))
+    return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff, touched)
 
 
 

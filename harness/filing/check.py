@@ -9,7 +9,8 @@ Rules (``docs/body-check.md`` explains them; ``check`` returns every finding, ``
 * ``cut anchor``: a "Where" item names a whole symbol or a whole line of the diff, never a cut one;
 * ``evidence base``: every evidence row is read from a lane on the filing base;
 * ``name``: an identifier in the prose that the diff spells differently (a near miss of a name the change
-  adds, itself absent from the diff);
+  adds, itself absent from the whole diff, context and removed lines included, and from the touched files as
+  the filing base has them: a real upstream name the change leaves alone is no misspelling);
 * the lint rules (``filing.lint``): nothing private, none of this repository's vocabulary.
 """
 
@@ -187,6 +188,7 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     body = rendered.body
     bs = blocks(body)
     whole, known, added = _diff_lines(rendered.diff)
+    known |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", rendered.base_text))
     found = _layout(bs)
     budget = BUDGETS.get(rendered.pack.kind)
     words = prose_words(body)

@@ -54,6 +54,32 @@ def read_template(manifest: pins.Manifest, base) -> Lookup:
                         f"{pin.commit[:10]}")
 
 
+def tree_text(manifest: pins.Manifest, base, paths: list[str]) -> str:
+    """The text of ``paths`` (those that exist) in the tree of ``base``, read from a mirror; empty for a release
+    base or where no mirror holds the commit."""
+    pin = getattr(base, "git", None)
+    if pin is None or not paths:
+        return ""
+    sources, _missing = pins.git_sources(pin)
+    for mirror in (s for s in sources if Path(s).is_dir()):
+        if subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
+                          capture_output=True).returncode != 0:
+            continue
+        texts = []
+        for path in paths:
+            shown = subprocess.run(["git", "--git-dir", mirror, "show", f"{pin.commit}:{path}"],
+                                   capture_output=True, text=True, errors="replace")
+            if shown.returncode == 0:
+                texts.append(shown.stdout)
+        return "\n".join(texts)
+    return ""
+
+
+def touched_paths(diff: str) -> list[str]:
+    """The files ``diff`` changes, by their name before the change."""
+    return sorted(set(re.findall(r"^diff --git a/(\S+) b/\S+$", diff, re.M)))
+
+
 def touches_tests(diff: str) -> bool:
     """Whether ``diff`` adds or changes a file of a test tree (``tests/``, ``test_*.py``, ``*_test.py``)."""
     for m in re.finditer(r"^diff --git a/\S+ b/(\S+)$", diff, re.M):
