@@ -145,8 +145,7 @@ def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs_gpu:
     needs = ["the package under test"] + (["torch"] if re.search(r"^\s*(?:import|from) torch\b", text, re.M) else []) \
         + (["a CUDA GPU"] if needs_gpu else [])
     needs_text = ", ".join(needs[:-1]) + " and " + needs[-1] if len(needs) > 1 else needs[0]
-    rest = (f"is a single file: it needs only {needs_text}; its docstring gives the command for the published "
-            "release and for the change.")
+    rest = f"is a single file needing only {needs_text}; its docstring gives the commands to run it."
     if inline:
         return f"`{name}` {rest}\n\n```python\n{text.rstrip()}\n```"
     return f"[`{name}`]({PLACEHOLDER}) ({len(text.splitlines())} lines) {rest}"
