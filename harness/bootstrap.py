@@ -68,7 +68,10 @@ def install_site(bundle_dir: Path, site: Path) -> None:
     if marker.exists():
         return
     index = json.loads((bundle_dir / "bundle.json").read_text())
-    wheels = [str(bundle_dir / w["file"]) for w in index["wheels"]]
+    # the harness's own dependencies only: the bases' runtime wheels go into each lane's runtime site (one
+    # pip run over both could meet one distribution at two versions); bundles made before the split list none
+    names = index.get("harness_wheels", [w["file"] for w in index["wheels"]])
+    wheels = [str(bundle_dir / name) for name in names]
     if wheels:
         print(f"> installing {len(wheels)} wheel(s) offline for {sys.implementation.cache_tag}", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",

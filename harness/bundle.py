@@ -40,6 +40,9 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
              "manylinux2014_x86_64", "manylinux1_x86_64"]
 
 
+HARNESS_WHEELS = "harness"  # the subdirectory the lock's wheels are downloaded into, apart from runtime pins
+
+
 def download_wheels(requirement_sets: list[list[str]], dest: Path, python_version: str,
                     lock: Path | None = None) -> list[Path]:
     """Binary wheels of exactly each set in ``requirement_sets`` and of the ``lock`` file (no dependency
@@ -50,18 +53,19 @@ def download_wheels(requirement_sets: list[list[str]], dest: Path, python_versio
     0.1.9, 0.1.15 needs 0.1.12), which one pip run refuses as a conflict; the bundle carries both."""
     dest.mkdir(parents=True, exist_ok=True)
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-            "--python-version", python_version, "--implementation", "cp", "--dest", str(dest)]
+            "--python-version", python_version, "--implementation", "cp"]
     for plat in PLATFORMS:
         base += ["--platform", plat]
     # pip checks hashes for every requirement of a run once one has them: the lock and the manifests'
     # runtime wheels (which carry none) are two runs
     if lock is not None:
-        _pip(base + ["--require-hashes", "-r", str(lock)], f"the harness's dependencies ({lock.name})",
+        _pip(base + ["--require-hashes", "-r", str(lock), "--dest", str(dest / HARNESS_WHEELS)],
+             f"the harness's dependencies ({lock.name})",
              hint=f"a Python the lock has no hashes for? regenerate it: python tools/lock.py (see {lock})")
     for requirements in requirement_sets:
         if requirements:
-            _pip(base + list(requirements), ", ".join(requirements))
-    return sorted(dest.glob("*.whl"))
+            _pip(base + ["--dest", str(dest), *requirements], ", ".join(requirements))
+    return sorted(dest.glob("*.whl")) + sorted((dest / HARNESS_WHEELS).glob("*.whl"))
 
 
 def _pip(cmd: list[str], what: str, hint: str | None = None) -> None:
@@ -120,8 +124,14 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
     stored = ctx.store.area("tmp") / "bundle-wheels-stored"
     shutil.rmtree(stored, ignore_errors=True)
     stored.mkdir(parents=True)
+    index["harness_wheels"] = []  # what bootstrap installs for the harness itself: the lock's wheels, never a
+    # base's runtime pins (a base may pin a distribution the lock pins at another version: packaging 26.0 / 26.3)
     for whl in wheels:
         arc = f"wheels/{whl.name}"
+        if whl.parent.name == HARNESS_WHEELS or deps_dir is not None:
+            index["harness_wheels"].append(arc)
+        if arc in members:  # the lock and a base pin the same file: one copy
+            continue
         members[arc] = store_uncompressed(whl, stored / whl.name)
         index["wheels"].append({"file": arc, "sha256": sha256_file(members[arc]),
                                 "downloaded_sha256": sha256_file(whl)})

@@ -126,3 +126,33 @@ def test_open_rehashes_only_files_touched_since_they_matched(bundled, tmp_path, 
     hashed.clear()
     OpenBundle.open(bundle_dir)
     assert hashed == []
+
+
+def test_bootstrap_installs_only_the_harness_wheels_not_a_base_runtime_pin(tmp_path, monkeypatch):
+    """A base may pin a distribution the harness's lock pins at another version (mamba's packaging 26.0 beside
+    the lock's 26.3): one pip run over both fails (ResolutionImpossible). The harness's site gets the lock's
+    wheels only; runtime wheels stay for the lanes' runtime sites."""
+    from harness import bootstrap as bs
+
+    bundle_dir = tmp_path / "patchlane-bundle"
+    (bundle_dir / "wheels").mkdir(parents=True)
+    files = ["wheels/packaging-26.3-py3-none-any.whl", "wheels/packaging-26.0-py3-none-any.whl",
+             "wheels/tomlkit-0.15.2-py3-none-any.whl"]
+    index = {"wheels": [{"file": f, "sha256": "0" * 64} for f in files],
+             "harness_wheels": [files[0], files[2]]}
+    (bundle_dir / "bundle.json").write_text(json.dumps(index))
+    seen: list[list[str]] = []
+    monkeypatch.setattr(bs.subprocess, "run", lambda cmd, check: seen.append(cmd))
+    bs.install_site(bundle_dir, tmp_path / "site")
+    installed = [Path(a).name for a in seen[0] if a.endswith(".whl")]
+    assert installed == ["packaging-26.3-py3-none-any.whl", "tomlkit-0.15.2-py3-none-any.whl"]
+
+
+@pytest.mark.network
+def test_a_real_bundle_lists_the_lock_as_its_harness_wheels(tmp_path):
+    from harness import bundle
+    wheels = bundle.download_wheels([["packaging==26.0"]], tmp_path / "w", "3.12", REPO / bundle.LOCK_FILE)
+    harness_side = {w.name for w in wheels if w.parent.name == bundle.HARNESS_WHEELS}
+    runtime_side = {w.name for w in wheels if w.parent.name != bundle.HARNESS_WHEELS}
+    assert "packaging-26.0-py3-none-any.whl" in runtime_side
+    assert any(n.startswith("packaging-26.3") for n in harness_side)
