@@ -1,8 +1,22 @@
 """DSA index scores: avoid the [sq,b,h,sk] fp32 einsum intermediate: a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch. Nothing else: every helper it uses
-is copied in below.
+Needs megatron-core (the package under test) importable, torch, a CUDA GPU. Nothing else: every
+helper it uses is copied in below.
 
+Run it once per build, from one directory:
+
+  1. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CPU is enough):
+       python repro_dsa_index_scores_memory.py --unpatched
+  2. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with the change (CPU is enough):
+       python repro_dsa_index_scores_memory.py --patched --baseline-site $RELEASED_SITE
+  3. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with the change (CUDA GPU):
+       python repro_dsa_index_scores_memory.py --patched --baseline-site $RELEASED_SITE --check memory
+
+RELEASED_SITE is a directory holding NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged, e.g.
+made with 'pip install --no-deps --target DIR .' in a checkout of NVIDIA/Megatron-LM main@d98e8a6 at
+d98e8a64dd: the run compares the changed function with that one in one process.
+
+Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
 Method notes:
 

@@ -1,4 +1,4 @@
-"""mamba3 mimo bwd: stage qk_dot and K as 2-D shared buffers: a self-contained reproducer.
+"""Mamba-3 MIMO backward: flatten rank-3 shared buffers to 2-D: a self-contained reproducer.
 
 Needs mamba-ssm (the package under test) importable, torch, a CUDA GPU, with tilelang==0.1.8,
 apache-tvm-ffi==0.1.9. Nothing else: every helper it uses is copied in below.
@@ -15,6 +15,10 @@ Run it once per build, from one directory:
        python repro_mimo_bwd_flat_smem.py --unpatched --tma-probe --probe-dims static --groups 2
   5. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CPU is enough):
        python repro_mimo_bwd_flat_smem.py --patched --tma-probe --probe-dims static --groups 2
+  6. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
+       python repro_mimo_bwd_flat_smem.py --unpatched
+  7. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
+       python repro_mimo_bwd_flat_smem.py --patched
 
 RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
 made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at

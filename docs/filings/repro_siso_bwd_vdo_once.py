@@ -1,4 +1,4 @@
-"""mamba3 siso bwd: compute V @ dO^T and its mask once per chunk: a self-contained reproducer.
+"""Mamba-3 SISO backward: compute V @ dO^T once: a self-contained reproducer.
 
 Needs mamba-ssm (the package under test) importable, a CUDA GPU. Nothing else: every helper it uses
 is copied in below.
@@ -9,6 +9,10 @@ Run it once per build, from one directory:
        python repro_siso_bwd_vdo_once.py --unpatched
   2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
        python repro_siso_bwd_vdo_once.py --patched --baseline-site $RELEASED_SITE
+  3. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
+       python repro_siso_bwd_vdo_once.py --unpatched
+  4. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
+       python repro_siso_bwd_vdo_once.py --patched
 
 RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
 made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at

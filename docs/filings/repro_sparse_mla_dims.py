@@ -1,8 +1,32 @@
-"""SparseMLA: admit absorbed-MLA shapes other than 576/512: a self-contained reproducer.
+"""SparseMLA: admit MLA shapes other than DeepSeek-V3.2 (576/512): a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch. Nothing else: every helper it uses
-is copied in below.
+Needs megatron-core (the package under test) importable, torch, a CUDA GPU, tilelang 0.1.8. Nothing
+else: every helper it uses is copied in below.
 
+Run it once per build, from one directory:
+
+  1. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CPU is enough):
+       python repro_sparse_mla_dims.py --unpatched --check lower
+  2. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CPU is enough):
+       python repro_sparse_mla_dims.py --patched --check lower
+  3. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CUDA GPU):
+       python repro_sparse_mla_dims.py --unpatched
+  4. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CUDA GPU):
+       python repro_sparse_mla_dims.py --patched --baseline-site $RELEASED_SITE
+  5. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CPU is enough):
+       python repro_sparse_mla_dims.py --unpatched
+  6. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CPU is enough):
+       python repro_sparse_mla_dims.py --patched
+  7. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CUDA GPU):
+       python repro_sparse_mla_dims.py --unpatched
+  8. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CUDA GPU):
+       python repro_sparse_mla_dims.py --patched
+
+RELEASED_SITE is a directory holding NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged, e.g.
+made with 'pip install --no-deps --target DIR .' in a checkout of NVIDIA/Megatron-LM main@d98e8a6 at
+d98e8a64dd: the run compares the changed function with that one in one process.
+
+Each run prints one JSON line per measurement and ends with a line naming what it observed.
 
 Method notes:
 
