@@ -26,6 +26,8 @@ ENVIRONMENT = (
     ("PATCHLANE_GIT_MIRRORS", "directories (':'-separated) of bare mirrors <owner>+<name>.git that git bases are "
                               "fetched from before GitHub (also --git-mirrors)"),
     ("PATCHLANE_RECHECK", "1: ignore every remembered import check and CUDA device count"),
+    ("PATCHLANE_GPU_LOCK_DIR", "where upstream-test lanes keep their one-process-per-GPU locks (default: the temp "
+                               "directory; host-wide, so every store on the host shares them)"),
     ("PATCHLANE_PYPI_URL", "PyPI JSON API root for 'rebase --to-version' (default https://pypi.org/pypi)"),
     ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh', 'related', 'threads refresh' (sent only in the "
                                "request header)"),

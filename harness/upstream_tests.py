@@ -176,6 +176,9 @@ def lock_dir() -> Path:
 def gpu_lock(gpus: list[str], timeout_s: float, label: str, directory: Path | None = None) -> Iterator[float]:
     """Hold one lock per GPU in ``gpus`` (taken in sorted order, so two holders never deadlock); yields the
     seconds spent waiting. Waiting longer than ``timeout_s`` is a GpuBusyError naming the lock."""
+    if not gpus:  # a CPU lane, or none to lock: leave nothing behind in the temp directory
+        yield 0.0
+        return
     directory = directory or lock_dir()
     directory.mkdir(parents=True, exist_ok=True)
     held: list[FileLock] = []

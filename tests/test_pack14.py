@@ -219,8 +219,10 @@ def test_patched_structure_failures(p14, case, expect):
 # declaration
 
 def test_tracking_declares_the_lanes():
-    pack = Tracking.load(ROOT).packs["14"]
-    assert pack.state == "held" and pack.held and "sweep-bug-0.19.2" in pack.held
+    tracking = Tracking.load(ROOT)
+    pack = tracking.packs["14"]
+    # retired on its own sweep receipt (no error growth with context); the reason names that lane
+    assert pack.state == "retired" and "sweep-bug-0.19.2" in str(tracking.doc["packs"]["14"]["filing"])
     assert pack.reproducer == "repros/megatron-lm/pack14_sparse_mla_bwd_precision.py"
     lanes = {lane.name: lane for lane in pack.lanes}
     assert set(lanes) == {"lower-bug-0.19.2-cpu", "lower-fix-0.19.2-cpu", "sweep-bug-0.19.2", "sweep-fix-0.19.2"}
