@@ -59,17 +59,18 @@ TORCH_TESTS = ["tests/test_contract22.py", "tests/test_mamba_repros.py", "tests/
                "tests/test_repro_kit.py", "tests/test_timing_helper.py"]
 
 
-def _torch_pin() -> str:
-    """The lanes' torch pin (requirements/lane-megatron-lm.txt), so the tests and the lanes import one torch."""
-    lines = (ROOT / "requirements" / "lane-megatron-lm.txt").read_text().splitlines()
-    return next(line.strip() for line in lines if line.strip().startswith("torch=="))
+def _torch_pins() -> list[str]:
+    """The lanes' torch and numpy pins (requirements/lane-megatron-lm.txt), so the tests and the lanes import one
+    torch; numpy too, which PyPI's torch does not require but the reproducers' tensor conversions need."""
+    lines = [line.strip() for line in (ROOT / "requirements" / "lane-megatron-lm.txt").read_text().splitlines()]
+    return [line for line in lines if line.startswith(("torch==", "numpy=="))]
 
 
 @nox.session(default=False)
 def tests_torch(session: nox.Session) -> None:
     """The tests that need torch, with it installed. PyPI's Linux x86_64 torch is the CUDA build (the CPU-only
     wheels are on download.pytorch.org only); it runs these tests on the CPU. CI calls this before 'tests'."""
-    session.install("-e", ".[test]", _torch_pin())
+    session.install("-e", ".[test]", *_torch_pins())
     session.run("python", "-c", "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())")
     session.run("pytest", "-q", "-rs", *TORCH_TESTS, *session.posargs)
 
