@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from harness import filing, git, pins, rebase, receipts, related, series, upstream_tests
+from harness import decisions, filing, git, pins, rebase, receipts, related, series, upstream_tests
 from harness.errors import ConfigError, HarnessError, PinError
 from harness.github import thread_label
 from harness.hashing import sha256_file
@@ -287,7 +287,7 @@ def _related(ctx, pack: Pack) -> tuple[related.Scan | None, list[Reason]]:
     """Upstream work overlapping the pack (mirrors and recorded answers only, never the network), and what
     about it keeps the pack from being filed."""
     reasons = []
-    d = related.superseded_by(pack)
+    d = decisions.superseded_by(pack)
     if d is not None:
         reasons.append(Reason(ReasonCode.SUPERSEDED, f"{d.ref} supersedes it (decided {d.date}): {d.reason}"))
     there = related.already_there(pack)
@@ -301,7 +301,7 @@ def _related(ctx, pack: Pack) -> tuple[related.Scan | None, list[Reason]]:
     except HarnessError as exc:
         return None, reasons + [Reason(ReasonCode.RELATED, f"cannot look for overlapping upstream work: {exc}")]
     for c in related.undecided(pack, scan.candidates):
-        last = related.last_decision(pack)
+        last = decisions.last_decision(pack)
         since = f"newer than the last decision ({last})" if last else "no decision recorded"
         reasons.append(Reason(ReasonCode.RELATED, f"{c.ref} ({c.kind}{', ' + c.state if c.state else ''}, "
                                                   f"{c.date[:10]}, {c.overlap.label}: {c.where}) is undecided, "
@@ -401,8 +401,8 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
             reasons.append(Reason(ReasonCode.ABSORBED,
                                   f"upstream may already have it: {thread_label(t.url)} ({t.role})"))
     if pack.kind == "comment":
-        target = related.comment_target(pack)
-        th = related.thread_of(pack, target) if target else None
+        target = decisions.comment_target(pack)
+        th = decisions.thread_of(pack, target) if target else None
         if th is not None and th.state in ("closed", "merged"):
             reasons.append(Reason(ReasonCode.THREAD,
                                   f"{thread_label(th.url)} is {th.state}: a comment there reaches nobody"))

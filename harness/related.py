@@ -27,14 +27,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from harness import git, pins, series
-from harness.decisions import (  # noqa: F401  (re-exported: callers use related.comment_target etc.)
-    comment_target,
-    decision_for,
-    last_decision,
-    superseded_by,
-    targets,
-    thread_of,
-)
+from harness.decisions import comment_target, decision_for, last_decision, targets, thread_of
 from harness.errors import HarnessError, UpstreamError
 from harness.github import ThreadNotFound, repo_slug, thread_state
 from harness.tracking import RELATED_REF, Decision, Pack, Thread, Tracking

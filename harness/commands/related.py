@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import related, ui
+from harness import decisions, related, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
@@ -91,7 +91,7 @@ def lines(s: related.Scan) -> list[str]:
     if not s.candidates:
         out.append("  no overlapping upstream work found")
     for c in s.candidates:
-        d = related.decision_for(pack, c.ref)
+        d = decisions.decision_for(pack, c.ref)
         state = f" {c.state}" if c.state else ""
         decided = (f"decided {d.relation} ({d.date})" if d else "UNDECIDED" if c.ref in open_
                    else "not decided (older than the last decision)" if c.overlap >= related.Overlap.FILE
@@ -99,7 +99,7 @@ def lines(s: related.Scan) -> list[str]:
         out.append(f"  [{c.overlap.label}] {c.ref} {c.kind}{state} {c.date[:10] or 'date?'}: {c.title}")
         out.append(f"      {c.where}; {decided}")
     for d in pack.related:
-        if not any(related.decision_for(pack, c.ref) is d for c in s.candidates):
+        if not any(decisions.decision_for(pack, c.ref) is d for c in s.candidates):
             out.append(f"  decided {d.ref}: {d.relation} ({d.date}): {d.reason}")
     out += [f"  ({note})" for note in s.notes]
     return out

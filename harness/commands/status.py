@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from harness import errors, readiness, receipts, related, ui
+from harness import decisions, errors, readiness, receipts, related, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
@@ -251,7 +251,7 @@ def story(ctx, state: readiness.Readiness) -> None:
         if not state.related.candidates:
             lines.append("    none found")
         for c in state.related.candidates:
-            d = related.decision_for(pack, c.ref)
+            d = decisions.decision_for(pack, c.ref)
             lines.append(f"    [{c.overlap.label}] {c.ref} {c.kind}{' ' + c.state if c.state else ''}: "
                          + (f"{d.relation} ({d.date})" if d else "not decided"))
     if state.apply is not None:
