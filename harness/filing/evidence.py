@@ -265,8 +265,14 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
             other = pins.load_manifest(root, target)
             described.append(f"{other.distribution} {other.base(extra).version} as published")
         notes.append("Also on the path: " + ", ".join(described) + ".")
-    for reqs in runtimes:
-        notes.append("Installed with it: " + ", ".join(f"`{r}`" for r in reqs) + ".")
+    shown: list[set[str]] = []
+    for reqs in sorted(runtimes, key=len):  # smallest first: a set that extends one already shown names its extras
+        under = next((seen for seen in shown if seen <= set(reqs)), None)
+        if under is None:
+            notes.append("Installed with it: " + ", ".join(f"`{r}`" for r in reqs) + ".")
+        else:
+            notes.append("Some runs also installed: " + ", ".join(f"`{r}`" for r in reqs if r not in under) + ".")
+        shown.append(set(reqs))
     # hosts, builds and installed packages are looked up, not read: folded under the table
     text = "\n".join(lines)
     if pack.evidence_note:
