@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,7 +143,8 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     imported = {}
     if import_check:
         env = runtime.with_library_path(dict(os.environ), runtime_site)
-        modules = list(manifest.import_names) + [m for m in _pack_modules(pack) if m not in manifest.import_names]
+        modules = list(manifest.import_names) + [m for m in _pack_modules(pack, manifest.import_names)
+                                                 if m not in manifest.import_names]
         imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path, env=env)
         for other, _, extra in extras:
             imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target,
@@ -157,15 +159,18 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
                     tests_tree=tests_tree, tests_tree_key=tests_key)
 
 
-def _pack_modules(pack: Pack) -> list[str]:
-    """Modules named by the pack's files (``src/a/b.py`` -> ``a.b``) for the import check."""
+def _pack_modules(pack: Pack, packages: Sequence[str]) -> list[str]:
+    """Modules named by the pack's files (``src/a/b.py`` -> ``a.b``) for the import check: only those inside
+    the build's ``packages`` (the manifest's import names). A pack's file outside them (an upstream test under
+    ``tests/``, a setup script) is in the source tree, never in the build, so importing it would fail."""
+    tops = {name.split(".")[0] for name in packages}
     mods = []
     for f in pack.files:
         if f.endswith(".py"):
             parts = Path(f).with_suffix("").parts
             if parts and parts[0] == "src":
                 parts = parts[1:]
-            if parts and parts[-1] != "__init__":
+            if parts and parts[-1] != "__init__" and parts[0] in tops:
                 mods.append(".".join(parts))
     return mods
 

@@ -52,6 +52,6 @@ def test_series_applies_on_the_pin_and_the_overlay_builds(ctx, store, pack):
     for f in tracked.files:
         py_compile.compile(str(build.site / f), doraise=True)
     if all(importlib.util.find_spec(m) for m in ("torch", "triton", "tilelang")):
-        modules = ["mamba_ssm"] + lanes._pack_modules(tracked)
+        modules = ["mamba_ssm"] + lanes._pack_modules(tracked, manifest.import_names)
         found = builds.import_check(build, modules, sys.executable, pack)
         assert found["stub:selective_scan_cuda"] == "stub"

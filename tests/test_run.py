@@ -324,3 +324,15 @@ def test_a_warm_run_says_each_shared_fact_once(lane_repo, capsys):
     assert err.count("base fake 1.0: ") == 1, err
     assert cli("run", "01", *lane_repo.args()) == Exit.OK  # the next command says it again
     assert capsys.readouterr().err.count("base fake 1.0: ") == 1
+
+
+def test_a_pack_file_outside_the_package_is_not_import_checked(lane_repo, capsys):
+    """A pack that files an upstream test (``tests/test_core.py``) lists it among its files; the test is in the
+    source tree, not in the build, so the import check must leave it out instead of failing the lane."""
+    text = (lane_repo.root / "tracking.toml").read_text()
+    (lane_repo.root / "tracking.toml").write_text(text.replace(
+        'files = ["src/fakepkg/core.py"]', 'files = ["src/fakepkg/core.py", "tests/test_core.py", "setup.py"]'))
+    code = _run(lane_repo)
+    assert code == Exit.OK, capsys.readouterr()
+    fix = next(r for r in find(lane_repo.root, "fake", "01") if r.lane == "fix")
+    assert fix.verdict == Verdict.PASS
