@@ -263,6 +263,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env[upstream_tests.ROOT_ENV] = str(prep.tests_tree)
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
+    nccl = runs.nccl_version(ctx.python, env) if lane.nproc > 1 and requires == "cuda" else None
     cmd = runs.launch_command(ctx.python, lane.nproc, runner, args)
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
     # upstream suites take a GPU over (autotuning, tens of GB): one upstream-test process per GPU at a time
@@ -314,6 +315,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
             timeout_s=lane.timeout,
             started=started.isoformat().replace("+00:00", "Z"),
             duration_s=outcome.duration_s,
+            visible_devices=env.get("CUDA_VISIBLE_DEVICES") if requires == "cuda" else None,
+            nccl=nccl,
         )
         out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
         written = receipts.write(out_dir, receipt, started, Path(tmp_log), outcome.omitted_bytes)

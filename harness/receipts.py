@@ -422,8 +422,11 @@ class Receipt(_Record):
     duration_s: float
     schema: int = SCHEMA
     log: LogRecord | None = None  # set by ``write``
+    # a cuda lane: the CUDA_VISIBLE_DEVICES it was launched with (None: all of the host's, or a CPU lane)
+    visible_devices: str | None = None
+    nccl: str | None = None  # a multi-rank cuda lane: the NCCL version of the lane's torch
     path: Path | None = field(default=None, kw_only=True, compare=False, metadata={"json": False})
-    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log"})
+    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log", "visible_devices", "nccl"})
 
     @property
     def dir(self) -> Path:
@@ -502,6 +505,8 @@ class Receipt(_Record):
             duration_s=t("duration_s", "number"),
             schema=t("schema", "int"),
             log=None if log is None else LogRecord.from_dict(log, sub("log")),
+            visible_devices=t("visible_devices", "str", required=False),
+            nccl=t("nccl", "str", required=False),
             path=path, _keys=cls._present(data, where),
         )
 

@@ -147,6 +147,20 @@ def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
     return answer
 
 
+NCCL_PROBE = "import torch;print('.'.join(map(str, torch.cuda.nccl.version())))"
+
+
+def nccl_version(python: str, env: dict[str, str]) -> str | None:
+    """The NCCL version ``python``'s torch carries (what a multi-rank cuda lane's collectives run on), or
+    None where it has none or cannot say: the receipt then omits it, and the lane itself is unaffected."""
+    try:
+        proc = guard.run([python, "-c", NCCL_PROBE], env=env, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if proc.returncode == 0 and lines else None
+
+
 LOG_CAP = 64 << 20  # bytes of a reproducer's output its log keeps: the first half and the last half
 
 

@@ -51,6 +51,7 @@ def test_pack10_lanes(tracking, repro10, monkeypatch):
         "bug-dev-cpu": ("cpu", False, 1, "BUG_REPRODUCED", "numerics"),
         "fix-dev-cpu": ("cpu", True, 1, "FIX_VALIDATED", "numerics"),
         "fix-dev-cpu-tp2": ("cpu", True, 2, "FIX_VALIDATED", "numerics"),
+        "fix-dev-tp2": ("cuda", True, 2, "FIX_VALIDATED", "numerics"),  # NCCL, one GPU per rank (issue 27)
         "bug-dev": ("cuda", False, 1, "BUG_REPRODUCED", "numerics"),
         "fix-dev": ("cuda", True, 1, "FIX_VALIDATED", "numerics"),
         "memory-dev": ("cuda", True, 1, "MEMORY_SAVE_MISSING", "memory"),

@@ -336,3 +336,39 @@ def test_a_pack_file_outside_the_package_is_not_import_checked(lane_repo, capsys
     assert code == Exit.OK, capsys.readouterr()
     fix = next(r for r in find(lane_repo.root, "fake", "01") if r.lane == "fix")
     assert fix.verdict == Verdict.PASS
+
+
+def _fake_torch(root, nccl: str) -> None:
+    """A stand-in torch: no CUDA for the reproducer's stamp, an NCCL version for the harness's probe."""
+    (root / "torch").mkdir(parents=True)
+    (root / "torch" / "__init__.py").write_text(
+        "__version__ = '0.0+fake'\n"
+        "class version:\n    cuda = None\n"
+        "class _Nccl:\n"
+        f"    version = staticmethod(lambda: {nccl})\n"
+        "class cuda:\n    is_available = staticmethod(lambda: False)\n    nccl = _Nccl\n")
+
+
+@pytest.mark.parametrize("nccl,recorded", [("(2, 27, 7)", "2.27.7"), ("1 / 0", None)])
+def test_multi_rank_cuda_lane_records_its_gpus_and_nccl(lane_repo, monkeypatch, tmp_path, nccl, recorded):
+    """A cuda lane over several ranks says which GPUs it was given and which NCCL its torch carries; a torch
+    that cannot say (the probe raises) leaves the key out and the lane runs all the same."""
+    from harness import runs
+
+    lane_repo.write_tracking(requires="cuda")
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_REPRODUCED"\nnproc = 2', 1))
+    _fake_torch(tmp_path / "site", nccl)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (2, "this host has 2: NVIDIA H200"))
+    monkeypatch.setattr(runs, "launch_command", lambda python, nproc, script, args: ["sh", "-c", " & ".join(
+        f"WORLD_SIZE={nproc} RANK={r} LOCAL_RANK={r} FAKE_MODE={'silent' if r else ''} {python} {script}"
+        for r in range(nproc)) + "; wait"])
+    monkeypatch.delenv("FAKE_MODE", raising=False)
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert verify(rec) is None
+    assert (rec.world_size, rec.visible_devices, rec.nccl) == (2, "3,5", recorded)
+    saved = json.loads((rec.dir / "receipt.json").read_text())
+    assert ("nccl" in saved) == (recorded is not None)
