@@ -11,11 +11,13 @@ Run it once per build, from one directory:
        python repro_flce_unfused_fallback.py --patched --device cpu
   3. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CPU is enough):
        python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --patched --device cpu
-  4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CUDA GPU):
+  4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
+       python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --patched --device cuda
+  5. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CUDA GPU):
        python repro_flce_unfused_fallback.py --unpatched --device cuda
-  5. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
-       python repro_flce_unfused_fallback.py --patched --device cuda
   6. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
+       python repro_flce_unfused_fallback.py --patched --device cuda
+  7. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
        python repro_flce_unfused_fallback.py --patched --device cuda --stage memory
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
