@@ -161,5 +161,28 @@ def _pack_session(spec):
     return nox.session(name=spec.name, venv_backend="none", default=False, tags=spec.tags)(run_pack)
 
 
+@nox.session(default=False)
+def sweep(session: nox.Session) -> None:
+    """Every selected lane of every pack at once on this host (``harness sweep``; posargs select: ``nox -s sweep --
+    05 09``, ``-- --target mamba``, ``-- --plan``). Each target's lanes run in its own lane environment. The session
+    fails on any exit but 0 and 3 (lanes skipped for want of GPUs), naming the harness's code."""
+    session.install("-e", ".")  # the sweep itself needs only the harness; each lane runs in its target's env
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = Path(tmp) / "plan.json"
+        with plan.open("w") as fh:
+            session.run("harness", "sweep", "--plan", "--json", "--quiet", *_selection(session.posargs), stdout=fh)
+        targets = {t["target"] for t in json.loads(plan.read_text())["tasks"] if t["state"] == "run"}
+    specs = {spec.target: spec for spec in pack_sessions(ROOT)}
+    pythons = [f"--lane-python={target}={_lane_env(session, specs[target]) / 'bin' / 'python'}"
+               for target in sorted(targets)]
+    # skipped GPU lanes on a CPU host are not a failure of the session (the sweep's summary names them)
+    session.run("harness", "sweep", *pythons, *session.posargs, success_codes=[int(Exit.OK), int(Exit.SKIPPED)])
+
+
+def _selection(posargs: list[str]) -> list[str]:
+    """The posargs that choose lanes (what the plan needs), without --json or --plan (the session adds its own)."""
+    return [a for a in posargs if a not in ("--json", "--plan")]
+
+
 for _spec in pack_sessions(ROOT):
     globals()[_spec.name] = _pack_session(_spec)

@@ -136,7 +136,15 @@ def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, l
 
 
 def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: str) -> Build:
-    """The build entry for ``key``: reused when complete, else made by ``make(tmp, info)`` and renamed in."""
+    """The build entry for ``key``: reused when complete, else made by ``make(tmp, info)`` and renamed in.
+
+    Looked up without the store lock first (a cached build never waits behind another process's build); the
+    lock is taken only to make the entry, and the lookup is repeated under it.
+    """
+    found = lookup(store, key)
+    if found is not None and not found.damage():
+        ui.note_once(f"build {label}: cached ({key[:12]})")
+        return found
     with store.locked():
         found = lookup(store, key)
         if found is not None:

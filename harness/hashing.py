@@ -51,7 +51,8 @@ def verify_files(base: Path, expected: dict[str, str], memo: Path | None = None)
             bad.append(name)
     if memo is not None and record != seen:
         try:
-            tmp = memo.with_name(memo.name + ".tmp")
+            # one scratch name per process: concurrent lock-free readers of one entry each replace the memo whole
+            tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
             tmp.write_text(json.dumps(record, sort_keys=True))
             os.replace(tmp, memo)
         except OSError:
@@ -74,7 +75,8 @@ def _entry_files(entry: Path, mutable: tuple[str, ...]) -> list[str]:
         top = rel == "."
         dirnames[:] = sorted(d for d in dirnames if d != _NEVER_SEALED and not (top and d in mutable))
         for name in files:
-            if top and (name in (SEAL, _SEAL_SEEN) or name in mutable):
+            # the seen-memo and its scratch files (a concurrent reader may be writing one) are not the entry's
+            if top and (name == SEAL or name.startswith(_SEAL_SEEN) or name in mutable):
                 continue
             found.append(name if top else os.path.join(rel, name))
     return sorted(found)

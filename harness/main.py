@@ -35,6 +35,7 @@ ENVIRONMENT = (
     ("PATCHLANE_GITHUB_RECORDED", "recorded GitHub answers for 'related', readiness and 'threads refresh --offline' "
                                   "(default: tests/fixtures/github)"),
     ("HARNESS_RUN_DIR", "scratch directory shared by the lanes of one run (default: a new temporary one)"),
+    ("CUDA_VISIBLE_DEVICES", "the GPUs 'sweep' may use (else every GPU the driver shows); it sets each child's own"),
     ("PYTHONPATH", "kept after a lane's own build directories"),
     ("LD_LIBRARY_PATH", "part of the key remembered import checks are kept under"),
     ("CI", "when set, no spinners or bars: plain progress lines"),
@@ -47,7 +48,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
           + "\n".join(f"  {name:<22} {what}" for name, what in ENVIRONMENT))
 
 
-COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
+COMMANDS = ["run", "sweep", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
             "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "related",
             "threads", "new"]
 

@@ -501,8 +501,31 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
     if not isinstance(sources, Sources):
         sources = Sources(artifacts=tuple(sources))
     base = manifest.base(base_name)
+    final = base_dir(store, manifest.target, base)
+    commit = _intact_checkout(final)  # lock-free: a cached base never waits behind another process's download
+    if commit is None:
+        commit = _make_checkout(manifest, base, final, store, sources)
+    if base.git is not None and commit != base.git.commit:  # a cache entry someone changed by hand
+        raise PinError(f"{final}: HEAD is {commit}, not the pinned {base.git.commit}",
+                       hint="remove that directory; the next run fetches the commit again")
+    return Checkout(manifest.target, base, final, commit)
+
+
+def _intact_checkout(final: Path) -> str | None:
+    """The commit of the cached checkout at ``final`` when it exists and is exactly that commit, asked without
+    the store lock; None on any doubt (the caller then takes the lock and looks again)."""
+    if not (final / ".git").is_dir():
+        return None
+    try:
+        repo = git.repo(final)
+        return None if repo.stray_paths() else repo.head()
+    except (git.GitError, OSError):
+        return None
+
+
+def _make_checkout(manifest: Manifest, base: Base, final: Path, store: Store, sources: Sources) -> str:
+    """Under the store lock: look again, and make (or remake) the checkout when it is missing or not its commit."""
     with store.locked():
-        final = base_dir(store, manifest.target, base)
         if (final / ".git").is_dir():
             stray = git.repo(final).stray_paths()  # a pristine checkout is exactly its commit
             if stray:
@@ -526,11 +549,7 @@ def materialize(manifest: Manifest, base_name: str | None, store: Store,
                     act.result = ui.human_bytes(ui.dir_size(tmp))
                     message = f"{manifest.target} {base.version} pristine ({art.filename}, sha256 {art.sha256})"
                     git.init_snapshot(tmp, message)
-        commit = git.repo(final).head()
-    if base.git is not None and commit != base.git.commit:  # a cache entry someone changed by hand
-        raise PinError(f"{final}: HEAD is {commit}, not the pinned {base.git.commit}",
-                       hint="remove that directory; the next run fetches the commit again")
-    return Checkout(manifest.target, base, final, commit)
+        return git.repo(final).head()
 
 
 # --------------------------------------------------------------------------- git bases

@@ -732,9 +732,11 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(found)
 
 
-def find(root: Path, target: str | None = None, pack: str | None = None) -> list[Receipt]:
-    """All receipts (optionally of one target/pack), oldest first by start time."""
-    base = receipts_root(root)
+def find(root: Path, target: str | None = None, pack: str | None = None,
+         receipts_dir: Path | None = None) -> list[Receipt]:
+    """All receipts (optionally of one target/pack), oldest first by start time; under ``receipts_dir`` when
+    given (a run's ``--receipts-dir``), else the repository's ``receipts/``."""
+    base = receipts_dir or receipts_root(root)
     pattern = f"{target or '*'}/{pack or '*'}/*/receipt.json"
     found = [load(p) for p in base.glob(pattern)]
     return sorted(found, key=lambda r: (r.started, str(r.path)))
@@ -745,9 +747,9 @@ def latest(root: Path, target: str, pack: str, lane: str | None = None) -> Recei
     return found[-1] if found else None
 
 
-def latest_by_lane(root: Path, target: str, pack: str) -> dict[str, Receipt]:
+def latest_by_lane(root: Path, target: str, pack: str, receipts_dir: Path | None = None) -> dict[str, Receipt]:
     """Each lane's latest receipt, from one scan of the pack's receipts (callers that loop over lanes)."""
-    return {r.lane: r for r in find(root, target, pack)}  # oldest first: the last one per lane stays
+    return {r.lane: r for r in find(root, target, pack, receipts_dir)}  # oldest first: the last one per lane stays
 
 
 def display_path(path: Path, root: Path) -> str:

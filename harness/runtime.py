@@ -104,6 +104,8 @@ def ensure_requirements(reqs: tuple[str, ...], label: str, store: Store, python:
         return None
     key = runtime_key(reqs, python)
     final = store.area("runtime") / key[:20]
+    if (final / "site").is_dir() and not check_seal(final):  # lock-free; the lock only to make it (look again)
+        return final / "site"
     with store.locked():
         if (final / "site").is_dir():
             damage = check_seal(final)  # sealed when made; a changed file means building the site again

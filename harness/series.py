@@ -233,8 +233,10 @@ class PatchedTree:
 def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
     """The base with ``patches`` applied as commits, cached by content key."""
     key = series_key(base.target, base.base.pin, patches)
-    with store.locked():
-        final = store.area("trees") / base.target / key[:20]
+    final = store.area("trees") / base.target / key[:20]
+    if _intact_tree(final):  # lock-free: an entry exists under its final name only when complete
+        return PatchedTree(base, tuple(patches), final, key)
+    with store.locked():  # to make it, or to replace a damaged one: look again, another process may have
         if (final / ".git").is_dir():
             stray = git.repo(final).stray_paths()  # a patched tree is exactly its last commit
             if stray:
@@ -248,6 +250,17 @@ def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
                     with ui.status(f"applying pack {patch.pack}: {patch.name}"):
                         apply_patch(repo, patch, base)
     return PatchedTree(base, tuple(patches), final, key)
+
+
+def _intact_tree(path: Path) -> bool:
+    """Whether the tree at ``path`` exists and is exactly its last commit, asked without the store lock; any
+    doubt (missing, changed, unreadable while another process replaces it) is False: the caller takes the lock."""
+    if not (path / ".git").is_dir():
+        return False
+    try:
+        return not git.repo(path).stray_paths()
+    except (git.GitError, OSError):
+        return False
 
 
 def check_applies(base: Checkout, patches: list[Patch], scratch: Path) -> None:

@@ -63,7 +63,9 @@ PACK_KEYS = frozenset({
 })
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
                        "with_builds", "minimal", "note", "upstream_tests", "expect_failed",
-                       "test_requires"})
+                       "test_requires",
+                       # how `harness sweep` may place the lane on a GPU (docs/sweep.md)
+                       "exclusive", "gpu_memory_gib"})
 # The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
 # script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
 MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
@@ -108,6 +110,10 @@ class Lane:
     upstream_tests: tuple[str, ...] = ()
     expect_failed: tuple[str, ...] = ()
     test_requires: tuple[str, ...] = ()
+    # `harness sweep` (docs/sweep.md): True, the lane's GPU(s) are its own while it runs (a time or memory figure);
+    # None, decided from the lane (a performance row, a MEMORY_* sentinel, a timing/memory argument); False, not
+    exclusive: bool | None = None
+    gpu_memory_gib: float | None = None  # the most GPU memory one rank uses: lanes within it may share a GPU
 
 
 # How an evidence row picks among the figures it matches (see EvidenceRow).
@@ -505,6 +511,10 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
                           "naming a lane and a figure: performance figures are read from receipts, never typed here")
     performance = tuple(_load_evidence(pr, f"{where} performance[{i}]", {lane.name for lane in lanes})
                         for i, pr in enumerate(perf))
+    for lane in lanes:
+        if lane.exclusive is False and any(row.lane == lane.name for row in performance):
+            raise ConfigError(f"{where}: lane '{lane.name}' has exclusive = false, but a [[packs.{pid}.performance]] "
+                              "row reads its figures: a time or memory claim is measured with its GPU to itself")
     return Pack(
         id=pid,
         title=field(t, "title", str, where),
@@ -681,13 +691,18 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
         if extra_base not in other.bases:
             raise ConfigError(f"{where}: key 'with_builds': {other.path.name} has no base '{extra_base}'")
         extra.append((target, extra_base))
+    exclusive = field(t, "exclusive", bool, where, default=None)
+    memory = field(t, "gpu_memory_gib", (int, float), where, default=None)
+    if memory is not None and (isinstance(memory, bool) or not memory > 0):
+        raise ConfigError(f"{where}: key 'gpu_memory_gib' must be a positive number (GiB one rank uses at most)")
     minimal = field(t, "minimal", bool, where, default=False)
     if minimal and (with_baseline or nproc > 1):
         raise ConfigError(f"{where}: key 'minimal' runs a plain script: no with_baseline, nproc 1")
     return Lane(name=name, base=base, patched=patched, expect=expect,
                 args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
                 with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal,
-                upstream_tests=upstream, expect_failed=expect_failed, test_requires=test_requires)
+                upstream_tests=upstream, expect_failed=expect_failed, test_requires=test_requires,
+                exclusive=exclusive, gpu_memory_gib=float(memory) if memory is not None else None)
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:

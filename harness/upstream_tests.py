@@ -104,6 +104,9 @@ def export_tree(source: Path, ids: tuple[str, ...], key: str, store: Store, labe
     if missing:
         raise ConfigError(f"{label}: upstream test file {test_file(missing[0])} is not in the tree "
                           f"({source}); is the test in the pack's series?")
+    found = lookup_tree(store, key)  # lock-free; the lock only to make it, looking again under it
+    if found is not None:
+        return found
     with store.locked():
         found = lookup_tree(store, key)
         if found is not None:
@@ -125,6 +128,9 @@ def adopt_tree(tar: Path, key: str, store: Store, label: str) -> Path:
     """Register a test tree from an offline bundle (a tar of ``tree/``) under ``key``."""
     import tarfile
 
+    found = lookup_tree(store, key)  # lock-free; the lock only to make it, looking again under it
+    if found is not None:
+        return found
     with store.locked():
         found = lookup_tree(store, key)
         if found is not None:

@@ -27,7 +27,8 @@ LAYERS: dict[int, set[str]] = {
     # workflows: peers, none imports another
     6: {"lanes", "edit", "rebase", "export", "provenance", "filing", "related", "scaffold"},
     7: {"absorbed", "bundle", "readiness"},  # composites: rebase; lanes; filing + rebase
-    8: {"landing", "performance"},  # filing waves need readiness; claims need readiness's currency test
+    8: {"landing", "performance",  # filing waves need readiness; claims need readiness's currency test
+        "sweep"},  # many lanes at once: which to skip is readiness's currency test
     9: {"commands", "error_handler"},  # the CLI: one module per verb, the error boundary
     10: {"main"},  # parses and dispatches
     11: {"__main__"},

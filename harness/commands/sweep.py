@@ -1,0 +1,145 @@
+"""``harness sweep [PACK ...]``: run many packs' lanes at once on this host, or write the plan for another engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from harness import sweep, ui
+from harness.commands import _args
+from harness.commands._context import context
+from harness.errors import Exit, UsageError
+from harness.receipts import Verdict
+
+_STYLE = {Verdict.PASS.value: "green", "current": "green", "skipped": "yellow"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="run the selected lanes of many packs concurrently on this host (or print the plan)",
+        description="Plan every selected lane with what it needs and run them at once: lanes on disjoint GPUs "
+                    "(CUDA_VISIBLE_DEVICES, else every GPU the driver shows), a multi-GPU lane on a group of its "
+                    "size, a lane whose claim is a time or memory figure with its GPU to itself, correctness lanes "
+                    "sharing a GPU only within their declared gpu_memory_gib, builds overlapped on the CPU cores. "
+                    "A patched lane runs together with its pack's unpatched lanes of the same base and args "
+                    "(its baseline). Each task is a child 'harness run', so receipts and tracking.toml are "
+                    "written exactly as a single run writes them; one failure never stops the others. Lanes whose "
+                    "latest receipt passed and is current are not run again (--rerun). Ctrl-C or SIGTERM ends "
+                    "every child; a sweep run again resumes where it stopped. Exit: the worst lane's code. "
+                    "--plan --json writes the tasks as data for a CI matrix or a Slurm array (docs/sweep.md).")
+    p.add_argument("packs", nargs="*", metavar="PACK", help="pack ids (default: every pack)")
+    p.add_argument("--target", action="append", default=[], help="only packs of this target (repeatable)")
+    p.add_argument("--base", action="append", default=[], help="only lanes on this base (repeatable)")
+    p.add_argument("--lane", "--lanes", action="append", default=[], metavar="PATTERN", dest="lanes",
+                   help="only lanes whose name matches (a name or a shell pattern such as 'fix-*'; repeatable); "
+                        "a patched lane's baseline lanes come along")
+    p.add_argument("--rerun", action="store_true", help="run lanes whose latest receipt is current too")
+    p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
+                   help=f"CPU slots: children at once, a CPU lane taking one per rank (default: this host's "
+                        f"cores, {sweep.cpu_count()} here)")
+    p.add_argument("--gpus", default=None, metavar="LIST",
+                   help="GPU ids to use, as CUDA_VISIBLE_DEVICES writes them (default: CUDA_VISIBLE_DEVICES, else "
+                        "every GPU the driver shows); '' for none")
+    p.add_argument("--gpu-memory-gib", type=float, default=None, metavar="GIB",
+                   help="memory of each GPU, for lanes that share one (default: nvidia-smi's; unknown: none shares)")
+    p.add_argument("--lane-python", action="append", default=[], metavar="TARGET=PYTHON",
+                   help="run TARGET's lanes with the harness of this interpreter's environment (the nox sweep "
+                        "session passes each target's lane environment; default: this interpreter)")
+    p.add_argument("--plan", action="store_true", help="print the plan (tasks and their needs); run nothing")
+    p.add_argument("--from-plan", type=_args.path, default=None, metavar="FILE",
+                   help="run one task of a plan written by 'sweep --plan --json' (with --task; a Slurm array task)")
+    p.add_argument("--task", type=int, default=None, metavar="N", help="the task of --from-plan to run")
+    p.add_argument("--json", action="store_true",
+                   help="print the plan (--plan) or the sweep's result as one JSON document on stdout")
+    p.add_argument("--receipts-dir", type=_args.path, default=None, help="write receipts here (default: receipts/)")
+    p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
+    _args.output_format(p)
+    _args.source(p)
+    _args.common(p)
+
+
+def _per_target(values: list[str]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        target, sep, python = value.partition("=")
+        if not sep or not target or not python:
+            raise UsageError(f"--lane-python {value!r}: write TARGET=PYTHON")
+        out[target] = python
+    return out
+
+
+def main(args) -> int:
+    if (args.from_plan is None) != (args.task is None):
+        raise UsageError("--from-plan and --task go together: the plan file and the index of its task to run")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    ctx = context(args, receipts_dir=args.receipts_dir)
+    jobs = args.jobs or sweep.cpu_count()
+    if args.from_plan is not None:
+        if args.packs or args.target or args.base or args.lanes:
+            raise UsageError("--from-plan runs the plan's task as written: no PACK, --target, --base or --lane")
+        task = sweep.Plan.load(args.from_plan, ctx.tracking).task(args.task)
+        # the plan's judgement of currency stands (a pin-bump plan is written with --rerun), unless --rerun here
+        plan = sweep.Plan((dataclasses.replace(task, index=0, state="run") if args.rerun
+                           else dataclasses.replace(task, index=0),))
+    else:
+        plan = sweep.make_plan(ctx, sweep.Selection(tuple(args.packs), tuple(args.target), tuple(args.base),
+                                                    tuple(args.lanes)), rerun=args.rerun, jobs=jobs)
+    if args.plan:
+        return _print_plan(plan, args)
+    to_run = [t for t in plan.tasks if t.state == "run"]
+    ids: list[str] = []
+    source = "not needed"
+    if any(t.need.gpus for t in to_run):
+        ids, source = sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
+    memory = sweep.gpu_memory(ids) if args.gpu_memory_gib is None else {}
+    host = sweep.Host(tuple(sweep.Gpu(i, args.gpu_memory_gib or memory.get(i)) for i in ids), jobs, source)
+    ui.info(f"sweep: {len(to_run)} task(s) to run, {len(plan.tasks) - len(to_run)} current; "
+            f"{len(ids)} GPU(s) ({source}), {jobs} CPU slot(s)")
+    spec = sweep.ChildSpec(python=sweep.python_for(_per_target(args.lane_python)), options=_child_options(args, ctx))
+    result = sweep.run(plan, host, spec, ctx.root)
+    if args.json:
+        json.dump(result.as_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        rows = [[o.pack, o.lane, ui.text(o.verdict, _STYLE.get(o.verdict, "red")), f"{int(o.exit)} {o.exit.name}",
+                 ",".join(o.gpus) or "-", f"{o.duration_s:.1f}" if o.duration_s is not None else "-",
+                 o.receipt or "-", o.reason] for o in result.lanes]
+        ui.tabular(["pack", "lane", "verdict", "exit", "gpus", "seconds", "receipt", "why"], rows, fmt=args.format,
+                   title="sweep")
+    code = result.exit
+    ui.info(f"sweep: {len(result.lanes)} lane(s) in {result.ended - result.started:.1f} s; "
+            f"exit {int(code)} ({code.name})")
+    return int(code)
+
+
+def _child_options(args, ctx) -> tuple[str, ...]:
+    """What every child harness is told: this repository and store, where receipts go, where bases come from."""
+    opts = ["--root", str(ctx.root), "--cache", str(ctx.store.root)]
+    if args.receipts_dir is not None:
+        opts += ["--receipts-dir", str(args.receipts_dir)]
+    if args.no_tracking:
+        opts.append("--no-tracking")
+    for d in args.artifacts:
+        opts += ["--artifacts", str(d)]
+    for d in args.git_mirrors:
+        opts += ["--git-mirrors", str(d)]
+    if args.bundle_dir is not None:
+        opts += ["--bundle-dir", str(args.bundle_dir)]
+    if args.python != sys.executable:
+        opts += ["--python", ctx.python]
+    return tuple(opts)
+
+
+def _print_plan(plan: sweep.Plan, args) -> int:
+    if args.json:
+        json.dump(plan.as_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return int(Exit.OK)
+    rows = [[str(t.index), t.pack, ",".join(t.lanes), str(t.need.gpus),
+             "-" if not t.need.gpus else ("own" if t.need.whole else f"share {t.need.memory_gib:g} GiB"),
+             str(t.need.slots), t.state, "; ".join(t.why) or "-"] for t in plan.tasks]
+    ui.tabular(["task", "pack", "lanes", "gpus", "gpu", "cpu", "state", "why"], rows, fmt=args.format,
+               title="sweep plan")
+    return int(Exit.OK)
