@@ -208,7 +208,15 @@ class Selection:
     packs: tuple[str, ...] = ()  # none: every pack
     targets: tuple[str, ...] = ()
     bases: tuple[str, ...] = ()
-    lanes: tuple[str, ...] = ()  # lane names or shell patterns (fix-*)
+    lanes: tuple[str, ...] = ()  # lane names or shell patterns (fix-*), or PACK:PATTERN for one pack's lanes
+
+
+def lane_matches(pack: Pack, lane: Lane, pattern: str) -> bool:
+    """``pattern`` is a lane name or shell pattern, for every pack; ``PACK:PATTERN`` only for that pack's lanes."""
+    pack_id, sep, lane_pat = pattern.rpartition(":")
+    if sep and pack_id != pack.id:
+        return False
+    return fnmatch.fnmatchcase(lane.name, lane_pat)
 
 
 def select(tracking: Tracking, sel: Selection) -> list[tuple[Pack, list[Lane]]]:
@@ -224,7 +232,7 @@ def select(tracking: Tracking, sel: Selection) -> list[tuple[Pack, list[Lane]]]:
         if sel.targets and pack.target not in sel.targets:
             continue
         chosen = [lane for lane in pack.lanes if (not sel.bases or lane.base in sel.bases)
-                  and (not sel.lanes or any(fnmatch.fnmatchcase(lane.name, pat) for pat in sel.lanes))]
+                  and (not sel.lanes or any(lane_matches(pack, lane, pat) for pat in sel.lanes))]
         if chosen:
             out.append((pack, chosen))
     if not out:

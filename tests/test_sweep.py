@@ -145,6 +145,15 @@ def test_the_plan_states_each_task_and_what_it_needs(lane_repo):
     assert only["lanes"] == ["bug", "fix"] and "runs with bug" in only["why"][-1]
 
 
+def test_a_pack_qualified_pattern_selects_that_packs_lanes_only(lane_repo, capsys):
+    """``--lane 01:s*`` picks pack 01's matching lanes; the same pattern for a pack without them selects nothing."""
+    lane_repo.write_tracking(extra=EXTRA, requires="cuda")
+    tasks = _plan(lane_repo, "--lane", "01:s*", "--lane", "01:tim*")["tasks"]
+    assert sorted(lane for t in tasks for lane in t["lanes"]) == ["small", "timing"]
+    assert cli("sweep", "--plan", "--json", "--quiet", "--lane", "02:small", *lane_repo.args()) == Exit.USAGE
+    assert "names no lane" in capsys.readouterr().err
+
+
 def test_memory_and_performance_lanes_are_exclusive_and_cannot_be_declared_otherwise(lane_repo, capsys):
     perf = '\n[[packs.01.performance]]\nlane = "fix"\nfigure = "max_err"\nlabel = "x"\n'
     lane_repo.write_tracking(extra=perf)

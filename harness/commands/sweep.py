@@ -32,8 +32,8 @@ def register(sub) -> None:
     p.add_argument("--target", action="append", default=[], help="only packs of this target (repeatable)")
     p.add_argument("--base", action="append", default=[], help="only lanes on this base (repeatable)")
     p.add_argument("--lane", "--lanes", action="append", default=[], metavar="PATTERN", dest="lanes",
-                   help="only lanes whose name matches (a name or a shell pattern such as 'fix-*'; repeatable); "
-                        "a patched lane's baseline lanes come along")
+                   help="only lanes whose name matches (a name or a shell pattern such as 'fix-*'; PACK:PATTERN for "
+                        "one pack's lanes, e.g. 02:lower-*; repeatable); a patched lane's baseline lanes come along")
     p.add_argument("--rerun", action="store_true", help="run lanes whose latest receipt is current too")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help=f"CPU slots: children at once, a CPU lane taking one per rank (default: this host's "
