@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import sys
 import tempfile
 from pathlib import Path
@@ -177,6 +178,24 @@ def sweep(session: nox.Session) -> None:
                for target in sorted(targets)]
     # skipped GPU lanes on a CPU host are not a failure of the session (the sweep's summary names them)
     session.run("harness", "sweep", *pythons, *session.posargs, success_codes=[int(Exit.OK), int(Exit.SKIPPED)])
+
+
+@nox.session(default=False)
+def bench_sweep(session: nox.Session) -> None:
+    """Serial lanes vs ``harness sweep`` with empty and warm kernel caches, in one run (bench/sweep.py; posargs go to
+    it: ``-- --set cpu-2targets``). Each target's lanes run in its own lane environment, as in 'sweep'."""
+    session.install("-e", ".")
+    sets = runpy.run_path(str(ROOT / "bench" / "sweep.py"))["SETS"]
+    args = list(session.posargs)
+    chosen = [a for a in args if ":" in a and not a.startswith("-")]
+    chosen += [lane for i, a in enumerate(args[:-1]) if a == "--set" for lane in sets.get(args[i + 1], [])]
+    chosen += [lane for a in args if a.startswith("--set=") for lane in sets.get(a.split("=", 1)[1], [])]
+    target_of = {spec.pack: spec for spec in pack_sessions(ROOT)}
+    specs = {target_of[c.split(":")[0]].target: target_of[c.split(":")[0]] for c in chosen
+             if c.split(":")[0] in target_of}
+    pythons = [f"--lane-python={target}={_lane_env(session, spec) / 'bin' / 'python'}"
+               for target, spec in sorted(specs.items())]
+    session.run("python", "bench/sweep.py", *pythons, *args)
 
 
 def _selection(posargs: list[str]) -> list[str]:
