@@ -34,6 +34,9 @@ ENVIRONMENT = (
     ("GITHUB_USER", "the filer's GitHub login for 'threads refresh' (default: the token's own)"),
     ("PATCHLANE_GITHUB_RECORDED", "recorded GitHub answers for 'related', readiness and 'threads refresh --offline' "
                                   "(default: tests/fixtures/github)"),
+    ("PATCHLANE_KERNEL_CACHE", "where lanes keep kernel-compile caches per key (default: <cache>/kernel-cache); "
+                               "'off': an empty throwaway one per lane (docs/kernel-cache.md)"),
+    ("CUDA_HOME, CUDA_PATH", "where the nvcc named in a lane's kernel-cache key is looked for (else PATH)"),
     ("HARNESS_RUN_DIR", "scratch directory shared by the lanes of one run (default: a new temporary one)"),
     ("PYTHONPATH", "kept after a lane's own build directories"),
     ("LD_LIBRARY_PATH", "part of the key remembered import checks are kept under"),
@@ -49,7 +52,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 COMMANDS = ["run", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
             "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "related",
-            "threads", "new"]
+            "threads", "new", "cache"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

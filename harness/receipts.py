@@ -293,6 +293,27 @@ class LogRecord(_Record):
 
 
 @dataclass(frozen=True)
+class KernelCacheRecord(_Record):
+    """The kernel-compile cache a lane's reproducer was given (``kernel_cache.Lease.describe``).
+
+    ``mode``: ``store`` (the store's entry of ``key``), ``off`` (``PATCHLANE_KERNEL_CACHE=off``: an empty
+    throwaway directory) or ``throwaway`` (the entry could not be used); ``warm``: the entry held sealed
+    files when the lane started (``files`` of them). Receipts written before kernel caches lack the record.
+    """
+
+    key: str
+    mode: str
+    warm: bool
+    files: int
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str) -> KernelCacheRecord:
+        return cls(key=_take(data, "key", "str", where), mode=_take(data, "mode", "str", where),
+                   warm=_take(data, "warm", "bool", where), files=_take(data, "files", "int", where),
+                   _keys=cls._present(data, where))
+
+
+@dataclass(frozen=True)
 class Host:
     """A ``HOST_STAMP`` as the reproducer printed it (``repros/_lane.py`` ``stamp``), kept verbatim."""
 
@@ -422,8 +443,9 @@ class Receipt(_Record):
     duration_s: float
     schema: int = SCHEMA
     log: LogRecord | None = None  # set by ``write``
+    kernel_cache: KernelCacheRecord | None = None  # the kernel-compile cache the lane ran with (since issue 28)
     path: Path | None = field(default=None, kw_only=True, compare=False, metadata={"json": False})
-    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log"})
+    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log", "kernel_cache"})
 
     @property
     def dir(self) -> Path:
@@ -470,6 +492,7 @@ class Receipt(_Record):
         if not all(isinstance(v, dict) for v in details.values()):
             raise ConfigError(f"{where}: key 'sentinel_details' must map each sentinel to a JSON object")
         log = t("log", "dict", required=False)
+        kcache = t("kernel_cache", "dict", required=False)
         return cls(
             pack=t("pack", "str"), title=t("title", "str"), lane=t("lane", "str"), target=t("target", "str"),
             base=BaseRecord.from_dict(t("base", "dict"), sub("base")),
@@ -502,6 +525,7 @@ class Receipt(_Record):
             duration_s=t("duration_s", "number"),
             schema=t("schema", "int"),
             log=None if log is None else LogRecord.from_dict(log, sub("log")),
+            kernel_cache=None if kcache is None else KernelCacheRecord.from_dict(kcache, sub("kernel_cache")),
             path=path, _keys=cls._present(data, where),
         )
 

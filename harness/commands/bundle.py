@@ -16,6 +16,10 @@ def register(sub) -> None:
                    help="take the dependency wheels from DIR instead of downloading them")
     p.add_argument("--base", action="append", default=[], metavar="NAME",
                    help="only the lanes on this base (repeatable); run them there with 'run PACK --lane NAME'")
+    p.add_argument("--kernel-cache", action="store_true",
+                   help="also carry the store's kernel-compile caches of the bundle's builds, so the GPU host starts "
+                        "warm (one whose driver, GPU or compilers differ there is not used: its key decides); "
+                        "their sizes are listed")
     _args.artifacts(p)
     _args.common(p)
 
@@ -23,7 +27,7 @@ def register(sub) -> None:
 def main(args) -> int:
     ctx = context(args)
     index = bundle.make(ctx, args.packs, args.output, python_version=args.python_version, deps_dir=args.wheels,
-                         bases=args.base or None)
+                         bases=args.base or None, kernel_caches=args.kernel_cache)
     size = args.output.stat().st_size
     ui.data(str(args.output))
     ui.info(f"{args.output}: {size / 2**20:.1f} MiB, {len(index['builds'])} build(s) for "
