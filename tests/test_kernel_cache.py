@@ -495,6 +495,13 @@ def test_a_bundle_carries_the_kernel_caches_of_its_builds_and_the_gpu_host_start
         rec = _latest(kc_repo, lane)
         assert rec.build.source == "bundle" and rec.kernel_cache.warm and _figure(rec, "kernel_cached") == 1
     assert len([p for p in (device / "kernel-cache").iterdir() if not p.name.startswith(".")]) == 2
+    back = tmp_path / "out" / "kernel-cache.tar.xz"  # what the GPU host sends back for the next bundle
+    proc = subprocess.run([sys.executable, "-m", "harness.bootstrap", str(bundle), "--", "cache", "export", "-o",
+                           str(back)], capture_output=True, text=True, env=dict(os.environ, PATCHLANE_HOME=str(device)))
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(back) as tf:
+        names = tf.getnames()
+    assert {n.split("/")[1] for n in names} == {k[:20] for k in keys}
 
 
 def test_a_bundle_without_the_option_carries_none(kc_repo, tmp_path):

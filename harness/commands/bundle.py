@@ -30,8 +30,10 @@ def main(args) -> int:
                          bases=args.base or None, kernel_caches=args.kernel_cache)
     size = args.output.stat().st_size
     ui.data(str(args.output))
+    carried = index.get("kernel_caches")
+    kernels = "" if carried is None else f", {len(carried)} kernel-cache entr{'y' if len(carried) == 1 else 'ies'}"
     ui.info(f"{args.output}: {size / 2**20:.1f} MiB, {len(index['builds'])} build(s) for "
-                 f"{', '.join(index['packs'])}, {len(index['wheels'])} wheel(s)")
+            f"{', '.join(index['packs'])}, {len(index['wheels'])} wheel(s){kernels}")
     ui.info(f"on the GPU host: python3 -m harness.bootstrap {args.output} -- run {' '.join(index['packs'][:1])}")
     if size > 64 * 2**20:
         ui.warn("over 64 MiB: too large for one device-tool carry; split the packs over several bundles")

@@ -21,6 +21,13 @@ _ABOUT = ("Kernel-compile caches (Triton, TileLang, TVM-FFI, torch extensions an
           "after each lane that ran to its end; docs/kernel-cache.md.")
 
 
+def _common(q) -> None:
+    q.add_argument("--bundle-dir", type=_args.path, default=None, metavar="DIR",
+                   help="accepted, and unused, so that 'python3 -m harness.bootstrap BUNDLE -- cache ...' works on a "
+                        "GPU host: the kernel caches are the store's either way")
+    _args.common(q)
+
+
 def register(sub) -> None:
     p = sub.add_parser("cache", help="list, verify, prune, export or import the kernel-compile caches",
                        description=_ABOUT)
@@ -29,7 +36,7 @@ def register(sub) -> None:
                       description=_ABOUT)
     q.add_argument("--json", action="store_true", help="one JSON list of the entries and their key facts")
     _args.output_format(q)
-    _args.common(q)
+    _common(q)
     q = cs.add_parser("verify", help="check every entry against its seal; remove a damaged one "
                                      f"(exit {int(Exit.TAMPERED)} when one was)",
                       description="Check every kernel-cache entry's sealed files (missing or changed: the entry "
@@ -37,7 +44,7 @@ def register(sub) -> None:
                                   "lane that did not finish left. An entry a lane uses now is checked, never "
                                   f"removed. Exit {int(Exit.TAMPERED)} when an entry was damaged.")
     q.add_argument("--json", action="store_true", help="one JSON object per entry: its problems and what was done")
-    _args.common(q)
+    _common(q)
     q = cs.add_parser("prune", help="remove entries by last use or to fit a size",
                       description="Remove kernel-cache entries no lane uses now: those not used for DAYS days, "
                                   "then the least recently used until the rest fit SIZE. At least one is needed.")
@@ -48,7 +55,7 @@ def register(sub) -> None:
                         "(bytes, or with K/M/G: 500M, 2G)")
     q.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     q.add_argument("--json", action="store_true", help="the removed (or, with --dry-run, chosen) entries as JSON")
-    _args.common(q)
+    _common(q)
     q = cs.add_parser("export", help="write entries to a tar (a GPU host's, to carry in the next bundle)",
                       description="Write the sealed files of kernel-cache entries (all, or those of --key) to one "
                                   "tar (.tar.xz: compressed). Bring a GPU host's back with 'harness cache import', "
@@ -56,13 +63,13 @@ def register(sub) -> None:
     q.add_argument("-o", "--output", type=_args.path, required=True, help="the archive, e.g. $OUT/kernel-cache.tar.xz")
     q.add_argument("--key", action="append", default=[], metavar="PREFIX",
                    help="only the entry whose key starts with PREFIX (repeatable)")
-    _args.common(q)
+    _common(q)
     q = cs.add_parser("import", help="install the entries of an exported tar into the store",
                       description="Check every entry of an archive 'harness cache export' wrote against its seal, "
                                   "then install those the store lacks. One entry that fails its seal imports "
                                   f"nothing (exit {int(Exit.TAMPERED)}); an entry already present is kept.")
     q.add_argument("archive", type=_args.path)
-    _args.common(q)
+    _common(q)
 
 
 def _size(text: str) -> int:
