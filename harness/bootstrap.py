@@ -41,7 +41,8 @@ def _fail(message: str) -> int:
 def expected_files(index: dict) -> dict[str, str]:
     """Every file ``bundle.json`` lists, with its sha256."""
     return {e["file"]: e["sha256"]
-            for e in index["wheels"] + list(index["builds"].values()) + list(index.get("tests_trees", {}).values())}
+            for e in index["wheels"] + list(index["builds"].values()) + list(index.get("tests_trees", {}).values())
+            + list(index.get("kernel_caches", {}).values())}
 
 
 def unpack(archive: Path, dest: Path) -> int:

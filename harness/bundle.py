@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import builds, interpreters, lanes, receipts, tarsafe, ui, upstream_tests
+from harness import builds, interpreters, kernel_cache, lanes, receipts, tarsafe, ui, upstream_tests
 from harness.bootstrap import VERIFIED, expected_files
 from harness.context import Context
 from harness.errors import BundleError
@@ -84,11 +84,12 @@ def lock_file(root: Path) -> Path:
 
 
 def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = "3.12",
-         deps_dir: Path | None = None, bases: list[str] | None = None) -> dict:
+         deps_dir: Path | None = None, bases: list[str] | None = None, kernel_caches: bool = False) -> dict:
     """Write the bundle for ``pack_ids`` to ``output`` (atomically) and return its index.
 
     ``bases`` keeps only the lanes on those bases (a target whose bases are large, like tilelang, needs
-    one bundle per base to stay under one carry).
+    one bundle per base to stay under one carry). ``kernel_caches`` also carries the store's kernel-cache
+    entries whose builds are all in the bundle (``_add_kernel_caches``).
     """
     ctx = builder(ctx, python_version, pack_ids, bases)
     index: dict = {"format": FORMAT, "created": receipts.utc_now().isoformat().replace("+00:00", "Z"),
@@ -114,6 +115,8 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
             if prep.tests_tree is not None:
                 assert prep.tests_tree_key is not None  # set with tests_tree
                 _add_tests_tree(index, members, ctx, prep.tests_tree_key, prep.tests_tree, f"{pack.id}/{lane.name}")
+    if kernel_caches:
+        _add_kernel_caches(index, members, ctx)
     with ui.status("downloading wheels for the GPU host"):
         work = ctx.store.area("tmp") / "bundle-wheels"
         shutil.rmtree(work, ignore_errors=True)
@@ -225,6 +228,40 @@ def _add_tests_tree(index: dict, members: dict[str, Path], ctx: Context, key: st
     entry["sha256"] = sha256_file(tar)
 
 
+def _add_kernel_caches(index: dict, members: dict[str, Path], ctx: Context) -> None:
+    """Carry every kernel-cache entry of the store whose build keys are all in the bundle, each as a tar of its
+    sealed files (checked against its seal first; a damaged or unsealed one is left out, said). On the GPU
+    host a lane installs the one of its own key, when its store has none: an entry made under another
+    driver, GPU or compiler has another key there and is simply not used."""
+    where = kernel_cache.root(ctx.store)
+    carried = index["kernel_caches"] = {}
+    if where is None:
+        ui.warn(f"{kernel_cache.ROOT_ENV}=off: no kernel cache to carry")
+        return
+    keys = set(index["builds"])
+    for entry in kernel_cache.entries(where):
+        if entry.facts is None or not entry.facts.builds or not set(entry.facts.builds) <= keys:
+            continue
+        damage = kernel_cache.damage(entry.path)
+        if damage:
+            ui.warn(f"kernel cache {entry.key[:12]}: not as it was sealed ({damage[0]}); not carried")
+            continue
+        if entry.files == 0:
+            continue  # nothing compiled yet
+        arc = f"kernel-cache/{entry.path.name}.tar"
+        tar = ctx.store.area("tmp") / f"{entry.path.name}-kernel-cache.tar"
+        with tarfile.open(tar, "w") as tf:
+            size = kernel_cache.pack(entry.path, tf)
+        members[arc] = tar
+        carried[entry.key] = {"file": arc, "sha256": sha256_file(tar), "bytes": size, "files": entry.files,
+                              "builds": list(entry.facts.builds), "gpu": entry.facts.gpu}
+        ui.info(f"kernel cache {entry.key[:12]}: {entry.files} file(s), {ui.human_bytes(size)} "
+                f"({entry.facts.summary()})")
+    total = sum(e["bytes"] for e in carried.values())
+    ui.info(f"{len(carried)} kernel-cache entr{'y' if len(carried) == 1 else 'ies'} carried, "
+            f"{ui.human_bytes(total)} before compression")
+
+
 def store_uncompressed(wheel: Path, dest: Path) -> Path:
     """``wheel`` rewritten with stored (uncompressed) members, so the bundle's xz sees the raw files.
 
@@ -298,6 +335,11 @@ class OpenBundle:
             return builds.adopt_wheel(src, key, manifest, store, label)
         return builds.adopt_site_tar(src, key, manifest, store, label)
 
+
+    def kernel_cache_seed(self, key: str) -> Path | None:
+        """The bundle's kernel-cache entry of ``key`` (a tar, checked against bundle.json), or None."""
+        entry = self.index.get("kernel_caches", {}).get(key)
+        return None if entry is None else self.path / entry["file"]
 
     def tests_tree_for(self, key: str, store: Store, label: str) -> Path:
         entry = self.index.get("tests_trees", {}).get(key)

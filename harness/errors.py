@@ -3,8 +3,8 @@
 One convention for the whole tool (``harness`` and the nox sessions); ``MEANINGS``
 below is the table ``harness --help`` and docs/exit-codes.md print. When several lanes end
 differently the most severe code wins (``SEVERITY``). DRIFT comes only from
-``harness absorbed`` and TAMPERED only from ``harness receipts``; neither is mixed with
-lane codes. NO_LANES comes only from a pack that declares no lane at all.
+``harness absorbed`` and TAMPERED only from ``harness receipts`` and ``harness cache``; neither is
+mixed with lane codes. NO_LANES comes only from a pack that declares no lane at all.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ MEANINGS: dict[Exit, str] = {
     Exit.LINT: "a filing body or its reproducer failed the lint (private path, host, address, token, our jargon), "
                "or an export failed the upstream's own formatters and linters",
     Exit.DRIFT: "'harness absorbed' found a local change no pack tracks",
-    Exit.TAMPERED: "a receipt fails verification: a file edited, missing or not covered by its digests",
+    Exit.TAMPERED: "a receipt fails verification: a file edited, missing or not covered by its digests (also a "
+                   "kernel-cache entry not as sealed: 'harness cache verify|import')",
     Exit.NO_LANES: "the pack declares no lanes: nothing was validated",
     Exit.IO: "a file the harness must write cannot be written (read-only, full, no permission); nothing half-written",
     Exit.INTERNAL: "internal error (a bug in the harness; traceback in <cache>/last-error.log)",

@@ -63,7 +63,7 @@ def verify_files(base: Path, expected: dict[str, str], memo: Path | None = None)
 # --------------------------------------------------------------------------- sealed cache entries
 
 SEAL = ".sealed-sha256.json"  # name -> sha256 of every file of an entry, written when the entry is made
-_SEAL_SEEN = ".sealed-seen.json"  # the stat identities of files that matched their seal (verify_files' memo)
+SEAL_SEEN = ".sealed-seen.json"  # the stat identities of files that matched their seal (verify_files' memo)
 _NEVER_SEALED = "__pycache__"  # Python writes bytecode next to what it imports; it checks it against the source
 
 
@@ -75,8 +75,9 @@ def _entry_files(entry: Path, mutable: tuple[str, ...]) -> list[str]:
         top = rel == "."
         dirnames[:] = sorted(d for d in dirnames if d != _NEVER_SEALED and not (top and d in mutable))
         for name in files:
-            # the seen-memo and its scratch files (a concurrent reader may be writing one) are not the entry's
-            if top and (name == SEAL or name.startswith(_SEAL_SEEN) or name in mutable):
+            # the seal, the seen-memo and their scratch files (a concurrent reader or resealer may be writing
+            # one: '<name>.<pid>.tmp') are not the entry's
+            if top and (name.startswith((SEAL, SEAL_SEEN)) or name in mutable):
                 continue
             found.append(name if top else os.path.join(rel, name))
     return sorted(found)
@@ -89,8 +90,50 @@ def seal(entry: Path, mutable: tuple[str, ...] = ()) -> dict[str, str]:
     which are left out. Call it as the last step in the entry's scratch directory, before it is renamed in.
     """
     digests = {name: sha256_file(entry / name) for name in _entry_files(entry, mutable)}
-    (entry / SEAL).write_text(json.dumps(digests, indent=0, sort_keys=True))
+    _write_atomically(entry / SEAL, json.dumps(digests, indent=0, sort_keys=True))
     return digests
+
+
+def reseal(entry: Path, names: list[str]) -> dict[str, str]:
+    """Seal an entry that grows in place (a kernel-compile cache) anew over ``names``; return the digests.
+
+    A file whose stat identity is the one it had when it last matched keeps its digest without being read
+    (as ``verify_files`` does); any other is hashed. The seal is replaced atomically: a process killed while
+    resealing leaves the previous seal whole, never a half-written one.
+    """
+    memo = entry / SEAL_SEEN
+    try:
+        seen = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        seen = {}
+    seen = seen if isinstance(seen, dict) else {}
+    digests, record = {}, {}
+    for name in names:
+        path = entry / name
+        ident = _identity(path)
+        known = seen.get(name)
+        if isinstance(known, list) and known[:-1] == ident and isinstance(known[-1], str):
+            sha = known[-1]
+        else:
+            sha = sha256_file(path)
+            ident = _identity(path)  # as hashed: a write while hashing moves it, and the next check hashes again
+        digests[name], record[name] = sha, [*ident, sha]
+    _write_atomically(entry / SEAL, json.dumps(digests, indent=0, sort_keys=True))
+    try:
+        _write_atomically(memo, json.dumps(record, sort_keys=True))
+    except OSError:
+        pass  # only a memo: the next check hashes again
+    return digests
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # a name _entry_files leaves out
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def sealed(entry: Path) -> dict[str, str] | None:
@@ -111,8 +154,17 @@ def check_seal(entry: Path, mutable: tuple[str, ...] = ()) -> list[str]:
     without a readable seal (made by an older harness, or its seal damaged) is never trusted.
     """
     digests = sealed(entry)
+    problems = sealed_damage(entry, digests)
     if digests is None:
-        return [f"{SEAL}: missing or unreadable"]
-    problems = [f"{name}: missing or not as sealed" for name in verify_files(entry, digests, entry / _SEAL_SEEN)]
+        return problems
     problems += [f"{name}: not in the seal" for name in _entry_files(entry, mutable) if name not in digests]
     return problems
+
+
+def sealed_damage(entry: Path, digests: dict[str, str] | None) -> list[str]:
+    """What is wrong with the files an entry's seal lists (``digests``, as ``sealed`` read them): one line per
+    missing or changed file, or one saying there is no readable seal. Files the seal does not list are the
+    caller's to judge (an entry that grows in place has some while it is in use)."""
+    if digests is None:
+        return [f"{SEAL}: missing or unreadable"]
+    return [f"{name}: missing or not as sealed" for name in verify_files(entry, digests, entry / SEAL_SEEN)]

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import __version__, builds, git, pins, receipts, runs, runtime, series, ui, upstream_tests
+from harness import __version__, builds, git, kernel_cache, pins, receipts, runs, runtime, series, ui, upstream_tests
 from harness.context import Context
 from harness.errors import ConfigError, Exit
 from harness.hashing import sha256_file
@@ -46,6 +46,12 @@ class Prepared:
         """PYTHONPATH entries of this lane, in order: the build, its extra builds, the runtime deps."""
         return ([str(self.build.site)] + [str(b.site) for b in self.extras]
                 + ([str(self.runtime_site)] if self.runtime_site else []))
+
+    @property
+    def build_keys(self) -> tuple[str, ...]:
+        """The keys of every build the lane's reproducer can import: its own, its baseline, its extra builds."""
+        return (self.build.key, *([self.baseline.key] if self.baseline is not None else []),
+                *(b.key for b in self.extras))
 
     @property
     def label(self) -> str:
@@ -273,8 +279,14 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
-        with upstream_tests.gpu_lock(gpus, lane.timeout, f"pack {pack.id} lane {lane.name}"):
-            outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+        kfacts = kernel_cache.facts(prep.build_keys, prep.runtime_requires, ctx.python, env, ctx.store.area("memo"))
+        seed = ctx.bundle.kernel_cache_seed(kfacts.key) if ctx.bundle is not None else None
+        with kernel_cache.lane(ctx.store, kfacts, f"{_RUN_PREFIX}{os.getpid()}-kcache-", seed) as kcache:
+            env.update(kcache.env)
+            with upstream_tests.gpu_lock(gpus, lane.timeout, f"pack {pack.id} lane {lane.name}"):
+                outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+            if not outcome.timed_out and outcome.exit_code is not None and outcome.exit_code >= 0:
+                kcache.seal()  # the child ended by itself: what it compiled is whole (killed: nothing is sealed)
         verdict, reason = outcome.verdict(lane.expect)
         if verdict == Verdict.SKIPPED:
             return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
@@ -317,6 +329,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
             duration_s=outcome.duration_s,
             visible_devices=env.get("CUDA_VISIBLE_DEVICES") if requires == "cuda" else None,
             nccl=nccl,
+            kernel_cache=receipts.KernelCacheRecord.from_dict(kcache.describe(), f"{where} kernel cache"),
         )
         out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
         written = receipts.write(out_dir, receipt, started, Path(tmp_log), outcome.omitted_bytes)

@@ -34,6 +34,9 @@ ENVIRONMENT = (
     ("GITHUB_USER", "the filer's GitHub login for 'threads refresh' (default: the token's own)"),
     ("PATCHLANE_GITHUB_RECORDED", "recorded GitHub answers for 'related', readiness and 'threads refresh --offline' "
                                   "(default: tests/fixtures/github)"),
+    ("PATCHLANE_KERNEL_CACHE", "where lanes keep kernel-compile caches per key (default: <cache>/kernel-cache); "
+                               "'off': an empty throwaway one per lane (docs/kernel-cache.md)"),
+    ("CUDA_HOME, CUDA_PATH", "where the nvcc named in a lane's kernel-cache key is looked for (else PATH)"),
     ("HARNESS_RUN_DIR", "scratch directory shared by the lanes of one run (default: a new temporary one)"),
     ("CUDA_VISIBLE_DEVICES", "the GPUs 'sweep' may use (else every GPU the driver shows); it sets each child's own"),
     ("PYTHONPATH", "kept after a lane's own build directories"),
@@ -50,7 +53,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 COMMANDS = ["run", "sweep", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
             "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "related",
-            "threads", "new"]
+            "threads", "new", "cache"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

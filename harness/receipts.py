@@ -293,6 +293,27 @@ class LogRecord(_Record):
 
 
 @dataclass(frozen=True)
+class KernelCacheRecord(_Record):
+    """The kernel-compile cache a lane's reproducer was given (``kernel_cache.Lease.describe``).
+
+    ``mode``: ``store`` (the store's entry of ``key``), ``off`` (``PATCHLANE_KERNEL_CACHE=off``: an empty
+    throwaway directory) or ``throwaway`` (the entry could not be used); ``warm``: the entry held sealed
+    files when the lane started (``files`` of them). Receipts written before kernel caches lack the record.
+    """
+
+    key: str
+    mode: str
+    warm: bool
+    files: int
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str) -> KernelCacheRecord:
+        return cls(key=_take(data, "key", "str", where), mode=_take(data, "mode", "str", where),
+                   warm=_take(data, "warm", "bool", where), files=_take(data, "files", "int", where),
+                   _keys=cls._present(data, where))
+
+
+@dataclass(frozen=True)
 class Host:
     """A ``HOST_STAMP`` as the reproducer printed it (``repros/_lane.py`` ``stamp``), kept verbatim."""
 
@@ -425,8 +446,9 @@ class Receipt(_Record):
     # a cuda lane: the CUDA_VISIBLE_DEVICES it was launched with (None: all of the host's, or a CPU lane)
     visible_devices: str | None = None
     nccl: str | None = None  # a multi-rank cuda lane: the NCCL version of the lane's torch
+    kernel_cache: KernelCacheRecord | None = None  # the kernel-compile cache the lane ran with (since issue 28)
     path: Path | None = field(default=None, kw_only=True, compare=False, metadata={"json": False})
-    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log", "visible_devices", "nccl"})
+    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log", "visible_devices", "nccl", "kernel_cache"})
 
     @property
     def dir(self) -> Path:
@@ -473,6 +495,7 @@ class Receipt(_Record):
         if not all(isinstance(v, dict) for v in details.values()):
             raise ConfigError(f"{where}: key 'sentinel_details' must map each sentinel to a JSON object")
         log = t("log", "dict", required=False)
+        kcache = t("kernel_cache", "dict", required=False)
         return cls(
             pack=t("pack", "str"), title=t("title", "str"), lane=t("lane", "str"), target=t("target", "str"),
             base=BaseRecord.from_dict(t("base", "dict"), sub("base")),
@@ -507,6 +530,7 @@ class Receipt(_Record):
             log=None if log is None else LogRecord.from_dict(log, sub("log")),
             visible_devices=t("visible_devices", "str", required=False),
             nccl=t("nccl", "str", required=False),
+            kernel_cache=None if kcache is None else KernelCacheRecord.from_dict(kcache, sub("kernel_cache")),
             path=path, _keys=cls._present(data, where),
         )
 

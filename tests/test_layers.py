@@ -19,7 +19,8 @@ HARNESS = Path(__file__).resolve().parent.parent / "harness"
 LAYERS: dict[int, set[str]] = {
     0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint", "tarsafe"},
     1: {"tomlutil", "runs", "github", "sessions", "standalone", "bootstrap",  # bootstrap: stdlib + layer 0
-        "git"},  # git: raises the GitError family of errors
+        "git",  # git: raises the GitError family of errors
+        "kernel_cache"},  # kernel-compile caches per key in the store: facts probed, entries sealed
     2: {"pins", "runtime", "receipts", "upstream_tests"},
     3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree
     4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data

@@ -16,6 +16,10 @@ def register(sub) -> None:
                    help="take the dependency wheels from DIR instead of downloading them")
     p.add_argument("--base", action="append", default=[], metavar="NAME",
                    help="only the lanes on this base (repeatable); run them there with 'run PACK --lane NAME'")
+    p.add_argument("--kernel-cache", action="store_true",
+                   help="also carry the store's kernel-compile caches of the bundle's builds, so the GPU host starts "
+                        "warm (one whose driver, GPU or compilers differ there is not used: its key decides); "
+                        "their sizes are listed")
     _args.artifacts(p)
     _args.common(p)
 
@@ -23,11 +27,13 @@ def register(sub) -> None:
 def main(args) -> int:
     ctx = context(args)
     index = bundle.make(ctx, args.packs, args.output, python_version=args.python_version, deps_dir=args.wheels,
-                         bases=args.base or None)
+                         bases=args.base or None, kernel_caches=args.kernel_cache)
     size = args.output.stat().st_size
     ui.data(str(args.output))
+    carried = index.get("kernel_caches")
+    kernels = "" if carried is None else f", {len(carried)} kernel-cache entr{'y' if len(carried) == 1 else 'ies'}"
     ui.info(f"{args.output}: {size / 2**20:.1f} MiB, {len(index['builds'])} build(s) for "
-                 f"{', '.join(index['packs'])}, {len(index['wheels'])} wheel(s)")
+            f"{', '.join(index['packs'])}, {len(index['wheels'])} wheel(s){kernels}")
     ui.info(f"on the GPU host: python3 -m harness.bootstrap {args.output} -- run {' '.join(index['packs'][:1])}")
     if size > 64 * 2**20:
         ui.warn("over 64 MiB: too large for one device-tool carry; split the packs over several bundles")
