@@ -116,3 +116,14 @@ def run(cmd: list[str], timeout: float | None = None, **kwargs) -> subprocess.Co
         raise
     release(proc)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a process of another user counts: it cannot be signalled, but is there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -334,21 +334,11 @@ def live_users(entry: Path) -> list[int]:
         return []
     for rec in records:
         pid = rec.name.split("-", 1)[0]
-        if pid.isdigit() and _process_exists(int(pid)):
+        if pid.isdigit() and guard.process_exists(int(pid)):
             live.append(int(pid))
         else:
             rec.unlink(missing_ok=True)
     return live
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _remove_unsealed(entry: Path) -> list[str]:

@@ -17,7 +17,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import __version__, builds, git, kernel_cache, pins, receipts, runs, runtime, series, ui, upstream_tests
+from harness import (
+    __version__,
+    builds,
+    git,
+    guard,
+    kernel_cache,
+    pins,
+    receipts,
+    runs,
+    runtime,
+    series,
+    ui,
+    upstream_tests,
+)
 from harness.context import Context
 from harness.errors import ConfigError, Exit
 from harness.hashing import sha256_file
@@ -212,7 +225,7 @@ def sweep_stale_temp(tmp: Path | None = None) -> list[Path]:
         prefix = _LOG_PREFIX if entry.name.startswith(_LOG_PREFIX) else _RUN_PREFIX
         pid = entry.name[len(prefix):].split("-", 1)[0]
         try:
-            if not pid.isdigit() or entry.lstat().st_uid != os.getuid() or _process_exists(int(pid)):
+            if not pid.isdigit() or entry.lstat().st_uid != os.getuid() or guard.process_exists(int(pid)):
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
@@ -222,16 +235,6 @@ def sweep_stale_temp(tmp: Path | None = None) -> list[Path]:
             continue  # gone meanwhile, or not ours to remove
         removed.append(entry)
     return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneResult:

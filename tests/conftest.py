@@ -243,6 +243,15 @@ def lane_repo(tmp_path: Path) -> LaneRepo:
     return repo
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: a zombie is dead (only not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def cli(*args: str) -> int:
     """Run the harness CLI in-process; return its exit code whether it returns or raises SystemExit."""
     from harness.main import main

@@ -6,7 +6,7 @@ import os
 import signal
 
 import pytest
-from conftest import cli
+from conftest import alive, cli
 
 from harness.errors import Exit
 from harness.receipts import Verdict
@@ -295,14 +295,6 @@ time.sleep(600)
 '''
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie is dead (only not reaped yet)
-    except FileNotFoundError:
-        return False
-
-
 def _wait_for_pids(pids_dir, proc) -> list[int]:
     import time
 
@@ -319,7 +311,7 @@ def _all_gone(pids: list[int], within: float = 10.0) -> bool:
 
     deadline = time.time() + within
     while time.time() < deadline:
-        if not any(_alive(p) for p in pids):
+        if not any(alive(p) for p in pids):
             return True
         time.sleep(0.1)
     return False
@@ -335,7 +327,7 @@ def spawning(lane_repo, tmp_path):
     yield pids, tmp
     for name in [p.name for p in pids.iterdir()]:  # never leave a process behind, even when the test fails
         for pid in name.split("."):
-            if _alive(int(pid)):
+            if alive(int(pid)):
                 os.kill(int(pid), signal.SIGKILL)
 
 
@@ -350,7 +342,7 @@ def test_sigterm_kills_the_reproducer_and_its_children_and_leaks_nothing(lane_re
     proc.send_signal(sig)
     assert proc.wait(timeout=30) == Exit.TERMINATED
     assert "harness: terminated" in proc.stderr.read()
-    assert _all_gone(pids), [p for p in pids if _alive(p)]
+    assert _all_gone(pids), [p for p in pids if alive(p)]
     assert list(tmp.iterdir()) == []  # neither the temporary log nor the run directory
     assert find(lane_repo.root, "fake", "01") == []
 
@@ -362,7 +354,7 @@ def test_sigkill_of_the_harness_still_takes_the_reproducer_down(lane_repo, spawn
     pids = _wait_for_pids(pids_dir, proc)
     proc.kill()
     proc.wait(timeout=30)
-    assert _all_gone(pids), [p for p in pids if _alive(p)]
+    assert _all_gone(pids), [p for p in pids if alive(p)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -379,10 +371,10 @@ def test_a_killed_harness_takes_pip_and_the_build_backend_down(lane_repo, tmp_pa
         proc.send_signal(sig)
         code = proc.wait(timeout=30)
         assert code == (Exit.TERMINATED if sig == signal.SIGTERM else -signal.SIGKILL)
-        assert _all_gone(pids), [p for p in pids if _alive(p)]
+        assert _all_gone(pids), [p for p in pids if alive(p)]
     finally:
         for pid in [int(x) for p in pids_dir.iterdir() for x in p.name.split(".")]:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
     builds = lane_repo.cache / "builds"
     assert not builds.exists() or all(e.name.startswith(".tmp-") for e in builds.iterdir())

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cli
+from conftest import alive, cli
 
 from harness import sweep
 from harness.errors import Exit
@@ -342,14 +342,6 @@ time.sleep(600)
 '''
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_sigterm_ends_every_child_and_leaves_nothing_half_written(lane_repo, tmp_path):
     pids, tmp = tmp_path / "pids", tmp_path / "tmpdir"
     pids.mkdir()
@@ -370,9 +362,9 @@ def test_sigterm_ends_every_child_and_leaves_nothing_half_written(lane_repo, tmp
         assert proc.wait(timeout=60) == Exit.TERMINATED
         assert "terminated" in proc.stderr.read()
         deadline = time.time() + 10
-        while any(_alive(p) for p in running) and time.time() < deadline:
+        while any(alive(p) for p in running) and time.time() < deadline:
             time.sleep(0.1)
-        assert [p for p in running if _alive(p)] == []
+        assert [p for p in running if alive(p)] == []
         assert list(tmp.iterdir()) == []  # the sweep's scratch, the children's logs and run directories
         assert find(lane_repo.root, "fake") == []
         receipts = lane_repo.root / "receipts"
@@ -381,7 +373,7 @@ def test_sigterm_ends_every_child_and_leaves_nothing_half_written(lane_repo, tmp
     finally:
         for p in pids.iterdir():
             for pid in p.name.split("."):
-                if _alive(int(pid)):
+                if alive(int(pid)):
                     os.kill(int(pid), signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()
