@@ -399,3 +399,54 @@ def test_a_fully_cached_lane_does_not_wait_for_the_store_lock(lane_repo):
     finally:
         holder.kill()
         holder.wait()
+
+
+# --------------------------------------------------------------------------- the estimate, on data
+
+def _task(index: int, gpus: int = 1, whole: bool = True, memory: float | None = None) -> sweep.Task:
+    return sweep.Task(index=index, pack=f"{index:02d}", target="fake", lanes=("lane",),
+                      requires="cuda" if gpus else "cpu", need=Need(gpus=gpus, whole=whole, memory_gib=memory),
+                      why=(), timeout_s=60, state="run")
+
+
+def _host(n: int, jobs: int = 16) -> sweep.Host:
+    return sweep.Host(tuple(sweep.Gpu(str(i), 80.0) for i in range(n)), jobs, "--gpus")
+
+
+def test_the_estimate_replays_the_scheduler_longest_first():
+    plan = sweep.Plan((_task(0), _task(1), _task(2)))
+    est = sweep.estimate(plan, {0: 10.0, 1: 10.0, 2: 30.0}, _host(2))
+    # in plan order the 30 s task would start at 10 s and end at 40 s; offered first it ends at 30 s
+    assert (est.serial_s, est.makespan_s, est.longest_s) == (50.0, 30.0, 30.0)
+    starts = {r["index"]: (r["start_s"], r["gpus"]) for r in est.tasks}
+    assert starts[2] == (0.0, ["0"]) and starts[0][0] == 0.0 and starts[1][0] == 10.0
+    assert est.as_json()["makespan_over_serial"] == 0.6
+    assert [t.index for t in sweep.by_length(plan.tasks, {0: 10.0, 1: None, 2: 30.0})] == [1, 2, 0]
+
+
+def test_the_estimate_holds_groups_and_shares_and_names_what_it_left_out():
+    plan = sweep.Plan((_task(0, gpus=2), _task(1, whole=False, memory=30.0), _task(2, whole=False, memory=30.0),
+                       _task(3, gpus=4), _task(4), _task(5, gpus=0)))
+    est = sweep.estimate(plan, {0: 20.0, 1: 5.0, 2: 5.0, 3: 1.0, 4: None, 5: 7.0}, _host(2, jobs=1))
+    rows = {r["index"]: r for r in est.tasks}
+    assert set(rows) == {0, 1, 2, 5}
+    assert est.unknown == ("04 lane",) and est.too_big == ("03 lane",)
+    assert rows[0]["gpus"] == ["0", "1"] and rows[0]["start_s"] == 0.0
+    # one CPU slot: each task waits for the one before it; the two sharers fit one GPU's 80 GiB together
+    assert rows[1]["start_s"] >= 20.0 and est.makespan_s == 37.0
+
+
+def test_estimate_reads_durations_from_the_receipts_and_needs_plan(lane_repo, capsys):
+    import io
+    from contextlib import redirect_stdout
+
+    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    took = sum(r.duration_s for r in find(lane_repo.root, "fake", "01"))
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert cli("sweep", "--plan", "--estimate", "--json", "--rerun", "--gpus", "", *lane_repo.args()) == Exit.OK
+    est = json.loads(buf.getvalue())
+    assert est["kind"] == "patchlane-sweep-estimate" and est["unknown"] == [] and est["host"]["gpus"] == []
+    assert est["serial_s"] == pytest.approx(took, abs=1e-3) and est["makespan_s"] == est["serial_s"]
+    assert cli("sweep", "--estimate", *lane_repo.args()) == Exit.USAGE
+    assert "--estimate goes with --plan" in capsys.readouterr().err

@@ -47,6 +47,11 @@ def register(sub) -> None:
                    help="run TARGET's lanes with the harness of this interpreter's environment (the nox sweep "
                         "session passes each target's lane environment; default: this interpreter)")
     p.add_argument("--plan", action="store_true", help="print the plan (tasks and their needs); run nothing")
+    p.add_argument("--estimate", action="store_true",
+                   help="with --plan: replay the scheduler over each task's recorded duration (its lanes' latest "
+                        "receipts) on this host, or on the host --gpus, --gpu-memory-gib and --jobs describe "
+                        "(--gpus 0,1,2,3,4,5,6,7 for eight GPUs): the serial total, when the sweep would end, "
+                        "and their ratio; runs nothing")
     p.add_argument("--from-plan", type=_args.path, default=None, metavar="FILE",
                    help="run one task of a plan written by 'sweep --plan --json' (with --task; a Slurm array task)")
     p.add_argument("--task", type=int, default=None, metavar="N", help="the task of --from-plan to run")
@@ -86,6 +91,14 @@ def main(args) -> int:
     else:
         plan = sweep.make_plan(ctx, sweep.Selection(tuple(args.packs), tuple(args.target), tuple(args.base),
                                                     tuple(args.lanes)), rerun=args.rerun, jobs=jobs)
+    if args.estimate and not args.plan:
+        raise UsageError("--estimate goes with --plan: it replays the plan, it runs nothing")
+    if args.plan and args.estimate:
+        gpu_ids, where = sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
+        sizes = sweep.gpu_memory(gpu_ids) if args.gpu_memory_gib is None else {}
+        host = sweep.Host(tuple(sweep.Gpu(i, args.gpu_memory_gib or sizes.get(i)) for i in gpu_ids), jobs, where)
+        durations = sweep.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir)
+        return _print_estimate(sweep.estimate(plan, durations, host), args)
     if args.plan:
         return _print_plan(plan, args)
     to_run = [t for t in plan.tasks if t.state == "run"]
@@ -98,7 +111,8 @@ def main(args) -> int:
     ui.info(f"sweep: {len(to_run)} task(s) to run, {len(plan.tasks) - len(to_run)} current; "
             f"{len(ids)} GPU(s) ({source}), {jobs} CPU slot(s)")
     spec = sweep.ChildSpec(python=sweep.python_for(_per_target(args.lane_python)), options=_child_options(args, ctx))
-    result = sweep.run(plan, host, spec, ctx.root)
+    result = sweep.run(plan, host, spec, ctx.root,
+                       durations=sweep.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir))
     if args.json:
         json.dump(result.as_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -130,6 +144,25 @@ def _child_options(args, ctx) -> tuple[str, ...]:
     if args.python != sys.executable:
         opts += ["--python", ctx.python]
     return tuple(opts)
+
+
+def _print_estimate(est: sweep.Estimate, args) -> int:
+    if args.json:
+        json.dump(est.as_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return int(Exit.OK)
+    rows = [[str(r["index"]), r["pack"], ",".join(r["lanes"]), ",".join(r["gpus"]) or "-",
+             f"{r['duration_s']:.1f}", f"{r['start_s']:.1f}", f"{r['end_s']:.1f}"] for r in est.tasks]
+    ui.tabular(["task", "pack", "lanes", "gpus", "seconds", "start", "end"], rows, fmt=args.format,
+               title=f"sweep estimate on {len(est.host.gpus)} GPU(s), {est.host.jobs} CPU slot(s)")
+    ratio = f"{est.makespan_s / est.serial_s:.3f}" if est.serial_s else "n/a"
+    ui.info(f"serial {est.serial_s:.1f} s, sweep {est.makespan_s:.1f} s (ratio {ratio}); no schedule ends before "
+            f"the longest task, {est.longest_s:.1f} s")
+    for label in est.unknown:
+        ui.warn(f"left out (a lane has no receipt to take a duration from): {label}")
+    for label in est.too_big:
+        ui.warn(f"left out (needs more GPUs than {len(est.host.gpus)}): {label}")
+    return int(Exit.OK)
 
 
 def _print_plan(plan: sweep.Plan, args) -> int:
