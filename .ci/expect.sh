@@ -1,6 +1,8 @@
 # Sourced by .ci/run. expect CODE SESSION [ARGS...]: run a nox session and insist on its exit code.
 # The session must exist first: nox exits 3 for "Sessions not found", which is also the code of a pack
 # session whose GPU lanes were skipped, so a renamed or removed pack would otherwise pass as skipped.
+# With CI_RECEIPTS set, the session's receipts go there and tracking.toml is left alone: CI checks the lanes
+# by their exit codes and never rewrites the checkout's receipts, which docs/filings and readiness are read from.
 _ci_sessions=""
 expect() {
     local want=$1 session=$2
@@ -12,8 +14,14 @@ expect() {
         echo "ci: nox has no session '$session' (a pack renamed or removed from tracking.toml?)" >&2
         exit 1
     fi
+    local args=("$@")
+    if [ -n "${CI_RECEIPTS:-}" ]; then
+        local sep=--
+        for a in "${args[@]}"; do [ "$a" = -- ] && sep=; done
+        args+=(${sep:+"$sep"} --receipts-dir "$CI_RECEIPTS" --no-tracking)
+    fi
     set +e
-    nox --error-on-missing-interpreters -s "$@"
+    nox --error-on-missing-interpreters -s "${args[@]}"
     local rc=$?
     set -e
     if [ "$rc" -ne "$want" ]; then

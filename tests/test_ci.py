@@ -20,6 +20,7 @@ FAKE_NOX = textwrap.dedent('''\
             '- mamba_pack05 [mamba] -> pack 05' '- mamba_pack050 [mamba] -> a longer name'
         exit 0
     fi
+    echo "nox $*" >> "${FAKE_LOG:-/dev/null}"
     while [ "$1" != "-s" ]; do shift; done
     case "$2" in mamba_pack05) exit "${FAKE_RC:-3}" ;; *) echo "Sessions not found: $2" >&2; exit 3 ;; esac
 ''')
@@ -143,3 +144,18 @@ def test_the_base_commit_is_the_recorded_one():
     text = (REPO / ".ci" / "commit_subjects.py").read_text()
     assert 'BASE = "83c85edb402d43e440a897bda4304efcb18a4c77"' in text
     assert "python3 .ci/commit_subjects.py" in (REPO / ".ci" / "run").read_text()
+
+
+def test_with_ci_receipts_a_pack_session_writes_its_receipts_elsewhere(tmp_path, monkeypatch):
+    """CI's pack sessions must not rewrite the clone's receipts (docs/filings re-render from them): with
+    CI_RECEIPTS, expect hands the session --receipts-dir and --no-tracking, after any lane arguments."""
+    log = tmp_path / "nox.log"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.setenv("CI_RECEIPTS", str(tmp_path / "r"))
+    assert _expect(tmp_path, "3", "mamba_pack05").returncode == 0
+    assert _expect(tmp_path, "0", "mamba_pack05", "--", "--lane", "x", rc=0).returncode == 0
+    calls = [line for line in log.read_text().splitlines() if "-s" in line.split()]
+    r = tmp_path / "r"
+    assert calls == [f"nox --error-on-missing-interpreters -s mamba_pack05 -- --receipts-dir {r} --no-tracking",
+                     f"nox --error-on-missing-interpreters -s mamba_pack05 -- --lane x --receipts-dir {r} "
+                     "--no-tracking"]
