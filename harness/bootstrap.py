@@ -18,8 +18,9 @@ when the archive is missing, holds a foreign member, or a file fails its sha256.
 A bundle with payloads (files too large for one carry, see ``harness/payloads.py``) needs their parts, which
 may arrive over several calls: ``--stage SRC`` checks the parts found in ``SRC`` and copies them into the
 parts directory (``--parts DIR``, default ``parts/`` beside the unpacked bundle), which outlives the call. A
-call with nothing after ``--`` only stages and says which parts are still missing (exit 0). A call that runs
-the harness first joins every payload into the bundle's ``wheels/``, checked part by part and as a whole;
+call with nothing after ``--`` only stages, joins a payload once all its parts are there, and says which parts
+are still missing (exit 0). A call that runs the harness first joins every payload into the bundle's
+``wheels/``, checked part by part and as a whole;
 a part missing or damaged is exit 4 naming it, and leaves no payload file behind.
 """
 
@@ -104,7 +105,8 @@ def _options(argv: list[str]) -> tuple[Path, dict[str, Path], list[str]] | str:
 
 
 def payload_step(bundle_dir: Path, parts_dir: Path, stage_from: Path | None, run: bool) -> int:
-    """Stage the parts a call brought, and, before a run, join every payload into place; 0 or an exit code."""
+    """Stage the parts a call brought, and join every payload whose parts are all there into place (before a run:
+    every payload, a missing part being an error); 0 or an exit code."""
     index = json.loads((bundle_dir / "bundle.json").read_text())
     entries = index.get("payloads", [])
     try:
@@ -113,14 +115,15 @@ def payload_step(bundle_dir: Path, parts_dir: Path, stage_from: Path | None, run
                 copied = payloads.stage(entry, stage_from, parts_dir)
                 print(f"> payload {entry['name']}: staged {len(copied)} part(s) from {stage_from} into {parts_dir}",
                       file=sys.stderr)
-            if run:
-                dest = payloads.assemble(entry, parts_dir, bundle_dir / entry["file"])
-                print(f"> payload {entry['name']}: {dest} ({entry['size']} bytes, sha256 checked)", file=sys.stderr)
-            else:
-                absent = payloads.missing(entry, parts_dir)
+            absent = payloads.missing(entry, parts_dir)
+            if not run and absent:
                 have = len(entry["parts"]) - len(absent)
-                print(f"> payload {entry['name']}: {have} of {len(entry['parts'])} part(s) in {parts_dir}"
-                      + (f"; missing: {', '.join(absent)}" if absent else "; complete"), file=sys.stderr)
+                print(f"> payload {entry['name']}: {have} of {len(entry['parts'])} part(s) in {parts_dir}; "
+                      f"missing: {', '.join(absent)}", file=sys.stderr)
+                continue
+            dest = payloads.assemble(entry, parts_dir, bundle_dir / entry["file"])
+            print(f"> payload {entry['name']}: joined into {dest} ({entry['size']} bytes, sha256 checked)",
+                  file=sys.stderr)
     except BundleError as exc:
         return _fail(f"{exc}" + (f" (hint: {exc.hint})" if exc.hint else ""))
     return 0
