@@ -8,7 +8,7 @@ on, the entry that fits. ``prune`` keeps, in every fat binary, only the entries 
 keeps ``sm_90`` and ``sm_90a``): it moves them to the front of that fat binary's slot, rewrites the payload size
 in its header and zero-fills the rest of the slot. Offsets, sizes and every symbol stay where they were, so the
 file keeps its length, and the freed slots compress to almost nothing: that is what makes a 343 MB library fit
-a few carries (measured for TransformerEngine 2.20.2 in docs/packs/03-routes.md).
+one carry (TransformerEngine 2.20.2: docs/packs/notes/te-03-routes.md).
 
 This is what ``nvprune`` does to the loader's view, for hosts where ``nvprune`` cannot be had (it ships with the
 CUDA toolkit only). A fat binary with no entry of the chosen architecture is left whole (counted in the report):
