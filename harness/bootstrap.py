@@ -3,6 +3,7 @@
 Usage, on a GPU host without network, from the repository root::
 
     python3 -m harness.bootstrap dist/bundle.tar.xz -- run 09
+    python3 -m harness.bootstrap dist/bundle.tar.xz [--parts DIR] [--stage SRC] -- [harness args]
 
 It unpacks the bundle under the harness's cache (``$PATCHLANE_HOME``, else
 ``$XDG_CACHE_HOME/patchlane``, else ``~/.cache/patchlane``) into a directory named
@@ -13,6 +14,14 @@ per interpreter (``site-<cache tag>``, e.g. ``site-cpython-312``), and re-execut
 bundle only. A later call with the same archive reuses all of it: it hashes the
 archive, finds the directory complete, and starts the harness. Exit code 4 (PIN)
 when the archive is missing, holds a foreign member, or a file fails its sha256.
+
+A bundle with payloads (files too large for one carry, see ``harness/payloads.py``) needs their parts, which
+may arrive over several calls: ``--stage SRC`` checks the parts found in ``SRC`` and copies them into the
+parts directory (``--parts DIR``, default ``parts/`` beside the unpacked bundle), which outlives the call. A
+call with nothing after ``--`` only stages, joins a payload once all its parts are there, and says which parts
+are still missing (exit 0). A call that runs the harness first joins every payload into the bundle's
+``wheels/``, checked part by part and as a whole;
+a part missing or damaged is exit 4 naming it, and leaves no payload file behind.
 """
 
 from __future__ import annotations
@@ -24,8 +33,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from harness import tarsafe
-from harness.errors import Exit
+from harness import payloads, tarsafe
+from harness.errors import BundleError, Exit
 from harness.hashing import sha256_file, verify_files
 from harness.store import default_root
 
@@ -81,20 +90,73 @@ def install_site(bundle_dir: Path, site: Path) -> None:
     marker.write_text("ok\n")
 
 
+def _options(argv: list[str]) -> tuple[Path, dict[str, Path], list[str]] | str:
+    """(archive, {--parts, --stage}, harness args), or why the command line is wrong."""
+    split = argv.index("--")
+    head, options = argv[:split], {}
+    if not head:
+        return "no bundle archive before '--'"
+    rest = head[1:]
+    while rest:
+        flag = rest.pop(0)
+        if flag not in ("--parts", "--stage") or not rest:
+            return f"unexpected {flag!r} (options before '--': --parts DIR, --stage SRC)"
+        options[flag] = Path(rest.pop(0))
+    return Path(head[0]), options, argv[split + 1:]
+
+
+def payload_step(bundle_dir: Path, parts_dir: Path, stage_from: Path | None, run: bool) -> int:
+    """Stage the parts a call brought, and join every payload whose parts are all there into place (before a run:
+    every payload, a missing part being an error); 0 or an exit code."""
+    index = json.loads((bundle_dir / "bundle.json").read_text())
+    entries = index.get("payloads", [])
+    try:
+        for entry in entries:
+            if stage_from is not None:
+                copied = payloads.stage(entry, stage_from, parts_dir)
+                print(f"> payload {entry['name']}: staged {len(copied)} part(s) from {stage_from} into {parts_dir}",
+                      file=sys.stderr)
+            absent = payloads.missing(entry, parts_dir)
+            if not run and absent:
+                have = len(entry["parts"]) - len(absent)
+                print(f"> payload {entry['name']}: {have} of {len(entry['parts'])} part(s) in {parts_dir}; "
+                      f"missing: {', '.join(absent)}", file=sys.stderr)
+                continue
+            dest = payloads.assemble(entry, parts_dir, bundle_dir / entry["file"])
+            print(f"> payload {entry['name']}: joined into {dest} ({entry['size']} bytes, sha256 checked)",
+                  file=sys.stderr)
+    except BundleError as exc:
+        return _fail(f"{exc}" + (f" (hint: {exc.hint})" if exc.hint else ""))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or "--" not in argv:
         print(__doc__.strip())
         return int(Exit.USAGE) if not argv or argv[0] not in ("-h", "--help") else int(Exit.OK)
-    split = argv.index("--")
-    archive, harness_args = Path(argv[0]), argv[split + 1:]
+    parsed = _options(argv)
+    if isinstance(parsed, str):
+        print(f"harness.bootstrap: error: {parsed}", file=sys.stderr)
+        return int(Exit.USAGE)
+    archive, options, harness_args = parsed
     if not archive.is_file():
         return _fail(f"bundle {archive} not found")
+    stage_from = options.get("--stage")
+    if stage_from is not None and not stage_from.is_dir():
+        return _fail(f"--stage {stage_from}: not a directory")
     dest = default_root() / "bundles" / sha256_file(archive)[:16]
     bundle_dir = dest / TOP
     if not (dest / ".complete").exists():
         code = unpack(archive, dest)
         if code:
             return code
+    if not harness_args and not json.loads((bundle_dir / "bundle.json").read_text()).get("payloads"):
+        print("harness.bootstrap: error: nothing after '--' to run, and the bundle has no payload parts to stage",
+              file=sys.stderr)
+        return int(Exit.USAGE)
+    code = payload_step(bundle_dir, options.get("--parts", dest / "parts"), stage_from, run=bool(harness_args))
+    if code or not harness_args:
+        return code
     site = dest / f"site-{sys.implementation.cache_tag}"
     install_site(bundle_dir, site)
     env = dict(os.environ)

@@ -8,6 +8,11 @@ sha256 of every file. ``OpenBundle`` is the run side: it checks every hash
 before use, and a lane whose build key is not in the bundle is an error, never
 a silent rebuild. ``python -m harness.bootstrap`` unpacks a bundle and starts
 the harness with only the standard library and pip.
+
+A base's payloads (``[[bases.NAME.payloads]]``: a runtime wheel too large for one carry) are not put in the
+archive: each is fetched and checked against its pin, pruned to one GPU architecture where the manifest says
+so, packed as xz and cut into parts of at most ``part_size`` bytes in ``<output>.parts/``, and ``bundle.json``
+lists the parts with their sha256 (harness/payloads.py). The bootstrap joins them on the GPU host.
 """
 
 from __future__ import annotations
@@ -23,7 +28,19 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import builds, interpreters, kernel_cache, lanes, receipts, tarsafe, ui, upstream_tests
+from harness import (
+    builds,
+    fatbin,
+    interpreters,
+    kernel_cache,
+    lanes,
+    payloads,
+    pins,
+    receipts,
+    tarsafe,
+    ui,
+    upstream_tests,
+)
 from harness.bootstrap import VERIFIED, expected_files
 from harness.context import Context
 from harness.errors import BundleError
@@ -33,6 +50,9 @@ from harness.store import Store
 
 FORMAT = 1
 TOP = "patchlane-bundle"
+# One device-tool call carries at most 64 MiB with the working tree (about 5 MiB of it the repository) and the
+# bundle itself: 48 MiB parts leave room for both.
+PART_SIZE = 48 * 2**20
 # The harness's own dependencies, transitive ones included, pinned with wheel hashes; generated from
 # pyproject.toml by tools/lock.py (tests/test_lock.py fails when the two disagree).
 LOCK_FILE = Path("requirements") / "harness.lock"
@@ -84,18 +104,21 @@ def lock_file(root: Path) -> Path:
 
 
 def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = "3.12",
-         deps_dir: Path | None = None, bases: list[str] | None = None, kernel_caches: bool = False) -> dict:
+         deps_dir: Path | None = None, bases: list[str] | None = None, kernel_caches: bool = False,
+         part_size: int = PART_SIZE) -> dict:
     """Write the bundle for ``pack_ids`` to ``output`` (atomically) and return its index.
 
     ``bases`` keeps only the lanes on those bases (a target whose bases are large, like tilelang, needs
     one bundle per base to stay under one carry). ``kernel_caches`` also carries the store's kernel-cache
-    entries whose builds are all in the bundle (``_add_kernel_caches``).
+    entries whose builds are all in the bundle (``_add_kernel_caches``). The bases' payloads go to
+    ``<output>.parts/`` in parts of at most ``part_size`` bytes.
     """
     ctx = builder(ctx, python_version, pack_ids, bases)
     index: dict = {"format": FORMAT, "created": receipts.utc_now().isoformat().replace("+00:00", "Z"),
                    "python": python_version, "packs": [], "builds": {}, "wheels": []}
     members: dict[str, Path] = {}
     runtime: set[tuple[str, ...]] = set()  # one set per prepared lane: a base's pins never mix with another's
+    provided: dict[str, pins.Payload] = {}  # runtime pin -> the payload that carries it
     for pid in pack_ids:
         pack = ctx.tracking.pack(pid)
         index["packs"].append(pack.id)
@@ -105,6 +128,8 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
                               f"(lanes: {', '.join(f'{ln.name}@{ln.base}' for ln in pack.lanes) or 'none'})")
         for lane in chosen:
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
+            for payload in ctx.manifest(pack.target).base(lane.base).payloads:
+                provided[payload.provides] = payload
             runtime.add(tuple(sorted(prep.runtime_requires)))  # the base's and its extra builds' (lanes.prepare)
             # a with_baseline lane also needs its unpatched twin's build on the GPU host
             _add_build(index, members, ctx, prep.build, f"{pack.id}/{lane.name}")
@@ -123,7 +148,8 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         if deps_dir is not None:
             wheels = sorted(Path(deps_dir).glob("*.whl"))
         else:
-            wheels = download_wheels([list(r) for r in sorted(runtime)], work, python_version, lock_file(ctx.root))
+            wheels = download_wheels([[r for r in reqs if r not in provided] for reqs in sorted(runtime)], work,
+                                     python_version, lock_file(ctx.root))
     stored = ctx.store.area("tmp") / "bundle-wheels-stored"
     shutil.rmtree(stored, ignore_errors=True)
     stored.mkdir(parents=True)
@@ -139,6 +165,8 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         index["wheels"].append({"file": arc, "sha256": sha256_file(members[arc]),
                                 "downloaded_sha256": sha256_file(whl)})
     output.parent.mkdir(parents=True, exist_ok=True)
+    if provided:
+        index["payloads"] = pack_payloads(ctx, list(provided.values()), parts_dir(output), part_size)
     partial = output.with_name(output.name + ".partial")
     try:
         with ui.status(f"writing {output.name} (xz)"), tarfile.open(partial, "w:xz", preset=6) as tf:
@@ -153,6 +181,43 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         partial.unlink(missing_ok=True)
         raise
     return index
+
+
+def parts_dir(output: Path) -> Path:
+    """Where ``make`` writes the parts of the payloads of the bundle ``output``."""
+    return output.with_name(output.name + ".parts")
+
+
+def pack_payloads(ctx: Context, chosen: list[pins.Payload], dest: Path, part_size: int) -> list[dict]:
+    """Each payload fetched (sha256 checked), pruned where asked, packed and cut into parts in ``dest``.
+
+    ``dest`` is emptied first: parts of an earlier bundle must not sit beside this one's.
+    """
+    shutil.rmtree(dest, ignore_errors=True)
+    entries = []
+    for payload in chosen:
+        art = payload.artifact
+        with ui.status(f"payload {payload.name}: {art.filename}") as act:
+            src = pins.fetch(art, ctx.store, ctx.sources().artifacts)
+            entry: dict = {"name": payload.name, "provides": payload.provides, "file": f"wheels/{art.filename}",
+                           "source": {"filename": art.filename, "sha256": art.sha256, "size": src.stat().st_size},
+                           "prune_arch": payload.prune_arch}
+            work = ctx.store.area("tmp") / "bundle-payload"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            if payload.prune_arch:
+                pruned = work / art.filename
+                entry["pruned"] = fatbin.prune_wheel(src, pruned, payload.prune_arch)
+                if not entry["pruned"]:
+                    raise BundleError(f"payload {payload.name}: prune_arch {payload.prune_arch} is set, but "
+                                      f"{art.filename} holds no shared object with CUDA device code")
+                src = pruned
+            entry |= payloads.pack(src, dest, art.filename, part_size)
+            shutil.rmtree(work, ignore_errors=True)
+            act.result = (f"{entry['size']} bytes -> {entry['packed']['size']} packed, "
+                          f"{len(entry['parts'])} part(s) in {dest}")
+        entries.append(entry)
+    return entries
 
 
 def builder(ctx: Context, python_version: str, pack_ids: list[str], bases: list[str] | None = None) -> Context:
@@ -307,8 +372,13 @@ class OpenBundle:
             raise BundleError(f"{meta}: bundle format {index.get('format')!r}, this harness reads {FORMAT}")
         # files that matched before and have not been touched since (same size, mtime, ctime, inode)
         # are not read again: a warm run from a 60 MB bundle would otherwise hash it all every time
-        bad = verify_files(path, expected_files(index), path / VERIFIED)
+        joined = {e["file"]: e["sha256"] for e in index.get("payloads", [])}
+        bad = verify_files(path, expected_files(index) | joined, path / VERIFIED)
         for name in bad:
+            if not (path / name).is_file() and name in joined:
+                raise BundleError(f"{path}: payload {name} is not joined yet",
+                                  hint="start the run with python3 -m harness.bootstrap BUNDLE --parts DIR -- ...; "
+                                       "it joins the payloads from their parts")
             if not (path / name).is_file():
                 raise BundleError(f"{path}: {name} is missing")
         if bad:

@@ -47,8 +47,10 @@ PYPI_URL = "https://pypi.org/pypi"
 MANIFEST_KEYS = frozenset({"target", "repo", "distribution", "import_names", "build", "build_note", "default_base",
                            "filing_base", "python", "stubs", "bases", "policy"})
 BASE_KEYS = frozenset({"version", "commit", "commit_note", "commit_source", "role", "runtime_requires", "artifact",
-                       "git"})
+                       "git", "payloads"})
 ARTIFACT_KEYS = frozenset({"kind", "filename", "url", "sha256", "size"})
+PAYLOAD_KEYS = ARTIFACT_KEYS - {"kind"} | {"provides", "prune_arch", "note"}
+_PRUNE_ARCH = re.compile(r"^sm_[0-9]+$")
 GIT_KEYS = frozenset({"commit", "ref", "date", "url"})
 POLICY_KEYS = frozenset({"signoff", "contributing", "pr_template", "issue_templates", "source", "checks"})
 CHECK_KEYS = frozenset({"name", "package", "module", "args", "files", "exclude", "kind", "config", "source"})
@@ -66,6 +68,25 @@ class Artifact:
     url: str
     sha256: str
     size: int | None = None
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A runtime wheel too large for one carry (``[[bases.NAME.payloads]]``): bundled in parts (harness/payloads.py).
+
+    ``provides`` is the ``runtime_requires`` pin it satisfies (the bundle downloads no other copy of it);
+    ``prune_arch`` (``sm_90``), when set, keeps only that architecture's device code in the wheel's shared
+    objects before it is packed (harness/fatbin.py), so the GPU host gets a smaller wheel that runs there only.
+    """
+
+    artifact: Artifact
+    provides: str
+    prune_arch: str = ""
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.provides.split("==", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -89,6 +110,7 @@ class Base:
     git: GitPin | None = None  # a git base; None for a release base
     commit_source: str = ""  # for a release: where its commit was read ("none" when unknown)
     commit_note: str = ""
+    payloads: tuple[Payload, ...] = ()
 
     @property
     def release(self) -> Artifact:
@@ -259,6 +281,9 @@ def manifest_unknown_keys(path: Path, doc) -> list[str]:
         for sub, known in (("artifact", ARTIFACT_KEYS), ("git", GIT_KEYS)):
             if isinstance(table.get(sub), dict):
                 out += [f"{where[:-1]}.{sub}]: unknown key '{k}'" for k in table[sub] if k not in known]
+        for i, payload in enumerate(table.get("payloads") or []):
+            if isinstance(payload, dict):
+                out += [f"{where[:-1]}.payloads] #{i + 1}: unknown key '{k}'" for k in payload if k not in PAYLOAD_KEYS]
     policy = doc.get("policy")
     if isinstance(policy, dict):
         out += [f"{path} [policy]: unknown key '{k}'" for k in policy if k not in POLICY_KEYS]
@@ -354,7 +379,8 @@ def _load_base(name: str, table, where: str, repo: str) -> Base:
         raise ConfigError(f"{where}: a base has exactly one of the tables 'artifact' (a release) "
                           "or 'git' (an upstream commit)")
     common = dict(name=name, version=get(table, "version", str, where), role=get(table, "role", str, where, default=""),
-                  runtime_requires=tuple(str_list(table, "runtime_requires", where)))
+                  runtime_requires=tuple(str_list(table, "runtime_requires", where)),
+                  payloads=_load_payloads(table, where))
     if has_git:
         git_where = where[:-1] + ".git]"
         gt = get(table, "git", dict, where)
@@ -390,6 +416,34 @@ def _load_base(name: str, table, where: str, repo: str) -> Base:
         ),
         **common,
     )
+
+
+def _load_payloads(table, where: str) -> tuple[Payload, ...]:
+    out: list[Payload] = []
+    requires = str_list(table, "runtime_requires", where)
+    for i, raw in enumerate(get(table, "payloads", list, where, default=[])):
+        pwhere = f"{where[:-1]}.payloads] #{i + 1}"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{pwhere}: must be a table")
+        sha = get(raw, "sha256", str, pwhere).lower()
+        if not _HEX64.match(sha):
+            raise ConfigError(f"{pwhere}: sha256 must be 64 hex digits, got {sha!r}")
+        filename = get(raw, "filename", str, pwhere)
+        if "/" in filename or filename.startswith(".") or not filename.endswith(".whl"):
+            raise ConfigError(f"{pwhere}: filename must be a plain wheel file name, got {filename!r}")
+        provides = get(raw, "provides", str, pwhere)
+        if provides not in requires:
+            raise ConfigError(f"{pwhere}: provides {provides!r} must be one of the base's runtime_requires "
+                              f"({', '.join(requires) or 'none'})")
+        prune_arch = get(raw, "prune_arch", str, pwhere, default="")
+        if prune_arch and not _PRUNE_ARCH.match(prune_arch):
+            raise ConfigError(f"{pwhere}: prune_arch must read like \"sm_90\", got {prune_arch!r}")
+        if any(p.provides == provides for p in out):
+            raise ConfigError(f"{pwhere}: a second payload provides {provides!r}")
+        out.append(Payload(artifact=Artifact(kind="wheel", filename=filename, url=get(raw, "url", str, pwhere),
+                                             sha256=sha, size=get(raw, "size", int, pwhere, default=None)),
+                           provides=provides, prune_arch=prune_arch, note=get(raw, "note", str, pwhere, default="")))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- fetching
