@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 _GUARD = r"""
 import os, signal, subprocess, sys, threading
@@ -94,10 +95,7 @@ def release(proc: Guarded) -> None:
 
 def kill_group(proc: Guarded) -> None:
     """Kill the guard's process group (the command and everything it started) and reap the guard."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_pgid(proc.pid)
     proc.wait()
     release(proc)
 
@@ -127,3 +125,29 @@ def process_exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def kill_pgid(pgid: int) -> None:
+    """SIGKILL every process of group ``pgid``; a group already gone (or not ours) is left as it is."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether group ``pgid`` still has a live member (a zombie nobody reaped yet does not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False

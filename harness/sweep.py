@@ -646,36 +646,11 @@ class _Child:
     def _wait_group(self, within: float = STOP_GRACE_S) -> None:
         """The guard has ended; wait until nothing of its group (the child harness) is left, killing it late."""
         deadline = time.time() + within
-        while _group_alive(self.proc.pid):
+        while guard.group_alive(self.proc.pid):
             if time.time() > deadline:
-                _kill_group(self.proc.pid)
+                guard.kill_pgid(self.proc.pid)
                 break
             time.sleep(0.05)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a member may be a zombie already reaped by nobody: look for a live one
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _now() -> str:
@@ -918,7 +893,7 @@ def _stop_children(children: list[_Child]) -> None:
         except subprocess.TimeoutExpired:
             pass
         child._wait_group(within=max(0.1, deadline - time.time()))
-        _kill_group(child.proc.pid)
+        guard.kill_pgid(child.proc.pid)
         try:
             child.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

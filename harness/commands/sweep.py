@@ -77,6 +77,8 @@ def _per_target(values: list[str]) -> dict[str, str]:
 def main(args) -> int:
     if (args.from_plan is None) != (args.task is None):
         raise UsageError("--from-plan and --task go together: the plan file and the index of its task to run")
+    if args.estimate and not args.plan:
+        raise UsageError("--estimate goes with --plan: it replays the plan, it runs nothing")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     ctx = context(args, receipts_dir=args.receipts_dir)
@@ -91,25 +93,15 @@ def main(args) -> int:
     else:
         plan = sweep.make_plan(ctx, sweep.Selection(tuple(args.packs), tuple(args.target), tuple(args.base),
                                                     tuple(args.lanes)), rerun=args.rerun, jobs=jobs)
-    if args.estimate and not args.plan:
-        raise UsageError("--estimate goes with --plan: it replays the plan, it runs nothing")
     if args.plan and args.estimate:
-        gpu_ids, where = sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
-        sizes = sweep.gpu_memory(gpu_ids) if args.gpu_memory_gib is None else {}
-        host = sweep.Host(tuple(sweep.Gpu(i, args.gpu_memory_gib or sizes.get(i)) for i in gpu_ids), jobs, where)
         durations = sweep.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir)
-        return _print_estimate(sweep.estimate(plan, durations, host), args)
+        return _print_estimate(sweep.estimate(plan, durations, _host(args, ctx, jobs)), args)
     if args.plan:
         return _print_plan(plan, args)
     to_run = [t for t in plan.tasks if t.state == "run"]
-    ids: list[str] = []
-    source = "not needed"
-    if any(t.need.gpus for t in to_run):
-        ids, source = sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
-    memory = sweep.gpu_memory(ids) if args.gpu_memory_gib is None else {}
-    host = sweep.Host(tuple(sweep.Gpu(i, args.gpu_memory_gib or memory.get(i)) for i in ids), jobs, source)
+    host = _host(args, ctx, jobs, needed=any(t.need.gpus for t in to_run))
     ui.info(f"sweep: {len(to_run)} task(s) to run, {len(plan.tasks) - len(to_run)} current; "
-            f"{len(ids)} GPU(s) ({source}), {jobs} CPU slot(s)")
+            f"{len(host.gpus)} GPU(s) ({host.gpu_source}), {jobs} CPU slot(s)")
     spec = sweep.ChildSpec(python=sweep.python_for(_per_target(args.lane_python)), options=_child_options(args, ctx))
     result = sweep.run(plan, host, spec, ctx.root,
                        durations=sweep.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir))
@@ -144,6 +136,15 @@ def _child_options(args, ctx) -> tuple[str, ...]:
     if args.python != sys.executable:
         opts += ["--python", ctx.python]
     return tuple(opts)
+
+
+def _host(args, ctx, jobs: int, needed: bool = True) -> sweep.Host:
+    """The host the sweep (or its estimate) schedules on: --gpus, else the GPUs found, each with its memory
+    (--gpu-memory-gib, else nvidia-smi's); no GPU looked for when no task ``needed`` one."""
+    ids, source = (sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus) if needed
+                   else ([], "not needed"))
+    memory = sweep.gpu_memory(ids) if args.gpu_memory_gib is None else {}
+    return sweep.Host(tuple(sweep.Gpu(i, args.gpu_memory_gib or memory.get(i)) for i in ids), jobs, source)
 
 
 def _print_estimate(est: sweep.Estimate, args) -> int:
