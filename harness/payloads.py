@@ -77,8 +77,9 @@ def _check_part(path: Path, part: dict, payload: str) -> str | None:
         return "missing"
     if path.stat().st_size != part["size"]:
         return f"{path.stat().st_size} bytes, expected {part['size']}"
-    if sha256_file(path) != part["sha256"]:
-        return f"sha256 {sha256_file(path)[:12]}, expected {part['sha256'][:12]}"
+    digest = sha256_file(path)
+    if digest != part["sha256"]:
+        return f"sha256 {digest[:12]}, expected {part['sha256'][:12]}"
     return None
 
 
