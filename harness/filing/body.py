@@ -20,7 +20,7 @@ from harness.filing.reproducer import (
     minimal_section,
     reproducer_script,
 )
-from harness.github import thread_label
+from harness.github import repo_slug, thread_label
 from harness.tracking import Pack, Tracking
 
 TEMPLATES = {"issue": "issue.md", "pr": "pr.md", "comment": "comment.md", "bug-report": "bug-report.md"}
@@ -110,7 +110,8 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         reproducer_text = minimal
     else:
         reproducer_text = _reproducer_section(script, inline, needs_gpu)
-    related = decisions.body_lines(pack)
+    related, related_problems = decisions.body_lines(pack, repo_slug(manifest.repo) or manifest.repo)
+    problems += related_problems
     values = {
         "title": title,
         "problem": problem,
