@@ -174,7 +174,75 @@ def _evidence_bases(rendered: Rendered, body: str) -> list[Finding]:
     return found
 
 
-RULES = ("layout", "budget", "cut anchor", "evidence base", "name")  # the check's own; lint's are its rule names
+_THREAD = re.compile(r"(?<![\w/.#-])(?:(?P<slug>[\w.-]+/[\w.-]+))?#(?P<num>[1-9][0-9]*)\b")
+_CLOSES = re.compile(r"\b(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?)\s+(?:[\w.-]+/[\w.-]+)?#([1-9][0-9]*)", re.I)
+_PERF_WORD = re.compile(r"\b(?:faster|slower|speed-?ups?|fewer registers|more registers|less memory|lower memory"
+                        r"|higher throughput|lower latency|\d+(?:\.\d+)?\s?[x×])(?![\w])", re.I)
+# an evidence table row that carries a measured performance figure (a time, a ratio, registers, memory)
+_PERF_ROW = re.compile(r"(?:\bms\b|µs|\bus\b|\bs\b|time|speed|ratio|register|spill|memory|MiB|GiB|bytes|throughput"
+                       r"|\d[x×])", re.I)
+
+
+def _prose_lines(bs: list[Block]):
+    for b in bs:
+        if b.kind in ("code", "details", "table"):
+            continue
+        for offset, line in enumerate(b.lines):
+            yield b.start + offset, _LINK.sub("]", line)
+
+
+def _threads(rendered: Rendered, bs: list[Block]) -> list[Finding]:
+    """Every thread number the body cites is one tracking.toml records; 'fixes #N' only for a thread the pack
+    fixes."""
+    found = []
+    fixes = {t.url.rstrip("/").rsplit("/", 1)[-1] for t in rendered.pack.threads if t.role == "fixes"}
+    for b in bs:
+        if b.kind == "code":
+            continue
+        for offset, line in enumerate(b.lines):
+            for m in _THREAD.finditer(_LINK.sub("]", line)):
+                label = f"{m['slug'] or rendered.home}#{m['num']}".lower()
+                if label not in rendered.known_threads:
+                    found.append(Finding(b.start + offset, "thread", f"{label} is recorded nowhere (no thread or "
+                                                                     "related decision names it)"))
+    for no, line in _prose_lines(bs):
+        for m in _CLOSES.finditer(line):
+            if m.group(1) not in fixes:
+                found.append(Finding(no, "claim", f"'{m.group(0)}': #{m.group(1)} is not a thread this change "
+                                                  "fixes (role 'fixes')"))
+    return found
+
+
+def _performance(bs: list[Block]) -> list[Finding]:
+    """A performance word in the prose needs a measured figure in the body's evidence table."""
+    rows = [line for b in bs if b.kind == "table" for line in b.lines[2:]]
+    backed = any(_PERF_ROW.search(row) and re.search(r"\d", row) for row in rows)
+    if backed:
+        return []
+    return [Finding(no, "claim", f"'{m.group(0)}' with no measured figure in the evidence table")
+            for no, line in _prose_lines(bs) for m in _PERF_WORD.finditer(line)]
+
+
+def _sections(rendered: Rendered, body: str) -> list[Finding]:
+    """Every section, field and box of the upstream's form or PR template is still in the body."""
+    lines = [ln.rstrip() for ln in body.splitlines()]
+    boxes = {re.sub(r"^\s*[-*]\s\[[ xX]\]\s", "", ln) for ln in lines if _CHECKBOX.match(ln)}
+    found = []
+    for want in rendered.sections:
+        if _CHECKBOX.match(want):
+            ok = re.sub(r"^\s*[-*]\s\[[ xX]\]\s", "", want) in boxes
+        elif want.endswith(":") and not want.startswith(("#", "*")):
+            ok = any(ln.startswith(want) for ln in lines)
+        else:
+            ok = want in lines
+        if not ok:
+            found.append(Finding(0, "template", f"the upstream's {rendered.form or 'PR template'} has "
+                                                f"'{want}', the body does not"))
+    return found
+
+
+RULES = ("layout", "budget", "cut anchor", "evidence base", "name", "render", "template", "thread", "claim",
+         "circular reproducer")  # the check's own; lint's are its rule names
 
 
 def check(rendered: Rendered) -> list[Finding]:
@@ -198,4 +266,9 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     found += _anchors(body, whole)
     found += _evidence_bases(rendered, body)
     found += _names(bs, known, added)
+    found += [Finding(0, "render", p) for p in rendered.problems]
+    found += _sections(rendered, body)
+    found += _threads(rendered, bs)
+    found += _performance(bs)
+    found += rendered.circular
     return sorted(found, key=lambda f: f.line)

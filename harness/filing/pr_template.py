@@ -151,3 +151,41 @@ def _drop_empty_headings(text: str) -> str:
                 continue
         keep.append(line)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(keep))
+
+
+def feature_needs_issue(template: str) -> bool:
+    """Whether the template asks a new feature from an outside contributor to link a feature request."""
+    text = re.sub(r"<!--.*?-->", "", template, flags=re.S)
+    return re.search(r"new features?\W.{0,120}?linked issue\W.{0,40}?required", text, re.I | re.S) is not None
+
+
+def section_lines(template: str) -> list[str]:
+    """What a body filled into ``template`` must keep: its headings, its ``Label:`` fields and its checklist
+    (each box by its text, ``- [ ] text``), as ``fill`` keeps them."""
+    if not template:
+        return []
+    kept = fill(template, "-", Facts())
+    out = []
+    for line in kept.splitlines():
+        if _HEADING.match(line) or _BOX.match(line):
+            out.append(line)
+        elif (m := _FIELD.match(line.split(":", 1)[0] + ":")) is not None and ":" in line:
+            out.append(m.group(1) + ":")
+    return out
+
+
+def tree_has(manifest: pins.Manifest, base, names: set[str]) -> set[str] | None:
+    """Which of ``names`` occur as a whole word anywhere in the tree of ``base`` (read from a mirror); None
+    where no mirror holds the commit (nothing can be said)."""
+    pin = getattr(base, "git", None)
+    if pin is None:
+        return None
+    sources, _missing = pins.git_sources(pin)
+    for mirror in (s for s in sources if Path(s).is_dir()):
+        if subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
+                          capture_output=True).returncode != 0:
+            continue
+        return {n for n in names
+                if subprocess.run(["git", "--git-dir", mirror, "grep", "-q", "-w", "-F", "-e", n, pin.commit],
+                                  capture_output=True).returncode == 0}
+    return None

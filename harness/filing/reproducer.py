@@ -135,7 +135,72 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
         header += ["Each run prints one JSON line per measurement and ends with a line naming what it observed."]
     header += ["", "Method notes:", "", plain_flags(original)]
     text = standalone.amalgamate(path, [root / "repros"], "\n".join(header), FLAGS_PROLOGUE)
-    return name, text
+    return name, public_dialect(text, pack.id, name)
+
+
+# This repository's words in an attached script, and what a maintainer reads instead (case kept). The script keeps
+# working: every replacement is made everywhere in the one file (names, strings, comments alike), and a
+# replacement that would merge two distinct names is refused (``public_dialect``).
+_SENTINEL = re.compile(r"\b(?:BUG|FIX|MEMORY_SAVE|EQUIVALENCE|REGRESSION_GUARD|CONTRACT(?:_VIOLATION)?)_"
+                       r"(?:REPRODUCED|ABSENT|VALIDATED|FAILED|VERIFIED|MISSING|BROKEN|PASSED|HELD|DETECTED|MISSED)\b")
+_WORDS = (
+    (re.compile(r"\bHARNESS_"), "REPRO_"),
+    (re.compile(r"\bHOST_STAMP\b"), "HOST_INFO"),
+    (re.compile(r"\bpatch-lane\b"), "this project"),
+    (re.compile(r"\btracking\.toml\b"), "the project's records"),
+    (re.compile(r"\b(l)anes\b", re.I), r"\1obs"),
+    (re.compile(r"\b(l)ane\b", re.I), r"\1ob"),
+    (re.compile(r"\b(s)entinels\b", re.I), r"\1outcomes"),
+    (re.compile(r"\b(s)entinel\b", re.I), r"\1outcome"),
+    (re.compile(r"\b(r)eceipts\b", re.I), r"\1results"),
+    (re.compile(r"\b(r)eceipt\b", re.I), r"\1result"),
+    (re.compile(r"\b(h)arness\b", re.I), r"\1runner"),
+)
+
+
+def _case(word: str, like: str) -> str:
+    return word.upper() if like.isupper() else word.capitalize() if like[:1].isupper() else word
+
+
+def _one(text: str, pack_id: str) -> str:
+    text = _SENTINEL.sub(lambda m: m.group(0).lower().replace("_", "-"), text)
+    text = re.sub(r"(?<![.\w])[Pp]ack\d{2}", "repro", text)  # run-directory keys such as pack04-baseline
+    text = re.sub(r"\b([Pp])acks? (\d{2})(?:'s)?\b",
+                  lambda m: _case("this change" if m.group(2) == pack_id else "an earlier change", m.group(1)), text)
+    for pattern, repl in _WORDS:
+        if r"\1" in repl:
+            text = pattern.sub(lambda m, r=repl: _case(m.group(1).lower() + r[2:], m.group(1)) if not
+                               m.group(0).isupper() else (m.group(1) + r[2:]).upper(), text)
+        else:
+            text = pattern.sub(repl, text)
+    return re.sub(r"(?<![.\w])([Pp])acks?\b(?!\.)", lambda m: _case("change", m.group(1)), text)
+
+
+def public_dialect(text: str, pack_id: str, name: str) -> str:
+    """``text`` (an attached script) without this repository's words: sentinels become plain words, HARNESS_*
+    variables REPRO_*, lanes jobs, packs changes, receipts results. Refused (ConfigError) where a rename would make
+    two distinct names of the script one, or the result no longer parses."""
+    import io
+    import tokenize
+
+    from harness.errors import ConfigError
+
+    seen: dict[str, str] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.NAME:
+                new = _one(tok.string, pack_id)
+                if seen.setdefault(new, tok.string) != tok.string:
+                    raise ConfigError(f"{name}: making it plain would merge the names {seen[new]!r} and "
+                                      f"{tok.string!r} into {new!r}")
+    except (tokenize.TokenError, SyntaxError):
+        pass  # ast.parse below says what is wrong
+    out = _one(text, pack_id)
+    try:
+        ast.parse(out)
+    except SyntaxError as exc:
+        raise ConfigError(f"{name}: the plain version does not parse (line {exc.lineno}: {exc.msg})") from None
+    return out
 
 
 def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs_gpu: bool) -> str:
