@@ -415,7 +415,8 @@ def test_an_unknown_key_in_a_decision_is_warned(lane_repo, capsys):
 def _decide_with(lane_repo, ref: str, relation: str, reason: str, kind: str | None, state: str | None) -> None:
     with (lane_repo.root / "tracking.toml").open("a") as fh:
         fh.write(f'\n[[packs.01.related]]\nref = "{ref}"\nrelation = "{relation}"\nreason = "{reason}"\n'
-                 f'date = 2026-01-02\n' + (f'kind = "{kind}"\n' if kind else "") + (f'state = "{state}"\n' if state else ""))
+                 'date = 2026-01-02\n' + (f'kind = "{kind}"\n' if kind else "")
+                 + (f'state = "{state}"\n' if state else ""))
 
 
 def test_body_lines_name_kind_state_repository_and_the_recorded_reason(lane_repo):

@@ -11,6 +11,7 @@ from harness import filing, readiness, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import LintError, UsageError
+from harness.filing.check import committed, docs_texts
 
 DOCS_DIR = Path("docs") / "filings"
 
@@ -108,9 +109,12 @@ def main(args) -> int:
 def check_bodies(ctx, packs: list, as_json: bool) -> int:
     """The body check over ``packs``: each finding on one line naming pack, file part and line; JSON with --json."""
     results = []
+    shown = {p.id for p in docs_packs(ctx)}  # their committed bodies under docs/filings must equal the render
     for pack in packs:
         rendered = filing.render(ctx.root, ctx.tracking, pack)
         findings = filing.body_check(rendered)
+        if pack.id in shown:
+            findings += committed(rendered, ctx.root / DOCS_DIR)
         results.append({"pack": pack.id, "kind": pack.kind, "filing_base": rendered.filing_base,
                         "words": filing.prose_words(rendered.body), "budget": filing.BUDGETS.get(pack.kind),
                         "ok": not findings,
@@ -154,19 +158,17 @@ def render_docs(ctx, out_dir: Path) -> int:
         rendered = filing.render(ctx.root, ctx.tracking, pack)
         if rendered.findings:
             failed.append(pack.id)
-            written_names.update({f"{pack.id}-{pack.kind}.md", filing.script_name(pack)})  # kept: not stale
+            written_names.update({f"{pack.id}-{pack.kind}.md", filing.script_name(pack),
+                                  f"{pack.id}-feature-request.md"})  # kept: not stale
             for f in rendered.findings:
                 ui.err.print(f.describe(f"pack {pack.id} {f.where}"), markup=False)
             continue
         name = f"{pack.id}-{pack.kind}.md"
-        body = rendered.body
-        script = ""
-        if rendered.script is not None:
-            script = rendered.script[0]
-            (out_dir / script).write_text(rendered.script[1], encoding="utf-8")
-            body = body.replace(filing.PLACEHOLDER, script)
-        (out_dir / name).write_text(body, encoding="utf-8")
-        written_names.update({name, script} - {""})
+        script = rendered.script[0] if rendered.script is not None else ""
+        texts = docs_texts(rendered)
+        for file_name, text in texts.items():
+            (out_dir / file_name).write_text(text, encoding="utf-8")
+        written_names.update(texts)
         used = "<br>".join(f"`{r.dir.relative_to(ctx.root)}`" for r in rendered.receipts) or "-"
         index.append(f"| {pack.id} | {pack.kind} | {rendered.filing_base} | [{name}]({name}) | "
                      + (f"[{script}]({script})" if script else "-") + f" | {used} |")

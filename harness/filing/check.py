@@ -272,3 +272,48 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     found += _performance(bs)
     found += rendered.circular
     return sorted(found, key=lambda f: f.line)
+
+
+def docs_texts(rendered: Rendered) -> dict[str, str]:
+    """The files ``docs/filings/`` holds for ``rendered``: the body (the reproducer linked by its file name), the
+    script, and the feature request a PR links."""
+    from harness.filing.reproducer import PLACEHOLDER
+
+    pack = rendered.pack
+    body = rendered.body
+    out = {}
+    if rendered.script is not None:
+        body = body.replace(PLACEHOLDER, rendered.script[0])
+        out[rendered.script[0]] = rendered.script[1]
+    out[f"{pack.id}-{pack.kind}.md"] = body
+    if rendered.companion is not None:
+        out[f"{pack.id}-feature-request.md"] = f"# {rendered.companion[0]}\n\n{rendered.companion[1]}"
+    return out
+
+
+def committed(rendered: Rendered, docs_dir) -> list[Finding]:
+    """Each committed file of the pack under ``docs_dir`` equals a fresh render (a hand edit, a removed
+    reproducer or evidence, a stripped template, all show as a difference). Nothing is required of a repository
+    without the directory."""
+    if not docs_dir.is_dir():
+        return []
+    found = []
+    for name, want in docs_texts(rendered).items():
+        path = docs_dir / name
+        have = path.read_text(encoding="utf-8") if path.is_file() else None
+        if have is None:
+            found.append(Finding(0, "committed", f"{path.name} is missing; run harness body --all-docs", name))
+        elif have != want:
+            line = next((i for i, (a, b) in enumerate(zip(have.splitlines(), want.splitlines(), strict=False), 1)
+                         if a != b), min(len(have.splitlines()), len(want.splitlines())) + 1)
+            found.append(Finding(line, "committed", f"{path.name} differs from the render from line {line}; "
+                                                    "re-render with harness body --all-docs", name))
+        if have is not None and name.endswith(".py"):
+            from harness.filing.lint import lint
+
+            found += lint(have, body=False, where=name, vocabulary=True)
+        elif have is not None:
+            from harness.filing.lint import lint
+
+            found += lint(have, where=name)
+    return found

@@ -143,37 +143,30 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
 # replacement that would merge two distinct names is refused (``public_dialect``).
 _SENTINEL = re.compile(r"\b(?:BUG|FIX|MEMORY_SAVE|EQUIVALENCE|REGRESSION_GUARD|CONTRACT(?:_VIOLATION)?)_"
                        r"(?:REPRODUCED|ABSENT|VALIDATED|FAILED|VERIFIED|MISSING|BROKEN|PASSED|HELD|DETECTED|MISSED)\b")
-_WORDS = (
+_FIXED = (
     (re.compile(r"\bHARNESS_"), "REPRO_"),
     (re.compile(r"\bHOST_STAMP\b"), "HOST_INFO"),
     (re.compile(r"\bpatch-lane\b"), "this project"),
     (re.compile(r"\btracking\.toml\b"), "the project's records"),
-    (re.compile(r"\b(l)anes\b", re.I), r"\1obs"),
-    (re.compile(r"\b(l)ane\b", re.I), r"\1ob"),
-    (re.compile(r"\b(s)entinels\b", re.I), r"\1outcomes"),
-    (re.compile(r"\b(s)entinel\b", re.I), r"\1outcome"),
-    (re.compile(r"\b(r)eceipts\b", re.I), r"\1results"),
-    (re.compile(r"\b(r)eceipt\b", re.I), r"\1result"),
-    (re.compile(r"\b(h)arness\b", re.I), r"\1runner"),
 )
+_WORDS = (("lanes", "jobs"), ("lane", "job"), ("sentinels", "outcomes"), ("sentinel", "outcome"),
+          ("receipts", "results"), ("receipt", "result"), ("harness", "runner"))
 
 
 def _case(word: str, like: str) -> str:
-    return word.upper() if like.isupper() else word.capitalize() if like[:1].isupper() else word
+    return word.upper() if like.isupper() else word[:1].upper() + word[1:] if like[:1].isupper() else word
 
 
 def _one(text: str, pack_id: str) -> str:
     text = _SENTINEL.sub(lambda m: m.group(0).lower().replace("_", "-"), text)
     text = re.sub(r"(?<![.\w])[Pp]ack\d{2}", "repro", text)  # run-directory keys such as pack04-baseline
-    text = re.sub(r"\b([Pp])acks? (\d{2})(?:'s)?\b",
-                  lambda m: _case("this change" if m.group(2) == pack_id else "an earlier change", m.group(1)), text)
-    for pattern, repl in _WORDS:
-        if r"\1" in repl:
-            text = pattern.sub(lambda m, r=repl: _case(m.group(1).lower() + r[2:], m.group(1)) if not
-                               m.group(0).isupper() else (m.group(1) + r[2:]).upper(), text)
-        else:
-            text = pattern.sub(repl, text)
-    return re.sub(r"(?<![.\w])([Pp])acks?\b(?!\.)", lambda m: _case("change", m.group(1)), text)
+    text = re.sub(r"\b[Pp]acks? (\d{2})(?:'s)?\b",
+                  lambda m: _case("this change" if m.group(1) == pack_id else "an earlier change", m.group(0)), text)
+    for pattern, repl in _FIXED:
+        text = pattern.sub(repl, text)
+    for old, new in _WORDS:
+        text = re.sub(rf"\b{old}\b", lambda m, new=new: _case(new, m.group(0)), text, flags=re.I)
+    return re.sub(r"(?<![.\w])[Pp]acks?\b(?!\.)", lambda m: _case("change", m.group(0)), text)
 
 
 def public_dialect(text: str, pack_id: str, name: str) -> str:

@@ -1,0 +1,212 @@
+"""The upstream's forms as data (`filing.forms`), the check's claim rules (threads, performance words, circular
+reproducers, template sections, committed bodies) and the plain dialect of attached scripts. Each failure mode is
+injected into a body or a script built here."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.filing import check, forms, names
+from harness.filing.body import Rendered
+from harness.filing.lint import lint
+from harness.filing.reproducer import public_dialect
+from harness.tracking import Pack
+
+BUG_MD = """---
+name: Bug report
+about: Create a report
+labels: bug
+---
+
+**Describe the bug**
+
+Say what breaks.
+
+**Steps/Code to reproduce bug**
+
+Minimal code.
+
+**Expected behavior**
+
+What you expected.
+
+**Additional context**
+
+Anything else.
+"""
+
+FEATURE_YML = """name: Feature Request
+description: Suggest an idea.
+labels: [enhancement]
+body:
+  - type: markdown
+    attributes:
+      value: Thanks!
+  - type: checkboxes
+    id: steps
+    attributes:
+      label: Required prerequisites
+      options:
+        - label: I have searched the tracker.
+          required: true
+  - type: textarea
+    id: motivation
+    attributes:
+      label: Motivation
+    validations:
+      required: true
+  - type: textarea
+    id: solution
+    attributes:
+      label: >-
+        Solution
+"""
+
+
+def test_markdown_and_yaml_forms_parse_to_sections_with_purpose_and_required_flags():
+    f = forms.parse_forms("c" * 40, {"bug_report.md": BUG_MD, "feature.yml": FEATURE_YML,
+                                     "config.yml": "blank_issues_enabled: false\n"})
+    assert not f.blank_issues
+    bug, feature = f.issue_forms
+    assert bug.purpose == "bug" and bug.markdown
+    assert [s.label for s in bug.sections] == ["Describe the bug", "Steps/Code to reproduce bug", "Expected behavior",
+                                               "Additional context"]
+    assert feature.purpose == "feature" and not feature.markdown
+    assert [(s.label, s.required, s.id) for s in feature.sections] == [
+        ("Required prerequisites", False, "steps"), ("Motivation", True, "motivation"), ("Solution", False, "solution")]
+
+
+def test_a_kind_the_upstream_does_not_take_is_refused():
+    only_bug = forms.parse_forms("c" * 40, {"bug_report.md": BUG_MD, "config.yml": "blank_issues_enabled: false\n"})
+    with pytest.raises(ConfigError, match="takes no blank issues.*has no feature form"):
+        forms.choose(only_bug, "feature", "acme/fake")
+    blank_ok = forms.parse_forms("c" * 40, {"bug_report.md": BUG_MD})
+    assert forms.choose(blank_ok, "feature", "acme/fake") is None  # a blank issue is taken there
+    assert forms.choose(only_bug, "bug", "acme/fake").path.endswith("bug_report.md")
+
+
+def test_fill_puts_each_part_under_its_section_and_names_a_required_one_left_empty():
+    f = forms.parse_forms("c" * 40, {"bug_report.md": BUG_MD, "feature.yml": FEATURE_YML})
+    body, problems = forms.fill(f.issue_forms[0], {"problem": "It breaks.", "reproducer": "```python\nx\n```",
+                                                   "expected": "It works.", "context": "Measurements."})
+    assert problems == []
+    assert body.index("**Describe the bug**\n\nIt breaks.") < body.index("**Steps/Code to reproduce bug**\n\n```")
+    assert "**Expected behavior**\n\nIt works." in body
+    body, problems = forms.fill(f.issue_forms[1], {"change": "Do this."})
+    assert "### Solution\n\nDo this." in body
+    assert problems == [".github/ISSUE_TEMPLATE/feature.yml: required section 'Motivation' has nothing to fill it"]
+
+
+def _rendered(body: str, **kw) -> Rendered:
+    pack = Pack(id="01", title="t", target="fake", kind="issue", state="planned", files=(), depends_on=(),
+                summary="", requires="cpu", base=None, reproducer=None, lanes=(), threads=(), absorbed=None,
+                mitigation=None, blocked=None)
+    r = Rendered(pack, "t", body, None, False, [], [], [], "main", home="acme/fake",
+                 known_threads=frozenset({"acme/fake#12"}))
+    return dataclasses.replace(r, **kw)
+
+
+def _rules(found) -> list[str]:
+    return [f.rule for f in found]
+
+
+def test_a_thread_number_recorded_nowhere_and_an_unbacked_fixes_fail():
+    ok = _rendered("It breaks, see #12 and acme/fake#12.\n")
+    assert check.own_findings(ok) == []
+    bad = check.own_findings(_rendered("It is 2x faster, fixes #904.\n"))
+    assert sorted(_rules(bad)) == ["claim", "claim", "claim", "thread"]  # 2x, faster, fixes #904
+    assert any("acme/fake#904 is recorded nowhere" in f.text for f in bad)
+    assert any("'2x' with no measured figure" in f.text for f in bad)
+
+
+def test_a_performance_word_passes_only_with_a_measured_figure_in_the_table():
+    table = "| what | build | result |\n| --- | --- | --- |\n| kernel time | main | 1.20 ms |\n"
+    assert check.own_findings(_rendered("The kernel is faster.\n\n" + table)) == []
+    no_figure = "| what | build | result |\n| --- | --- | --- |\n| gradients equal | main | yes |\n"
+    assert _rules(check.own_findings(_rendered("The kernel uses fewer registers.\n\n" + no_figure))) == ["claim"]
+
+
+def test_a_stripped_template_section_or_box_fails():
+    sections = ("# What does this PR do?", "Linked issue:", "- [ ] I have added relevant unit tests")
+    full = "# What does this PR do?\n\nIt fixes.\n\nLinked issue: none\n\n- [x] I have added relevant unit tests\n"
+    assert check.own_findings(_rendered(full, sections=sections)) == []
+    stripped = full.replace("Linked issue: none\n\n", "").replace("- [x] I have added relevant unit tests\n", "")
+    found = check.own_findings(_rendered(stripped, sections=sections))
+    assert _rules(found) == ["template", "template"]
+
+
+def test_render_problems_are_findings_so_inline_reproducer_limits_fail():
+    found = check.own_findings(_rendered("Body.\n", problems=["minimal reproducer: x.py imports numpy"]))
+    assert _rules(found) == ["render"]
+
+
+DIFF = """diff --git a/m.py b/m.py
+--- a/m.py
++++ b/m.py
+@@ -1,2 +1,4 @@ class Module:
+ class Module:
++    keep_in_fp32_params = ()
++    def mark(self): return self.existing
+     existing = 1
+"""
+
+
+def test_a_reproducer_using_a_name_only_the_patch_adds_is_circular():
+    script = "import torch\nfrom m import Module\nclass M(Module):\n    keep_in_fp32_params = ('w',)\n" \
+             "print(Module().existing, torch.nan_to_num)\ngetattr(Module, 'mark')\n"
+    assert names.added_only(DIFF, "class Module:\n    existing = 1\n") >= {"keep_in_fp32_params", "mark"}
+    found = names.circular(DIFF, "class Module:\n    existing = 1\n", [("repro.py", script)], lambda n: set())
+    assert [f.text for f in found] == ["repro.py uses `mark`, which only the change introduces"]
+    # a class attribute assigned in a subclass is a Name, not an attribute: declared by the script itself
+    script2 = script + "Module.keep_in_fp32_params\n"
+    found = names.circular(DIFF, "", [("repro.py", script2)], lambda n: set())
+    assert "keep_in_fp32_params" in " ".join(f.text for f in found)
+    # a name the base tree has elsewhere is no new API
+    assert names.circular(DIFF, "", [("repro.py", script2)], lambda n: set(n)) == []
+
+
+def test_committed_bodies_must_equal_the_render(tmp_path: Path):
+    r = _rendered("The body.\n")
+    docs = tmp_path / "docs"
+    assert check.committed(r, docs) == []  # no directory: nothing committed to hold equal
+    docs.mkdir()
+    assert _rules(check.committed(r, docs)) == ["committed"]  # missing
+    (docs / "01-issue.md").write_text("The body.\n")
+    assert check.committed(r, docs) == []
+    (docs / "01-issue.md").write_text("The body. Pack 01 passed its lane.\n")  # a hand edit in our words
+    assert _rules(check.committed(r, docs)) == ["committed", "internal vocabulary", "internal vocabulary"]
+
+
+SCRIPT = '''"""Pack 04: equivalence check across two lanes sharing $HARNESS_RUN_DIR."""
+import os
+SENTINELS = {"BUG_REPRODUCED": "the bug shows", "FIX_VALIDATED": "fixed"}
+
+
+def lane():
+    return os.environ.get("HARNESS_LANE", "manual")
+
+
+def verdict(sentinel):
+    print(sentinel if sentinel in SENTINELS else "?", lane(), "pack04-baseline")
+
+
+verdict("BUG_REPRODUCED")
+'''
+
+
+def test_an_attached_script_loses_our_dialect_and_still_runs(tmp_path: Path, capsys):
+    assert {f.rule for f in lint(SCRIPT, body=False, vocabulary=True)} == {"internal vocabulary"}
+    plain = public_dialect(SCRIPT, "04", "repro.py")
+    assert lint(plain, body=False, vocabulary=True) == []
+    assert "REPRO_RUN_DIR" in plain and '"bug-reproduced"' in plain and "def job()" in plain
+    exec(compile(plain, "repro.py", "exec"), {})
+    assert capsys.readouterr().out.strip() == "bug-reproduced manual repro-baseline"
+
+
+def test_a_rename_that_would_merge_two_names_is_refused():
+    with pytest.raises(ConfigError, match="merge the names"):
+        public_dialect("lane = 1\njob = 2\nprint(lane, job)\n", "04", "repro.py")
