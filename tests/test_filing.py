@@ -163,7 +163,7 @@ def test_an_evidence_row_that_does_not_resolve_is_named_and_blocks_readiness(ran
     err = capsys.readouterr().err
     assert "evidence row 2 (fix, max_error): no figure 'max_error'" in err
     r = _ready(ran)
-    assert not r.ready and ReasonCode.EVIDENCE in _codes(r)  # and the body check, which holds render problems
+    assert not r.ready and _codes(r) == [ReasonCode.EVIDENCE]
 
 
 def test_a_label_placeholder_missing_from_the_figure_is_a_problem(ran):

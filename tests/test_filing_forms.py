@@ -140,7 +140,7 @@ def test_a_stripped_template_section_or_box_fails():
 
 
 def test_render_problems_are_findings_so_inline_reproducer_limits_fail():
-    found = check.own_findings(_rendered("Body.\n", problems=["minimal reproducer: x.py imports numpy"]))
+    found = check.check(_rendered("Body.\n", problems=["minimal reproducer: x.py imports numpy"]))
     assert _rules(found) == ["render"]
 
 

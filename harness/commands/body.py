@@ -112,7 +112,7 @@ def check_bodies(ctx, packs: list, as_json: bool) -> int:
     shown = {p.id for p in docs_packs(ctx)}  # their committed bodies under docs/filings must equal the render
     for pack in packs:
         rendered = filing.render(ctx.root, ctx.tracking, pack)
-        findings = filing.body_check(rendered)
+        findings = filing.body_check(rendered) + filing.check.export_build(rendered, _applies_alone(ctx, rendered))
         if pack.id in shown:
             findings += committed(rendered, ctx.root / DOCS_DIR)
         results.append({"pack": pack.id, "kind": pack.kind, "filing_base": rendered.filing_base,
@@ -132,6 +132,20 @@ def check_bodies(ctx, packs: list, as_json: bool) -> int:
         raise LintError(f"pack(s) {', '.join(failed)}: the body check failed "
                         f"({sum(len(r['findings']) for r in results)} finding(s))")
     return 0
+
+
+def _applies_alone(ctx, rendered) -> bool | None:
+    """Whether the pack's own series applies on its filing base without the packs under it (then the export
+    holds it alone); None where nothing is stacked or it could not be checked."""
+    from harness import series
+
+    if not rendered.stacked:
+        return None
+    own = series.load_series(ctx.root, rendered.pack.target, rendered.pack.id, rendered.filing_base)
+    if not own:
+        return None
+    check = readiness.apply_check(ctx, rendered.pack, rendered.filing_base, own)
+    return check.status == readiness.APPLIES if check.status in (readiness.APPLIES, readiness.CONFLICT) else None
 
 
 def docs_packs(ctx) -> list:

@@ -48,7 +48,9 @@ class Rendered:
     minimal: str = ""  # the inline minimal reproducer's text (the check compares its names with the base)
     home: str = ""  # owner/repo of the upstream (a bare #N in the body is one of its threads)
     known_threads: frozenset[str] = frozenset()  # owner/repo#N (lower case) recorded in tracking.toml
-    circular: tuple[Finding, ...] = ()  # reproducer names only the change introduces (filing.check.circular)
+    circular: tuple[Finding, ...] = ()  # reproducer names only the change introduces (filing.names.circular)
+    stacked: tuple[str, ...] = ()  # the packs whose series go under this one's on the filing base
+    own_files: tuple[str, ...] = ()  # the pack's own patch files (repository paths), as receipts name them
 
     @property
     def needs_upload(self) -> bool:
@@ -164,7 +166,12 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     circular = names.circular(own_diff, touched, scripts, lambda names: pr_template.tree_has(manifest, base, names))
     return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff, touched,
                     sections, form_path, companion, minimal_text, repo_slug(manifest.repo) or manifest.repo,
-                    recorded_threads(tracking), tuple(circular))
+                    recorded_threads(tracking), tuple(circular), tuple(dict.fromkeys(p.pack for p in deps)),
+                    tuple(_rel(root, p.path) for p in own))
+
+
+def _rel(root: Path, path: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def recorded_threads(tracking: Tracking) -> frozenset[str]:
@@ -180,8 +187,7 @@ def recorded_threads(tracking: Tracking) -> frozenset[str]:
 def _evidence_builds(root: Path, used: list[receipts.Receipt], patches: list, pack_id: str) -> list[str]:
     """An evidence figure measured on another build than the one filed: a patched run whose applied patches are
     not exactly the series exported for the filing base (another pack's patches under it, or other content)."""
-    filed = {(str(p.path.relative_to(root)) if p.path.is_relative_to(root) else str(p.path), p.sha256)
-             for p in patches}
+    filed = {(_rel(root, p.path), p.sha256) for p in patches}
     out = []
     for rec in used:
         if not rec.patched:

@@ -247,8 +247,24 @@ RULES = ("layout", "budget", "cut anchor", "evidence base", "name", "render", "t
 
 def check(rendered: Rendered) -> list[Finding]:
     """Every finding of the body check on ``rendered`` (lint findings included), body first, by line."""
-    found = rendered.findings + own_findings(rendered)
+    found = rendered.findings + own_findings(rendered) + [Finding(0, "render", p) for p in rendered.problems]
     return sorted(found, key=lambda f: (f.where != "body", f.line))
+
+
+def export_build(rendered: Rendered, alone_applies: bool | None) -> list[Finding]:
+    """Evidence from another build than the one filed: where the pack's series applies on the filing base by
+    itself, the export holds it alone, so a figure measured with another pack's patches under it is not this
+    change's (``alone_applies`` None: not checked, nothing said)."""
+    if not alone_applies or not rendered.stacked:
+        return []
+    found = []
+    for rec in rendered.receipts:
+        under = sorted({r.file for r in rec.patches} - set(rendered.own_files)) if rec.patched else []
+        if under:
+            found.append(Finding(0, "evidence build", f"{rec.lane} was measured with {', '.join(under)} under the "
+                                                      f"change; the export is the series alone (it applies alone on "
+                                                      f"{rendered.filing_base})"))
+    return found
 
 
 def own_findings(rendered: Rendered) -> list[Finding]:
@@ -266,7 +282,6 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     found += _anchors(body, whole)
     found += _evidence_bases(rendered, body)
     found += _names(bs, known, added)
-    found += [Finding(0, "render", p) for p in rendered.problems]
     found += _sections(rendered, body)
     found += _threads(rendered, bs)
     found += _performance(bs)
