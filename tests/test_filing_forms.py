@@ -210,3 +210,45 @@ def test_an_attached_script_loses_our_dialect_and_still_runs(tmp_path: Path, cap
 def test_a_rename_that_would_merge_two_names_is_refused():
     with pytest.raises(ConfigError, match="merge the names"):
         public_dialect("lane = 1\njob = 2\nprint(lane, job)\n", "04", "repro.py")
+
+
+def test_forms_are_read_from_the_filing_base_in_a_mirror(tmp_path: Path, monkeypatch):
+    import subprocess
+    from types import SimpleNamespace
+
+    from harness import pins
+
+    work = tmp_path / "work"
+    (work / ".github" / "ISSUE_TEMPLATE").mkdir(parents=True)
+    (work / ".github" / "ISSUE_TEMPLATE" / "bug_report.md").write_text(BUG_MD)
+    (work / ".github" / "ISSUE_TEMPLATE" / "config.yml").write_text("blank_issues_enabled: false\n")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid", "PATH": "/usr/bin:/bin"}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "forms"]):
+        subprocess.run(["git", *cmd], cwd=work, env=env, check=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=work, capture_output=True, text=True).stdout.strip()
+    mirrors = tmp_path / "mirrors"
+    subprocess.run(["git", "clone", "-q", "--bare", str(work), str(mirrors / "acme+fake.git")], check=True)
+    monkeypatch.setenv(pins.MIRRORS_ENV, str(mirrors))
+    base = SimpleNamespace(git=pins.GitPin("https://github.com/acme/fake", commit, "refs/heads/main", "2026-01-01"))
+    manifest = SimpleNamespace(target="fake")
+    found = forms.read_forms(manifest, base)
+    assert found.problem is None and found.forms is not None and not found.forms.blank_issues
+    assert [f.purpose for f in found.forms.issue_forms] == ["bug"]
+    with pytest.raises(forms.FormError, match="takes no blank issues"):
+        forms.choose(found.forms, "feature", "acme/fake")
+    monkeypatch.setenv(pins.MIRRORS_ENV, str(tmp_path / "none"))
+    assert "were not read: no mirror" in (forms.read_forms(manifest, base).problem or "")
+
+
+def test_a_feature_pr_files_its_feature_request_first_and_links_it():
+    from harness.filing.body import FEATURE_REQUEST
+    from harness.filing.send import GhPlan
+
+    plan = GhPlan(["gh", "pr", "create", "--repo", "acme/fake", "--title", "T", "--body-file", "-"],
+                  Path("dist/filing/02-pr.md"), None,
+                  ["gh", "issue", "create", "--repo", "acme/fake", "--title", "T", "--body-file",
+                   "dist/filing/02-feature-request.md"])
+    shell = plan.shell()
+    assert shell.startswith("issue=$(gh issue create --repo acme/fake")
+    assert f's|{FEATURE_REQUEST}|$issue|g' in shell and shell.endswith("--body-file -")

@@ -86,9 +86,14 @@ def main(args) -> int:
     if rendered.script is not None:
         script_file = out.parent / rendered.script[0]
         script_file.write_text(rendered.script[1], encoding="utf-8")
-    plan = filing.gh_plan(ctx.root, rendered, out, script_file, args.head)
+    feature_file = None
+    if rendered.companion is not None:
+        feature_file = out.parent / f"{pack.id}-feature-request.md"
+        feature_file.write_text(rendered.companion[1], encoding="utf-8")
+    plan = filing.gh_plan(ctx.root, rendered, out, script_file, args.head, feature_file)
     state = readiness.readiness(ctx, pack, allow_download=not args.no_apply)
-    ui.info(f"body: {out}" + (f"; reproducer: {script_file}" if script_file else "") + " (lint clean)")
+    ui.info(f"body: {out}" + (f"; reproducer: {script_file}" if script_file else "")
+            + (f"; feature request it links, filed first: {feature_file}" if feature_file else "") + " (lint clean)")
     for problem in rendered.problems:
         ui.warn(problem)
     ui.info(f"readiness: {state.why()}")

@@ -51,6 +51,7 @@ class Rendered:
     circular: tuple[Finding, ...] = ()  # reproducer names only the change introduces (filing.names.circular)
     stacked: tuple[str, ...] = ()  # the packs whose series go under this one's on the filing base
     own_files: tuple[str, ...] = ()  # the pack's own patch files (repository paths), as receipts name them
+    stacked_subjects: tuple[str, ...] = ()  # the subjects of the patches under the pack's own
 
     @property
     def needs_upload(self) -> bool:
@@ -121,6 +122,14 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         reproducer_text = minimal
     else:
         reproducer_text = _reproducer_section(script, inline, needs_gpu)
+    dep_subjects = tuple(dict.fromkeys(patch_message(p.path).subject for p in deps))
+    if dep_subjects and any(rec.patched and any(r.file not in {_rel(root, p.path) for p in own} for r in rec.patches)
+                            for rec in ev.receipts):
+        under = ", ".join(f'"{s}"' for s in dep_subjects)
+        values_note = (f"The `+ {change_name}` rows were measured with {under} applied underneath; "
+                       f"{'it is' if len(dep_subjects) == 1 else 'they are'} filed separately, not in {change_name}.")
+    else:
+        values_note = ""
     related, related_problems = decisions.body_lines(pack, repo_slug(manifest.repo) or manifest.repo)
     problems += related_problems
     values = {
@@ -128,7 +137,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         "problem": problem,
         "where": _where(manifest, base, own),
         "change": change,
-        "evidence": ev.text or "No measurements yet.",
+        "evidence": (ev.text or "No measurements yet.") + (f"\n\n{values_note}" if values_note else ""),
         "reproducer": reproducer_text,
         "diff": diff,
         "related": ("Related upstream work:\n\n" + "\n".join(related)) if related else "",
@@ -147,7 +156,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     form_path = ""
     companion = None
     if pack.kind in forms.ISSUE_KINDS:
-        filled = _in_issue_form(manifest, base, pack, values, diff, problems)
+        filled = _in_issue_form(root, manifest, base, pack, values, diff, problems)
         if filled is not None:
             body, form_path, sections = filled
     elif pack.kind == "pr":
@@ -161,13 +170,14 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     if companion is not None:
         findings += lint(companion[1], where="feature request")
     touched = pr_template.tree_text(manifest, base, pr_template.touched_paths(own_diff))
-    minimal_text = (root / pack.minimal_repro).read_text(encoding="utf-8") if minimal is not None else ""
+    minimal_text = (root / pack.minimal_repro).read_text(encoding="utf-8") \
+        if minimal is not None and pack.minimal_repro else ""
     scripts = ([("minimal reproducer", minimal_text)] if minimal_text else []) + ([script] if script else [])
     circular = names.circular(own_diff, touched, scripts, lambda names: pr_template.tree_has(manifest, base, names))
     return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff, touched,
                     sections, form_path, companion, minimal_text, repo_slug(manifest.repo) or manifest.repo,
                     recorded_threads(tracking), tuple(circular), tuple(dict.fromkeys(p.pack for p in deps)),
-                    tuple(_rel(root, p.path) for p in own))
+                    tuple(_rel(root, p.path) for p in own), dep_subjects)
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -203,7 +213,19 @@ def _evidence_builds(root: Path, used: list[receipts.Receipt], patches: list, pa
     return out
 
 
-def _in_issue_form(manifest: pins.Manifest, base, pack: Pack, values: dict[str, str], diff: str,
+def _expected(root: Path, pack: Pack) -> str:
+    """What the minimal reproducer prints as expected (its ``print("expected: ...")`` line), as a sentence."""
+    if not pack.minimal_repro:
+        return ""
+    text = (root / pack.minimal_repro).read_text(encoding="utf-8")
+    m = re.search(r"""print\(f?(["'])expected: (.+?)\1\)""", text)
+    if m is None or "{" in m.group(2):
+        return ""
+    said = m.group(2).strip()
+    return said[:1].upper() + said[1:].rstrip(".") + "."
+
+
+def _in_issue_form(root: Path, manifest: pins.Manifest, base, pack: Pack, values: dict[str, str], diff: str,
                    problems: list[str]) -> tuple[str, str, tuple[str, ...]] | None:
     """(body, form path, its section lines) of an issue filed in the upstream's own form; None where the upstream
     has no fitting form and takes blank issues (the template's layout is used), or its forms could not be read."""
@@ -219,8 +241,9 @@ def _in_issue_form(manifest: pins.Manifest, base, pack: Pack, values: dict[str, 
     change = values["change"]
     if change and diff:
         change += "\n\nThe patch below does this; we can open it as a pull request.\n\n" + diff
+    expected = _expected(root, pack)
     context = []
-    if "change" not in has and "expected" not in has and change:
+    if "change" not in has and (expected or "expected" not in has) and change:
         context.append(change)
     context.append("Measurements:\n\n" + values["evidence"])
     if "alternatives" not in has and values["related"]:
@@ -229,7 +252,7 @@ def _in_issue_form(manifest: pins.Manifest, base, pack: Pack, values: dict[str, 
         "problem": "\n\n".join(p for p in (values["problem"], values["where"]) if p),
         "reproducer": values["reproducer"],
         "change": change if "change" in has else "",
-        "expected": change if "change" not in has else "",
+        "expected": expected or (change if "change" not in has else ""),
         "alternatives": values["related"],
         "version": values["base"],
         "context": "\n\n".join(context),

@@ -254,9 +254,12 @@ def check(rendered: Rendered) -> list[Finding]:
 def export_build(rendered: Rendered, alone_applies: bool | None) -> list[Finding]:
     """Evidence from another build than the one filed: where the pack's series applies on the filing base by
     itself, the export holds it alone, so a figure measured with another pack's patches under it is not this
-    change's (``alone_applies`` None: not checked, nothing said)."""
+    change's unless the body says so in its prose (``alone_applies`` None: not checked, nothing said)."""
     if not alone_applies or not rendered.stacked:
         return []
+    prose = " ".join(line for _, line in _prose_lines(blocks(rendered.body)))
+    if rendered.stacked_subjects and all(f'"{s}"' in prose for s in rendered.stacked_subjects):
+        return []  # the body says, outside its folded notes, what the figures ran on under the change
     found = []
     for rec in rendered.receipts:
         under = sorted({r.file for r in rec.patches} - set(rendered.own_files)) if rec.patched else []

@@ -122,7 +122,7 @@ def _list(value: str) -> tuple[str, ...]:
 def parse_yaml_form(path: str, text: str) -> IssueForm:
     """A YAML issue form: its name, labels and, per body item (markdown items carry no input), label/id/required."""
     lines = text.splitlines()
-    name, labels = "", ()
+    name, labels = "", tuple[str, ...]()
     sections: list[Section] = []
     item: dict | None = None
     item_indent = 0
@@ -179,7 +179,7 @@ _MD_SECTION = re.compile(r"^(?:\*\*(?P<bold>[^*]+?)\*\*|#{1,6}\s+(?P<heading>.+?
 
 def parse_markdown_template(path: str, text: str) -> IssueForm:
     """A Markdown template: front matter (name, labels) and its sections, each a ``**Label**`` or heading line."""
-    name, labels, body = "", (), text
+    name, labels, body = "", tuple[str, ...](), text
     m = re.match(r"^---\n(.*?)\n---\n?(.*)$", text, re.S)
     if m is not None:
         front, body = m.group(1), m.group(2)

@@ -17,7 +17,8 @@ NOT_UPSTREAM = frozenset({"torch", "F", "nn", "np", "numpy", "math", "os", "sys"
 
 def _diff_names(diff: str) -> tuple[set[str], set[str]]:
     """(names on the diff's added lines, names on its context and removed lines)."""
-    added, kept = set(), set()
+    added: set[str] = set()
+    kept: set[str] = set()
     for line in diff.splitlines():
         if line.startswith(("diff --git", "--- ", "+++ ", "index ", "@@")) or not line:
             continue

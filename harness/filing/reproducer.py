@@ -4,6 +4,7 @@ body's section that inlines or links it."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shlex
 import sys
@@ -157,6 +158,10 @@ def _case(word: str, like: str) -> str:
     return word.upper() if like.isupper() else word[:1].upper() + word[1:] if like[:1].isupper() else word
 
 
+def _cased(word: str, m: re.Match) -> str:
+    return _case(word, m.group(0))
+
+
 def _one(text: str, pack_id: str) -> str:
     text = _SENTINEL.sub(lambda m: m.group(0).lower().replace("_", "-"), text)
     text = re.sub(r"(?<![.\w])[Pp]ack\d{2}", "repro", text)  # run-directory keys such as pack04-baseline
@@ -165,7 +170,7 @@ def _one(text: str, pack_id: str) -> str:
     for pattern, repl in _FIXED:
         text = pattern.sub(repl, text)
     for old, new in _WORDS:
-        text = re.sub(rf"\b{old}\b", lambda m, new=new: _case(new, m.group(0)), text, flags=re.I)
+        text = re.sub(rf"\b{old}\b", functools.partial(_cased, new), text, flags=re.I)
     return re.sub(r"(?<![.\w])[Pp]acks?\b(?!\.)", lambda m: _case("change", m.group(0)), text)
 
 
