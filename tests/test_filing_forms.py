@@ -252,3 +252,53 @@ def test_a_feature_pr_files_its_feature_request_first_and_links_it():
     shell = plan.shell()
     assert shell.startswith("issue=$(gh issue create --repo acme/fake")
     assert f's|{FEATURE_REQUEST}|$issue|g' in shell and shell.endswith("--body-file -")
+
+
+LIGER_STYLE = """name: Bug Report
+description: items at column 0, no ids
+body:
+- type: markdown
+  attributes:
+    value: >
+      Search first.
+- type: textarea
+  attributes:
+    label: Describe the bug
+  validations:
+    required: true
+- type: textarea
+  attributes:
+    label: Versions
+  validations:
+    required: false
+"""
+
+
+def test_yaml_items_at_column_zero_and_without_ids_are_sections():
+    form = forms.parse_yaml_form(".github/ISSUE_TEMPLATE/bug_report.yaml", LIGER_STYLE)
+    assert [(s.label, s.required, s.id) for s in form.sections] == [("Describe the bug", True, ""),
+                                                                    ("Versions", False, "")]
+
+
+def test_a_release_base_reads_the_forms_recorded_with_their_source_commit(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from harness.filing import pr_template
+
+    d = tmp_path / "templates" / "upstream" / "fake"
+    (d / ".github" / "ISSUE_TEMPLATE").mkdir(parents=True)
+    (d / ".github" / "ISSUE_TEMPLATE" / "bug_report.yaml").write_text(LIGER_STYLE)
+    (d / ".github" / "PULL_REQUEST_TEMPLATE.md").write_text("# Description\n\nSay it.\n\n- [ ] Tests pass\n")
+    (d / "SOURCE.toml").write_text('repo = "https://github.com/acme/fake"\ncommit = "' + "e" * 40 + '"\n')
+    (tmp_path / "upstream").mkdir()
+    manifest = SimpleNamespace(target="fake", path=tmp_path / "upstream" / "fake.toml",
+                               policy=SimpleNamespace(pr_template=".github/PULL_REQUEST_TEMPLATE.md"))
+    release = SimpleNamespace(git=None)
+    found = forms.read_forms(manifest, release)
+    assert found.forms is not None and found.forms.commit == "e" * 40 and found.forms.blank_issues
+    template = pr_template.read_template(manifest, release).text
+    assert template is not None
+    filled = pr_template.fill(template, "The body.", pr_template.Facts())
+    assert filled.startswith("# Description\n\nThe body.") and "- [ ] Tests pass" in filled
+    manifest.target = "other"  # nothing recorded for it: nothing read, nothing guessed
+    assert forms.read_forms(manifest, release).forms is None

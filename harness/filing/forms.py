@@ -72,7 +72,7 @@ def read_forms(manifest: pins.Manifest, base) -> Lookup:
     """The issue forms in the tree of ``base`` (a git base), read from a mirror; a release base has none read."""
     pin = getattr(base, "git", None)
     if pin is None:
-        return Lookup(None)
+        return _recorded(manifest)
     sources, _missing = pins.git_sources(pin)
     mirrors = [s for s in sources if Path(s).is_dir()]
     if not mirrors:
@@ -87,6 +87,18 @@ def read_forms(manifest: pins.Manifest, base) -> Lookup:
         return Lookup(parse_forms(pin.commit, files))
     return Lookup(None, f"the issue forms ({FORMS_DIR}) of {manifest.target} were not read: no mirror holds "
                         f"{pin.commit[:10]}")
+
+
+def _recorded(manifest: pins.Manifest) -> Lookup:
+    """For a release base (no tree to read): the forms recorded under ``templates/upstream/<target>/`` with their
+    source commit, when the repository has them; else none."""
+    from harness.filing.pr_template import recorded_commit, recorded_dir
+
+    directory = recorded_dir(manifest)
+    if directory is None or not (directory / FORMS_DIR).is_dir():
+        return Lookup(None)
+    files = {p.name: p.read_text(encoding="utf-8") for p in sorted((directory / FORMS_DIR).iterdir()) if p.is_file()}
+    return Lookup(parse_forms(recorded_commit(directory), files))
 
 
 def parse_forms(commit: str, files: dict[str, str]) -> Forms:
@@ -136,15 +148,17 @@ def parse_yaml_form(path: str, text: str) -> IssueForm:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         indent = len(line) - len(line.lstrip())
+        if (m := re.match(r"^(\s*)- type:\s*(\S+)", line)) is not None:  # body items may sit at column 0
+            close()
+            item, item_indent, in_validations = {"type": _scalar(m.group(2))}, len(m.group(1)), False
+            continue
         if indent == 0:
+            close()
+            item = None
             if (m := re.match(r"^name:\s*(.*)$", line)) is not None:
                 name = _scalar(m.group(1))
             elif (m := re.match(r"^labels:\s*(.*)$", line)) is not None:
                 labels = _list(m.group(1))
-            continue
-        if (m := re.match(r"^(\s*)- type:\s*(\S+)", line)) is not None:
-            close()
-            item, item_indent, in_validations = {"type": _scalar(m.group(2))}, len(m.group(1)), False
             continue
         if item is None or indent <= item_indent:
             continue

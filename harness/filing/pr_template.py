@@ -21,8 +21,29 @@ CONVENTIONAL_PATH = ".github/pull_request_template.md"
 
 
 def template_location(manifest: pins.Manifest) -> str:
-    """Where ``manifest``'s upstream keeps its PR template in its tree."""
-    return CONVENTIONAL_PATH
+    """Where ``manifest``'s upstream keeps its PR template in its tree: its ``[policy] pr_template``, else the
+    conventional path (TransformerEngine spells it PULL_REQUEST_TEMPLATE.md)."""
+    policy = getattr(manifest, "policy", None)
+    return getattr(policy, "pr_template", "") or CONVENTIONAL_PATH
+
+
+RECORDED = Path("templates") / "upstream"  # per target: forms and PR template recorded from a tree with no mirror
+
+
+def recorded_dir(manifest: pins.Manifest) -> Path | None:
+    """``templates/upstream/<target>/`` of the repository ``manifest`` belongs to, when it exists: the upstream's
+    templates recorded with their source commit (``SOURCE.toml``), for an upstream without a mirror here."""
+    path = getattr(manifest, "path", None)
+    if path is None:
+        return None
+    d = Path(path).parent.parent / RECORDED / manifest.target
+    return d if (d / "SOURCE.toml").is_file() else None
+
+
+def recorded_commit(directory: Path) -> str:
+    import tomllib
+
+    return str(tomllib.loads((directory / "SOURCE.toml").read_text(encoding="utf-8")).get("commit", ""))
 
 
 @dataclass(frozen=True)
@@ -34,9 +55,12 @@ class Lookup:
 def read_template(manifest: pins.Manifest, base) -> Lookup:
     """The PR template in the tree of ``base`` (a git base: read from a mirror; a release: none is read)."""
     pin = getattr(base, "git", None)
-    if pin is None:
-        return Lookup(None)
     path = template_location(manifest)
+    if pin is None:
+        recorded = recorded_dir(manifest)
+        if recorded is not None and (recorded / path).is_file():  # a release base: the recorded tree's template
+            return Lookup((recorded / path).read_text(encoding="utf-8"))
+        return Lookup(None)
     sources, _missing = pins.git_sources(pin)
     mirrors = [s for s in sources if Path(s).is_dir()]
     if not mirrors:
@@ -100,7 +124,7 @@ class Facts:
 # (box text pattern, the fact that ticks it); a box no pattern names stays unticked
 TICKS = ((re.compile(r"\bunit tests?\b", re.I), "adds_tests"),)
 _BOX = re.compile(r"^(\s*[-*]\s)\[[ xX]\](\s.*)$")
-_WHAT = re.compile(r"^#+\s+what does this pr do", re.I)
+_WHAT = re.compile(r"^#+\s+(?:what does this pr do|description|summary)\b", re.I)  # where the body goes
 _FIELD = re.compile(r"^([A-Z][\w ]{0,40}):\s*(?:<!--.*?-->)?\s*$")
 _HEADING = re.compile(r"^#+\s")
 
