@@ -302,3 +302,31 @@ def test_a_release_base_reads_the_forms_recorded_with_their_source_commit(tmp_pa
     assert filled.startswith("# Description\n\nThe body.") and "- [ ] Tests pass" in filled
     manifest.target = "other"  # nothing recorded for it: nothing read, nothing guessed
     assert forms.read_forms(manifest, release).forms is None
+
+
+def test_related_words_must_be_true():
+    other = "- other/down#5 (merged pull request in another repository): touches the same code\n"
+    assert _rules(check.own_findings(_rendered(other, known_threads=frozenset({"other/down#5"})))) == ["relation"]
+    body = ("The wiring was lost in #12, a merge.\n\n"
+            "- acme/fake#12 (merged pull request): a separate change\n")
+    found = check.own_findings(_rendered(body))
+    assert _rules(found) == ["relation"] and "line 1 names it" in found[0].text
+    fine = ("The wiring was lost in #12, a merge.\n\n"
+            "- acme/fake#12 (merged pull request): the merge that dropped the wiring\n")
+    assert check.own_findings(_rendered(fine)) == []
+
+
+def test_evidence_measured_with_another_series_under_the_export_is_named():
+    from types import SimpleNamespace
+
+    rec = SimpleNamespace(lane="fix-main", patched=True,
+                          patches=(SimpleNamespace(file="patches/t/04/a.patch"),
+                                   SimpleNamespace(file="patches/t/07/b.patch")))
+    r = _rendered("Figures.\n", receipts=[rec], stacked=("04",), own_files=("patches/t/07/b.patch",),
+                  stacked_subjects=("speed up the SISO kernel",))
+    found = check.export_build(r, alone_applies=True)
+    assert _rules(found) == ["evidence build"] and "patches/t/04/a.patch" in found[0].text
+    assert check.export_build(r, alone_applies=False) == []  # the export stacks it too: the same build
+    assert check.export_build(r, alone_applies=None) == []  # not checked: nothing said either way
+    said = dataclasses.replace(r, body='Measured with "speed up the SISO kernel" applied underneath.\n')
+    assert check.export_build(said, alone_applies=True) == []

@@ -241,8 +241,34 @@ def _sections(rendered: Rendered, body: str) -> list[Finding]:
     return found
 
 
+_RELATED_LINE = re.compile(r"^- (?P<ref>[\w.-]+/[\w.-]+(?:#\d+|@[0-9a-f]+)) \((?P<what>[^)]*)\): (?P<says>.*)$")
+_SAME_CODE = re.compile(r"\bsame (?:code|file|function|kernel|lines?)\b", re.I)
+_CAUSED = re.compile(r"\b(?:regress\w*|caused|broke|lost|dropped|introduced)\b", re.I)
+_SEPARATE = re.compile(r"\b(?:separate|independent|unrelated)\b", re.I)
+
+
+def _relations(bs: list[Block]) -> list[Finding]:
+    """A related thread in words that are true: another repository's thread is never 'the same code', and one the
+    body names as the cause of the problem is no 'separate' change."""
+    found = []
+    prose = [(no, line) for no, line in _prose_lines(bs) if not _RELATED_LINE.match(line)]
+    for no, line in _prose_lines(bs):
+        m = _RELATED_LINE.match(line)
+        if m is None:
+            continue
+        if "another repository" in m["what"] and _SAME_CODE.search(m["says"]):
+            found.append(Finding(no, "relation", f"{m['ref']} is in another repository; it is not the same code"))
+        number = m["ref"].split("#")[-1] if "#" in m["ref"] else None
+        if number and _SEPARATE.search(m["says"]):
+            cites = [n for n, text in prose if re.search(rf"#{number}\b", text) and _CAUSED.search(text)]
+            if cites:
+                found.append(Finding(no, "relation", f"{m['ref']} is called separate, while line {cites[0]} names it "
+                                                      "in what caused the problem"))
+    return found
+
+
 RULES = ("layout", "budget", "cut anchor", "evidence base", "name", "render", "template", "thread", "claim",
-         "circular reproducer")  # the check's own; lint's are its rule names
+         "circular reproducer", "relation", "evidence build", "committed")  # the check's own; lint's are its rule names
 
 
 def check(rendered: Rendered) -> list[Finding]:
@@ -288,6 +314,7 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     found += _sections(rendered, body)
     found += _threads(rendered, bs)
     found += _performance(bs)
+    found += _relations(bs)
     found += rendered.circular
     return sorted(found, key=lambda f: f.line)
 
