@@ -242,7 +242,7 @@ def test_forms_are_read_from_the_filing_base_in_a_mirror(tmp_path: Path, monkeyp
 
 
 def test_a_feature_pr_files_its_feature_request_first_and_links_it():
-    from harness.filing.body import FEATURE_REQUEST
+    from harness.filing.body import LINKED_ISSUE
     from harness.filing.send import GhPlan
 
     plan = GhPlan(["gh", "pr", "create", "--repo", "acme/fake", "--title", "T", "--body-file", "-"],
@@ -251,7 +251,7 @@ def test_a_feature_pr_files_its_feature_request_first_and_links_it():
                    "dist/filing/02-feature-request.md"])
     shell = plan.shell()
     assert shell.startswith("issue=$(gh issue create --repo acme/fake")
-    assert f's|{FEATURE_REQUEST}|$issue|g' in shell and shell.endswith("--body-file -")
+    assert f's|{LINKED_ISSUE}|$issue|g' in shell and shell.endswith("--body-file -")
 
 
 LIGER_STYLE = """name: Bug Report
@@ -330,3 +330,14 @@ def test_evidence_measured_with_another_series_under_the_export_is_named():
     assert check.export_build(r, alone_applies=None) == []  # not checked: nothing said either way
     said = dataclasses.replace(r, body='Measured with "speed up the SISO kernel" applied underneath.\n')
     assert check.export_build(said, alone_applies=True) == []
+
+
+def test_which_prs_the_template_asks_to_link_an_issue():
+    from harness.filing.pr_template import asks_linked_issue
+
+    megatron_like = ("## Issue tracking\n\n- **New features**: a linked issue is **required**. Open one first.\n"
+                     "- **Small updates (bug fixes, minor improvements)**: a linked issue is **recommended**.\n\n"
+                     "Linked issue: <!-- e.g. Fixes #1 -->\n")
+    assert asks_linked_issue(megatron_like, feature=True) and asks_linked_issue(megatron_like, feature=False)
+    plain = "# Description\n\nSay what it does.\n\n- [ ] Tests pass\n"
+    assert not asks_linked_issue(plain, feature=True) and not asks_linked_issue(plain, feature=False)

@@ -11,7 +11,7 @@ from harness import filing, readiness, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import LintError, UsageError
-from harness.filing.check import committed, docs_texts
+from harness.filing.check import committed, docs_texts, linked_issue_name
 
 DOCS_DIR = Path("docs") / "filings"
 
@@ -88,12 +88,12 @@ def main(args) -> int:
         script_file.write_text(rendered.script[1], encoding="utf-8")
     feature_file = None
     if rendered.companion is not None:
-        feature_file = out.parent / f"{pack.id}-feature-request.md"
+        feature_file = out.parent / linked_issue_name(pack)
         feature_file.write_text(rendered.companion[1], encoding="utf-8")
     plan = filing.gh_plan(ctx.root, rendered, out, script_file, args.head, feature_file)
     state = readiness.readiness(ctx, pack, allow_download=not args.no_apply)
     ui.info(f"body: {out}" + (f"; reproducer: {script_file}" if script_file else "")
-            + (f"; feature request it links, filed first: {feature_file}" if feature_file else "") + " (lint clean)")
+            + (f"; the issue it links, filed first: {feature_file}" if feature_file else "") + " (lint clean)")
     for problem in rendered.problems:
         ui.warn(problem)
     ui.info(f"readiness: {state.why()}")
@@ -178,7 +178,7 @@ def render_docs(ctx, out_dir: Path) -> int:
         if rendered.findings:
             failed.append(pack.id)
             written_names.update({f"{pack.id}-{pack.kind}.md", filing.script_name(pack),
-                                  f"{pack.id}-feature-request.md"})  # kept: not stale
+                                  linked_issue_name(pack)})  # kept: not stale
             for f in rendered.findings:
                 ui.err.print(f.describe(f"pack {pack.id} {f.where}"), markup=False)
             continue

@@ -24,7 +24,7 @@ from harness.github import repo_slug, thread_label
 from harness.tracking import Pack, Tracking
 
 TEMPLATES = {"issue": "issue.md", "pr": "pr.md", "comment": "comment.md", "bug-report": "bug-report.md"}
-FEATURE_REQUEST = "@@FEATURE_REQUEST_URL@@"  # replaced by the feature request's URL once it is filed
+LINKED_ISSUE = "@@LINKED_ISSUE_URL@@"  # replaced by the linked issue's URL once it is filed
 INLINE_LIMIT = 4096  # bytes: a larger reproducer goes to a gist, never pasted
 DIFF_LIMIT = 30000  # characters of diff folded into an issue or comment; a larger change is left to the PR
 
@@ -44,7 +44,7 @@ class Rendered:
     base_text: str = ""  # the files that diff touches, as the filing base has them (names the prose may use)
     sections: tuple[str, ...] = ()  # the upstream form's or PR template's section lines the body must keep
     form: str = ""  # the upstream issue form it is filed in (path in the upstream tree), or "" for none
-    companion: tuple[str, str] | None = None  # (title, body) of the feature request a PR links, filed first
+    companion: tuple[str, str] | None = None  # (title, body) of the issue a PR links, filed first
     minimal: str = ""  # the inline minimal reproducer's text (the check compares its names with the base)
     home: str = ""  # owner/repo of the upstream (a bare #N in the body is one of its threads)
     known_threads: frozenset[str] = frozenset()  # owner/repo#N (lower case) recorded in tracking.toml
@@ -161,14 +161,14 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
             body, form_path, sections = filled
     elif pack.kind == "pr":
         template_text = pr_template.read_template(manifest, base).text
-        companion = _feature_request(manifest, base, pack, values, template_text, problems)
+        companion = _linked_issue(manifest, base, pack, values, template_text, problems)
         body = _upstream_template(manifest, base, body, own_diff, pack, problems, companion is not None)
         sections = tuple(pr_template.section_lines(template_text or ""))
     findings = lint(body)
     if script is not None:
         findings += lint(script[1], body=False, where=script[0], vocabulary=True)
     if companion is not None:
-        findings += lint(companion[1], where="feature request")
+        findings += lint(companion[1], where="linked issue")
     touched = pr_template.tree_text(manifest, base, pr_template.touched_paths(own_diff))
     minimal_text = (root / pack.minimal_repro).read_text(encoding="utf-8") \
         if minimal is not None and pack.minimal_repro else ""
@@ -262,32 +262,38 @@ def _in_issue_form(root: Path, manifest: pins.Manifest, base, pack: Pack, values
     return body, form.path, tuple(forms.headings(form))
 
 
-def _feature_request(manifest: pins.Manifest, base, pack: Pack, values: dict[str, str], template: str | None,
-                     problems: list[str]) -> tuple[str, str] | None:
-    """(title, body) of the feature request a feature PR must link, where the upstream's PR template asks
-    outside contributors for one and no thread of the pack is it; None otherwise."""
-    if pack.cls != "feature" or not template or not pr_template.feature_needs_issue(template):
+def _linked_issue(manifest: pins.Manifest, base, pack: Pack, values: dict[str, str], template: str | None,
+                  problems: list[str]) -> tuple[str, str] | None:
+    """(title, body) of the issue a PR links, where the upstream's PR template asks an outside contributor for
+    one (a feature request for a pack of class 'feature', else a bug report) and no thread of the pack is it;
+    None otherwise."""
+    purpose = forms.purpose_of(pack)
+    if not template or not pr_template.asks_linked_issue(template, purpose == "feature"):
         return None
     if any(t.role in ("fixes", "feature request") for t in pack.threads):
         return None
     found = forms.read_forms(manifest, base)
     if found.forms is None:
-        problems.append(found.problem or "the upstream's issue forms could not be read for the feature request")
+        problems.append(found.problem or "the upstream's issue forms could not be read for the linked issue")
         return None
-    form = forms.choose(found.forms, "feature", repo_slug(manifest.repo) or manifest.repo)
-    parts = {"problem": values["problem"], "change": values["change"], "alternatives": values["related"],
-             "context": "The pull request that implements this links here; its measurements:\n\n"
-                        + values["evidence"]}
+    form = forms.choose(found.forms, purpose, repo_slug(manifest.repo) or manifest.repo)
+    context = "The pull request that implements this links here; its measurements:\n\n" + values["evidence"]
+    parts = {"problem": "\n\n".join(p for p in (values["problem"], values["where"]) if p),
+             "change": values["change"] if purpose == "feature" else "",
+             "expected": values["change"] if purpose != "feature" else "",
+             "alternatives": values["related"],
+             "reproducer": values["reproducer"],
+             "context": context if purpose == "feature" else context + ("\n\n" + values["related"]
+                                                                        if values["related"] else "")}
     if form is None:
         return pack.title, "\n\n".join(p for p in parts.values() if p) + "\n"
     body, form_problems = forms.fill(form, parts)
-    problems += [f"feature request: {p}" for p in form_problems]
+    problems += [f"linked issue: {p}" for p in form_problems]
     return pack.title, body
 
 
-
 def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack: Pack, problems: list[str],
-                       with_feature_request: bool = False) -> str:
+                       with_linked_issue: bool = False) -> str:
     """``body`` inside the upstream's own PR template at the filing base, when it has one."""
     found = pr_template.read_template(manifest, base)
     if found.problem:
@@ -296,7 +302,8 @@ def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack
         return body
     fixes = [thread_label(t.url) for t in pack.threads
              if t.role in ("fixes", "feature request") and "/issues/" in t.url]
-    linked = [f"Fixes {label}" for label in fixes] + ([f"Closes {FEATURE_REQUEST}"] if with_feature_request else [])
+    verb = "Closes" if pack.cls == "feature" else "Fixes"
+    linked = [f"Fixes {label}" for label in fixes] + ([f"{verb} {LINKED_ISSUE}"] if with_linked_issue else [])
     facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff), linked=", ".join(linked))
     return pr_template.fill(found.text, body, facts)
 

@@ -319,6 +319,11 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     return sorted(found, key=lambda f: f.line)
 
 
+def linked_issue_name(pack) -> str:
+    """The file name of the issue a PR links: ``NN-feature-request.md`` or ``NN-bug-report.md``."""
+    return f"{pack.id}-{'feature-request' if pack.cls == 'feature' else 'bug-report'}.md"
+
+
 def docs_texts(rendered: Rendered) -> dict[str, str]:
     """The files ``docs/filings/`` holds for ``rendered``: the body (the reproducer linked by its file name), the
     script, and the feature request a PR links."""
@@ -332,7 +337,7 @@ def docs_texts(rendered: Rendered) -> dict[str, str]:
         out[rendered.script[0]] = rendered.script[1]
     out[f"{pack.id}-{pack.kind}.md"] = body
     if rendered.companion is not None:
-        out[f"{pack.id}-feature-request.md"] = f"# {rendered.companion[0]}\n\n{rendered.companion[1]}"
+        out[linked_issue_name(pack)] = f"# {rendered.companion[0]}\n\n{rendered.companion[1]}"
     return out
 
 

@@ -177,10 +177,13 @@ def _drop_empty_headings(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(keep))
 
 
-def feature_needs_issue(template: str) -> bool:
-    """Whether the template asks a new feature from an outside contributor to link a feature request."""
+def asks_linked_issue(template: str, feature: bool) -> bool:
+    """Whether the template asks an outside contributor's PR to link an issue: a new feature (Megatron-LM:
+    required), or a bug fix / small update (Megatron-LM: recommended)."""
     text = re.sub(r"<!--.*?-->", "", template, flags=re.S)
-    return re.search(r"new features?\W.{0,120}?linked issue\W.{0,40}?required", text, re.I | re.S) is not None
+    what = r"new features?" if feature else r"(?:bug fix(?:es)?|small updates?)"
+    return re.search(rf"{what}\W.{{0,120}}?linked issue\W.{{0,40}}?(?:required|recommended)", text,
+                     re.I | re.S) is not None
 
 
 def section_lines(template: str) -> list[str]:

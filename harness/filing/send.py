@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness import decisions, git, pins, receipts
 from harness.errors import ConfigError, UpstreamError, UsageError
-from harness.filing.body import FEATURE_REQUEST, Rendered
+from harness.filing.body import LINKED_ISSUE, Rendered
 from harness.filing.reproducer import PLACEHOLDER
 from harness.github import repo_slug
 from harness.tracking import Pack, Tracking
@@ -34,7 +34,7 @@ class GhPlan:
     create: list[str]
     body_file: Path
     gist: list[str] | None = None
-    feature_request: list[str] | None = None  # the issue a feature PR links, created first
+    feature_request: list[str] | None = None  # the issue a PR links (feature request or bug report), created first
 
     def shell(self) -> str:
         if self.gist is None and self.feature_request is None:
@@ -43,7 +43,7 @@ class GhPlan:
         steps, edits = [], []
         if self.feature_request is not None:
             steps.append(f"issue=$({shlex.join(self.feature_request)})")
-            edits.append(f"s|{FEATURE_REQUEST}|$issue|g")
+            edits.append(f"s|{LINKED_ISSUE}|$issue|g")
         if self.gist is not None:
             steps.append(f"url=$({shlex.join(self.gist)})")
             edits.append(f"s|{PLACEHOLDER}|$url|g")
@@ -119,9 +119,9 @@ def post(root: Path, tracking: Tracking, rendered: Rendered, plan: GhPlan, confi
     if plan.feature_request is not None:
         feature_url = _gh(plan.feature_request, pack)
         if not feature_url:
-            raise UpstreamError(f"pack {pack.id}: gh issue create printed no URL for the feature request; nothing "
+            raise UpstreamError(f"pack {pack.id}: gh issue create printed no URL for the linked issue; nothing "
                                 "else was posted")
-        body = body.replace(FEATURE_REQUEST, feature_url)
+        body = body.replace(LINKED_ISSUE, feature_url)
     gist_url = None
     if plan.gist is not None:
         gist_url = _gh(plan.gist, pack)
@@ -135,7 +135,7 @@ def post(root: Path, tracking: Tracking, rendered: Rendered, plan: GhPlan, confi
         "how": " ".join(plan.create[:3]),
         "url": url or None,
         "reproducer": gist_url,
-        **({"feature_request": feature_url} if feature_url else {}),
+        **({"linked_issue": feature_url} if feature_url else {}),
         "body_sha256": hashlib.sha256(body.encode()).hexdigest(),
     }
     tracking.record_filing(pack.id, entry)
