@@ -341,3 +341,11 @@ def test_which_prs_the_template_asks_to_link_an_issue():
     assert asks_linked_issue(megatron_like, feature=True) and asks_linked_issue(megatron_like, feature=False)
     plain = "# Description\n\nSay what it does.\n\n- [ ] Tests pass\n"
     assert not asks_linked_issue(plain, feature=True) and not asks_linked_issue(plain, feature=False)
+
+
+def test_a_part_without_its_section_goes_under_additional_context():
+    f = forms.parse_forms("c" * 40, {"feature.md": "---\nname: Feature request\n---\n\n**Describe the solution**\n\n"
+                                                    "x\n\n**Additional context**\n\ny\n"})
+    body, problems = forms.fill(f.issue_forms[0], {"change": "Do it.", "reproducer": "```python\nrun()\n```",
+                                                   "context": "Figures."})
+    assert problems == [] and "**Additional context**\n\n```python\nrun()\n```\n\nFigures." in body

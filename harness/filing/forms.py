@@ -252,6 +252,11 @@ def fill(form: IssueForm, parts: dict[str, str]) -> tuple[str, list[str]]:
     """(the body in ``form``'s sections, problems): each section's label as the form shows it, then its part.
     A required section without a part is a problem; an optional one says there is nothing to add."""
     out, problems, used = [], [], set()
+    present = {role_of(s) for s in form.sections}
+    moved = [r for r in ("change", "reproducer") if parts.get(r) and r not in present]
+    if moved and "context" in present:  # a part the form has no section for goes under its additional context
+        parts = {**parts, "context": "\n\n".join([*(parts[r] for r in moved), parts.get("context", "")]).strip()}
+        parts.update({r: "" for r in moved})
     for section in form.sections:
         role = role_of(section)
         text = (parts.get(role) or "").strip() if role and role not in used else ""
