@@ -77,12 +77,13 @@ def describe(d: Decision, home: str) -> str:
     return f"{label} ({what})"
 
 
-def body_lines(pack: Pack, home: str) -> tuple[list[str], list[str]]:
+def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str], list[str]]:
     """(the filing body's related section, problems): one line per decided upstream thread or commit, from its
-    recorded kind, state and reason. A decision without a recorded kind or state is a problem, never guessed."""
+    recorded kind, state and reason. A decision without a recorded kind or state is a problem, never guessed.
+    The thread a comment goes to and the filing base's own commit (the body's "Where" names it) are not listed."""
     lines, problems = [], []
     for d in pack.related:
-        if d.relation == "comment-there":
+        if d.relation == "comment-there" or (base_commit and d.ref.endswith("@" + base_commit)):
             continue
         if d.kind is None or d.state is None:
             problems.append(f"related {d.ref}: no kind/state recorded in [[packs.{pack.id}.related]] (keys 'kind': "

@@ -437,6 +437,9 @@ def test_body_lines_name_kind_state_repository_and_the_recorded_reason(lane_repo
         "- acme/fake#6 (open issue): an open report of spills in this kernel",
     ]
     assert problems == [] and not any("separate change" in line or "same code" in line for line in lines)
+    # the filing base's own commit is what the body's "Where" names: not a related line
+    lines, _ = decisions.body_lines(t.pack("01"), "acme/fake", "b" * 40)
+    assert not any(line.startswith("- acme/fake@") for line in lines)
 
 
 def test_a_decision_without_kind_or_state_is_a_problem_not_a_guess(lane_repo):

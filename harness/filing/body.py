@@ -130,7 +130,8 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
                        f"{'it is' if len(dep_subjects) == 1 else 'they are'} filed separately, not in {change_name}.")
     else:
         values_note = ""
-    related, related_problems = decisions.body_lines(pack, repo_slug(manifest.repo) or manifest.repo)
+    related, related_problems = decisions.body_lines(pack, repo_slug(manifest.repo) or manifest.repo,
+                                                       base.commit or "")
     problems += related_problems
     values = {
         "title": title,
