@@ -243,15 +243,20 @@ def test_forms_are_read_from_the_filing_base_in_a_mirror(tmp_path: Path, monkeyp
 
 def test_a_feature_pr_files_its_feature_request_first_and_links_it():
     from harness.filing.body import LINKED_ISSUE
+    from harness.filing.reproducer import PLACEHOLDER
     from harness.filing.send import GhPlan
 
-    plan = GhPlan(["gh", "pr", "create", "--repo", "acme/fake", "--title", "T", "--body-file", "-"],
-                  Path("dist/filing/02-pr.md"), None,
-                  ["gh", "issue", "create", "--repo", "acme/fake", "--title", "T", "--body-file",
-                   "dist/filing/02-feature-request.md"])
-    shell = plan.shell()
-    assert shell.startswith("issue=$(gh issue create --repo acme/fake")
+    issue = ["gh", "issue", "create", "--repo", "acme/fake", "--title", "T", "--body-file",
+             "dist/filing/02-feature-request.md"]
+    pr = ["gh", "pr", "create", "--repo", "acme/fake", "--title", "T", "--body-file", "-"]
+    shell = GhPlan(pr, Path("dist/filing/02-pr.md"), None, issue).shell()
+    assert shell.startswith("issue=$(cat dist/filing/02-feature-request.md | gh issue create --repo acme/fake")
     assert f's|{LINKED_ISSUE}|$issue|g' in shell and shell.endswith("--body-file -")
+    gist = ["gh", "gist", "create", "--public", "dist/filing/repro.py"]
+    shell = GhPlan(pr, Path("dist/filing/02-pr.md"), gist, issue).shell()
+    # the script first: the linked issue links it too, so both texts get its URL
+    assert shell.index("url=$(gh gist create") < shell.index("issue=$(sed") < shell.index("gh pr create")
+    assert f's|{PLACEHOLDER}|$url|g\" dist/filing/02-feature-request.md | gh issue create' in shell
 
 
 LIGER_STYLE = """name: Bug Report

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from harness.filing.body import Rendered
 from harness.filing.lint import Finding
 from harness.filing.parts import ITEM
+from harness.filing.reproducer import PLACEHOLDER
 
 BUDGETS = {"pr": 350, "issue": 350, "bug-report": 350, "comment": 250}  # words of prose
 NEAR_MISS = 0.85  # difflib ratio from which two distinct names count as one misspelt
@@ -327,8 +328,6 @@ def linked_issue_name(pack) -> str:
 def docs_texts(rendered: Rendered) -> dict[str, str]:
     """The files ``docs/filings/`` holds for ``rendered``: the body (the reproducer linked by its file name), the
     script, and the feature request a PR links."""
-    from harness.filing.reproducer import PLACEHOLDER
-
     pack = rendered.pack
     body = rendered.body
     out = {}
@@ -337,7 +336,10 @@ def docs_texts(rendered: Rendered) -> dict[str, str]:
         out[rendered.script[0]] = rendered.script[1]
     out[f"{pack.id}-{pack.kind}.md"] = body
     if rendered.companion is not None:
-        out[linked_issue_name(pack)] = f"# {rendered.companion[0]}\n\n{rendered.companion[1]}"
+        text = rendered.companion[1]
+        if rendered.script is not None:
+            text = text.replace(PLACEHOLDER, rendered.script[0])
+        out[linked_issue_name(pack)] = f"# {rendered.companion[0]}\n\n{text}"
     return out
 
 

@@ -41,12 +41,16 @@ class GhPlan:
             return shlex.join(self.create)
         body = shlex.quote(_short(self.body_file))
         steps, edits = [], []
-        if self.feature_request is not None:
-            steps.append(f"issue=$({shlex.join(self.feature_request)})")
-            edits.append(f"s|{LINKED_ISSUE}|$issue|g")
-        if self.gist is not None:
+        if self.gist is not None:  # first: the linked issue may link the script too
             steps.append(f"url=$({shlex.join(self.gist)})")
             edits.append(f"s|{PLACEHOLDER}|$url|g")
+        if self.feature_request is not None:
+            issue = list(self.feature_request)
+            source = issue[issue.index("--body-file") + 1]
+            issue[issue.index("--body-file") + 1] = "-"
+            fill = f"sed \"{';'.join(edits)}\" {shlex.quote(source)} | " if edits else f"cat {shlex.quote(source)} | "
+            steps.append(f"issue=$({fill}{shlex.join(issue)})")
+            edits.append(f"s|{LINKED_ISSUE}|$issue|g")
         return " && ".join(steps) + f" && sed \"{';'.join(edits)}\" {body} | {shlex.join(self.create)}"
 
     @property
@@ -70,6 +74,8 @@ def gh_plan(root: Path, rendered: Rendered, body_file: Path, script_file: Path |
     upload = rendered.needs_upload and script_file is not None
     linked = rendered.companion is not None and feature_file is not None
     source = "-" if upload or linked else _short(body_file)
+    upload = upload or (linked and rendered.companion is not None and PLACEHOLDER in rendered.companion[1]
+                        and script_file is not None)
     if pack.kind == "comment":
         url = filing_thread(pack)
         create = ["gh", "pr" if "/pull/" in url else "issue", "comment", url, "--body-file", source]
@@ -115,19 +121,22 @@ def post(root: Path, tracking: Tracking, rendered: Rendered, plan: GhPlan, confi
     if typed.strip() != pack.id:
         raise UsageError(f"pack {pack.id}: confirmation {typed.strip()!r} does not match; nothing was posted")
     body = rendered.body
-    feature_url = None
-    if plan.feature_request is not None:
-        feature_url = _gh(plan.feature_request, pack)
-        if not feature_url:
-            raise UpstreamError(f"pack {pack.id}: gh issue create printed no URL for the linked issue; nothing "
-                                "else was posted")
-        body = body.replace(LINKED_ISSUE, feature_url)
     gist_url = None
     if plan.gist is not None:
         gist_url = _gh(plan.gist, pack)
         if not gist_url:
             raise UpstreamError(f"pack {pack.id}: gh gist create printed no URL; nothing else was posted")
         body = body.replace(PLACEHOLDER, gist_url)
+    feature_url = None
+    if plan.feature_request is not None and rendered.companion is not None:
+        issue = list(plan.feature_request)
+        issue[issue.index("--body-file") + 1] = "-"
+        text = rendered.companion[1].replace(PLACEHOLDER, gist_url) if gist_url else rendered.companion[1]
+        feature_url = _gh(issue, pack, stdin=text)
+        if not feature_url:
+            raise UpstreamError(f"pack {pack.id}: gh issue create printed no URL for the linked issue; the gist "
+                                f"({gist_url or 'none'}) is all that was posted")
+        body = body.replace(LINKED_ISSUE, feature_url)
     url = _gh(plan.create, pack, stdin=body if "-" in plan.create else None)
     entry = {
         "decided_by": decider(root),
