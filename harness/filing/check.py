@@ -20,7 +20,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from harness.filing.body import Rendered
+from harness.filing.body import LINKED_ISSUE, Rendered
 from harness.filing.lint import Finding
 from harness.filing.parts import ITEM
 from harness.filing.reproducer import PLACEHOLDER
@@ -336,6 +336,8 @@ def docs_texts(rendered: Rendered) -> dict[str, str]:
         out[rendered.script[0]] = rendered.script[1]
     out[f"{pack.id}-{pack.kind}.md"] = body
     if rendered.companion is not None:
+        body = body.replace(LINKED_ISSUE, linked_issue_name(pack))  # the issue beside it, as the script is
+        out[f"{pack.id}-{pack.kind}.md"] = body
         text = rendered.companion[1]
         if rendered.script is not None:
             text = text.replace(PLACEHOLDER, rendered.script[0])
