@@ -354,3 +354,8 @@ def test_a_part_without_its_section_goes_under_additional_context():
     body, problems = forms.fill(f.issue_forms[0], {"change": "Do it.", "reproducer": "```python\nrun()\n```",
                                                    "context": "Figures."})
     assert problems == [] and "**Additional context**\n\n```python\nrun()\n```\n\nFigures." in body
+
+
+@pytest.mark.parametrize("gone", ["No measurements yet.", "No reproducer yet."])
+def test_a_body_without_its_evidence_or_reproducer_fails(gone):
+    assert _rules(check.own_findings(_rendered(f"It breaks.\n\n{gone}\n"))) == ["incomplete"]

@@ -268,8 +268,9 @@ def _relations(bs: list[Block]) -> list[Finding]:
     return found
 
 
+# the check's own rules; lint's findings carry lint's rule names
 RULES = ("layout", "budget", "cut anchor", "evidence base", "name", "render", "template", "thread", "claim",
-         "circular reproducer", "relation", "evidence build", "committed")  # the check's own; lint's are its rule names
+         "circular reproducer", "relation", "evidence build", "committed", "incomplete")
 
 
 def check(rendered: Rendered) -> list[Finding]:
@@ -316,6 +317,10 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     found += _threads(rendered, bs)
     found += _performance(bs)
     found += _relations(bs)
+    for no, line in enumerate(body.splitlines(), 1):
+        if line.strip() in ("No measurements yet.", "No reproducer yet."):
+            found.append(Finding(no, "incomplete", f"'{line.strip()}': a body is filed with its evidence and its "
+                                                   "reproducer"))
     found += rendered.circular
     return sorted(found, key=lambda f: f.line)
 
