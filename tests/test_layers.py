@@ -39,9 +39,9 @@ RANK = {name: rank for rank, names in LAYERS.items() for name in names}
 # Inside a sub-package: its modules by sub-layer; "" is the package's __init__ (its public surface).
 SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "filing": {
-        0: {"lint", "parts", "pr_template", "forms"},  # what must not leave; message, hunks, diff; the upstream's
-        # PR template and issue forms
-        1: {"evidence", "reproducer", "names"},  # the table from receipts; the self-contained script; new names
+        0: {"lint", "parts", "pr_template"},  # what must not leave; message, hunks, diff; the upstream's template
+        1: {"evidence", "reproducer", "names", "forms"},  # the table from receipts; the self-contained script; names
+        # only the change adds; the upstream's issue forms
         2: {"body"},  # render: the template filled
         3: {"check", "send"},  # the body check; gh plan and post
         4: {""},  # __init__: re-exports
