@@ -114,7 +114,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
                     f"```diff\n{text.rstrip()}\n```\n\n</details>")
     reproducer_text = _reproducer_section(script, inline, needs_gpu)
     if script is not None and not inline:  # as an attachment under the minimal one
-        reproducer_text = (f"The script behind the measurements above: [`{script[0]}`]({PLACEHOLDER}) "
+        reproducer_text = (f"The script behind the measurements in this report: [`{script[0]}`]({PLACEHOLDER}) "
                            f"({len(script[1].splitlines())} lines).")
     minimal = minimal_section(root, pack, base_name, reproducer_text if script is not None else "")
     if minimal is not None:
