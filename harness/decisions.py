@@ -53,23 +53,42 @@ def targets(pack: Pack) -> list[str]:
     return urls
 
 
-# How a body names each relation. The decision's own reason is our working note (it may cite our runs and
-# files) and stays in tracking.toml; the body says only how the thread relates to this change.
-_SENTENCES = {
-    "supersedes-us": "{what} replaces this change.",
-    "we-extend": "This change builds on {what}.",
+# How a body names each relation: what the thread is (kind, state, whether it is another repository's) and the
+# decision's one-line reason, which is written for the maintainer who reads the body (the body check lints it).
+_LEADS = {
+    "supersedes-us": "replaces this change",
+    "we-extend": "this change builds on it",
     "comment-there": "",  # the thread the comment is posted on: not listed in its own body
-    "independent": "{what} touches the same code; it is a separate change.",
-    "duplicate-of-ours": "{what} proposes the same change.",
+    "independent": "",
+    "duplicate-of-ours": "proposes the same change",
 }
+_KIND_WORDS = {"pr": "pull request", "issue": "issue", "commit": "commit"}
 
 
-def body_lines(pack: Pack) -> list[str]:
-    """The filing body's related section: one sentence per decided upstream thread (commits are not listed:
-    the body's "Where" already names the base it was checked against)."""
-    lines = []
+def describe(d: Decision, home: str) -> str:
+    """``d`` as a maintainer of ``home`` (owner/repo) reads it: 'NVIDIA/Megatron-LM#3574 (merged pull request)'."""
+    assert d.kind is not None and d.state is not None
+    what = _KIND_WORDS[d.kind] if d.kind == "commit" else f"{d.state} {_KIND_WORDS[d.kind]}"
+    if d.kind == "commit":
+        what = "commit" if d.state == "merged" else f"{d.state} commit"
+    if d.slug.lower() != home.lower():
+        what += " in another repository"
+    label = d.ref if d.kind != "commit" else f"{d.slug}@{d.ref.split('@', 1)[1][:10]}"
+    return f"{label} ({what})"
+
+
+def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str], list[str]]:
+    """(the filing body's related section, problems): one line per decided upstream thread or commit, from its
+    recorded kind, state and reason. A decision without a recorded kind or state is a problem, never guessed.
+    The thread a comment goes to and the filing base's own commit (the body's "Where" names it) are not listed."""
+    lines, problems = [], []
     for d in pack.related:
-        if "#" not in d.ref or not _SENTENCES[d.relation]:
+        if d.relation == "comment-there" or (base_commit and d.ref.endswith("@" + base_commit)):
             continue
-        lines.append("- " + _SENTENCES[d.relation].format(what=d.ref))
-    return lines
+        if d.kind is None or d.state is None:
+            problems.append(f"related {d.ref}: no kind/state recorded in [[packs.{pack.id}.related]] (keys 'kind': "
+                            "pr | issue | commit, 'state': open | draft | merged | closed)")
+            continue
+        lead = _LEADS[d.relation]
+        lines.append(f"- {describe(d, home)}: " + (f"{lead}; " if lead else "") + d.reason.rstrip("."))
+    return lines, problems

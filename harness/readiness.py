@@ -443,6 +443,10 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
                 reasons.append(Reason(ReasonCode.LINT, f"body fails lint: {len(rendered.findings)} finding(s), first "
                                               f"{first.describe()}"))
             checked = filing.check.own_findings(rendered)
+            if rendered.stacked and own and check is not None and check.status == APPLIES:
+                alone = apply_check(ctx, pack, fbase, own, allow_download, memo.setdefault("unavailable-bases", {}))
+                checked += filing.check.export_build(rendered, alone.status == APPLIES
+                                                     if alone.status in (APPLIES, CONFLICT) else None)
             if checked:
                 reasons.append(Reason(ReasonCode.BODY_CHECK, f"body fails the body check: {len(checked)} finding(s), "
                                                              f"first {checked[0].describe()}"))

@@ -74,7 +74,12 @@ THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", 
 # upstream's work replaces ours (the pack is not filed), ours builds on it, our body goes there as a comment,
 # the two are unrelated, or it repeats something of ours.
 RELATIONS = ("supersedes-us", "we-extend", "comment-there", "independent", "duplicate-of-ours")
-RELATED_KEYS = frozenset({"ref", "relation", "reason", "date"})
+RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state"})
+# What a related ref is (key 'kind'; a commit ref is a commit) and where it stands (key 'state'): a filing body
+# names both, with the decision's one-line reason, so a related thread is never described by a fixed phrase.
+# Whether it is in another repository follows from its ref.
+RELATED_KINDS = ("pr", "issue", "commit")
+RELATED_STATES = ("open", "draft", "merged", "closed")
 # 'owner/repo#N' (a pull request or issue) or 'owner/repo@<full sha>' (a commit)
 RELATED_REF = re.compile(r"^(?P<slug>[\w.-]+/[\w.-]+)(?:#(?P<num>[1-9][0-9]*)|@(?P<sha>[0-9a-f]{40}))$")
 # What `harness threads refresh` found of ours on a thread: our comment on it, or we opened it.
@@ -177,6 +182,14 @@ class Decision:
     relation: str  # one of RELATIONS
     reason: str
     date: datetime.date
+    kind: str | None = None  # one of RELATED_KINDS; None: not recorded yet (a filing body cannot name it)
+    state: str | None = None  # one of RELATED_STATES; None: not recorded yet
+
+    @property
+    def slug(self) -> str:
+        m = RELATED_REF.match(self.ref)
+        assert m is not None  # checked when loaded
+        return m["slug"]
 
     @property
     def url(self) -> str:
@@ -568,7 +581,17 @@ def _load_related(entries, where: str) -> tuple[Decision, ...]:
         reason = field(entry, "reason", str, rwhere)
         if not reason.strip() or "\n" in reason.strip():
             raise ConfigError(f"{rwhere} ({ref}): key 'reason' must be one line, saying why")
-        out.append(Decision(ref, relation, reason.strip(), _iso_date(entry.get("date"), f"{rwhere} ({ref})")))
+        kind = entry.get("kind")
+        if kind is not None and kind not in RELATED_KINDS:
+            raise ConfigError(f"{rwhere} ({ref}): kind {kind!r} is not one of {', '.join(RELATED_KINDS)}")
+        if kind is not None and ("@" in ref) != (kind == "commit"):
+            raise ConfigError(f"{rwhere} ({ref}): kind '{kind}' does not fit the ref (a commit is 'owner/repo@sha' "
+                              "and only that)")
+        state = entry.get("state")
+        if state is not None and state not in RELATED_STATES:
+            raise ConfigError(f"{rwhere} ({ref}): state {state!r} is not one of {', '.join(RELATED_STATES)}")
+        out.append(Decision(ref, relation, reason.strip(), _iso_date(entry.get("date"), f"{rwhere} ({ref})"),
+                            kind, state))
     return tuple(out)
 
 

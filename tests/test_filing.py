@@ -223,8 +223,9 @@ def test_small_reproducer_is_pasted_and_runs_without_this_repository(ran, capsys
     shutil.copy(script, alone)
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site.parent)}  # nothing of ours: plain flags
     assert "HARNESS_" not in text.split('"""', 2)[1]  # the header's commands use flags, not our variables
+    assert filing.lint(text, body=False, vocabulary=True) == []  # nor anywhere our dialect: it runs plainly
     assert "python repro_fake.py --unpatched" in text and "python repro_fake.py --patched" in text
-    for flag, want in (("--unpatched", "BUG_REPRODUCED"), ("--patched", "FIX_FAILED")):
+    for flag, want in (("--unpatched", "bug-reproduced"), ("--patched", "fix-failed")):
         proc = subprocess.run([sys.executable, str(alone), flag], env=env, capture_output=True, text=True,
                               cwd=alone.parent)
         assert proc.returncode == 0, proc.stderr

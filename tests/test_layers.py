@@ -40,7 +40,8 @@ RANK = {name: rank for rank, names in LAYERS.items() for name in names}
 SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "filing": {
         0: {"lint", "parts", "pr_template"},  # what must not leave; message, hunks, diff; the upstream's template
-        1: {"evidence", "reproducer"},  # the table from receipts; the self-contained script
+        1: {"evidence", "reproducer", "names", "forms"},  # the table from receipts; the self-contained script; names
+        # only the change adds; the upstream's issue forms
         2: {"body"},  # render: the template filled
         3: {"check", "send"},  # the body check; gh plan and post
         4: {""},  # __init__: re-exports

@@ -412,17 +412,54 @@ def test_an_unknown_key_in_a_decision_is_warned(lane_repo, capsys):
     assert "[packs.01] related[0]: unknown key 'relaton'" in capsys.readouterr().err
 
 
-def test_body_lines_say_each_relation_in_one_sentence(lane_repo):
-    _decide(lane_repo, "acme/fake#3", "comment-there", "2026-01-01", "the thread where the bug is discussed")
-    _decide(lane_repo, "acme/fake@" + "b" * 40, "we-extend", "2026-01-02", "adds the helper we call.")
-    _decide(lane_repo, "acme/fake#4", "we-extend", "2026-01-02", "adds the marker (see our run 2026-01-01)")
-    _decide(lane_repo, "acme/fake#5", "independent", "2026-01-02", "same file, other function")
+def _decide_with(lane_repo, ref: str, relation: str, reason: str, kind: str | None, state: str | None) -> None:
+    with (lane_repo.root / "tracking.toml").open("a") as fh:
+        fh.write(f'\n[[packs.01.related]]\nref = "{ref}"\nrelation = "{relation}"\nreason = "{reason}"\n'
+                 'date = 2026-01-02\n' + (f'kind = "{kind}"\n' if kind else "")
+                 + (f'state = "{state}"\n' if state else ""))
+
+
+def test_body_lines_name_kind_state_repository_and_the_recorded_reason(lane_repo):
+    _decide_with(lane_repo, "acme/fake#3", "comment-there", "the thread where the bug is discussed", "issue", "open")
+    _decide_with(lane_repo, "acme/fake@" + "b" * 40, "we-extend", "adds the helper the change calls.", "commit",
+                 "merged")
+    _decide_with(lane_repo, "acme/fake#4", "independent", "the merge that dropped the wiring: the regression's origin",
+                 "pr", "merged")
+    _decide_with(lane_repo, "other/down#5", "independent", "a downstream opt-out for the same need", "pr", "merged")
+    _decide_with(lane_repo, "acme/fake#6", "independent", "an open report of spills in this kernel", "issue", "open")
     t = Tracking.load(lane_repo.root)
-    # the thread commented on and commits are not listed; our reasons stay in tracking.toml
-    assert decisions.body_lines(t.pack("01")) == [
-        "- This change builds on acme/fake#4.",
-        "- acme/fake#5 touches the same code; it is a separate change.",
+    lines, problems = decisions.body_lines(t.pack("01"), "acme/fake")
+    # the thread commented on is not listed; no fixed phrase: another repository is never "the same code"
+    assert lines == [
+        "- acme/fake@bbbbbbbbbb (commit): this change builds on it; adds the helper the change calls",
+        "- acme/fake#4 (merged pull request): the merge that dropped the wiring: the regression's origin",
+        "- other/down#5 (merged pull request in another repository): a downstream opt-out for the same need",
+        "- acme/fake#6 (open issue): an open report of spills in this kernel",
     ]
+    assert problems == [] and not any("separate change" in line or "same code" in line for line in lines)
+    # the filing base's own commit is what the body's "Where" names: not a related line
+    lines, _ = decisions.body_lines(t.pack("01"), "acme/fake", "b" * 40)
+    assert not any(line.startswith("- acme/fake@") for line in lines)
+
+
+def test_a_decision_without_kind_or_state_is_a_problem_not_a_guess(lane_repo):
+    _decide_with(lane_repo, "acme/fake#4", "independent", "same file, other function", None, "open")
+    lines, problems = decisions.body_lines(Tracking.load(lane_repo.root).pack("01"), "acme/fake")
+    assert lines == [] and problems and "acme/fake#4: no kind/state recorded" in problems[0]
+
+
+@pytest.mark.parametrize("extra,says", [
+    ('kind = "thread"', "kind 'thread' is not one of"),
+    ('kind = "commit"', "kind 'commit' does not fit the ref"),
+    ('state = "gone"', "state 'gone' is not one of"),
+])
+def test_a_bad_kind_or_state_is_refused(lane_repo, extra, says):
+    _decide(lane_repo, "acme/fake#3", "independent", "2026-01-01")
+    with (lane_repo.root / "tracking.toml").open("a") as fh:
+        fh.write(extra + "\n")
+    with pytest.raises(ConfigError) as exc:
+        Tracking.load(lane_repo.root)
+    assert says in str(exc.value)
 
 
 # ---------------------------------------------------------------------------------------------- threads

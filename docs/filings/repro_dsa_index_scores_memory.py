@@ -20,29 +20,29 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-Pack 12: megatron-core DSA ``_compute_index_scores`` and its [sq, b, h, sk] FP32 intermediate.
+This change: megatron-core DSA ``_compute_index_scores`` and its [sq, b, h, sk] FP32 intermediate.
 
-Question asked on every lane: does the installed build's
+Question asked on every job: does the installed build's
 ``megatron.core.transformer.experimental_attention_variant.dsa._compute_index_scores``
 allocate a tensor with one score per (query, batch, head, key) -- h times the size of its
-[b, sq, sk] result -- and, on patched lanes, does the head-by-head version give the same
+[b, sq, sk] result -- and, on patched jobs, does the head-by-head version give the same
 result with only one head's scores in flight?
 
 * ``--check cpu`` (the default; small shape): every tensor an aten op returns inside the call is
   seen through a TorchDispatchMode; the largest storage is compared with the result's size.
-  Unpatched build: BUG_REPRODUCED when the largest storage holds >= h x the result.
-  Patched build (lane ``with_baseline``): the real baseline function, loaded from the unpatched build
-  the harness names in HARNESS_BASELINE_SITE, is run on the same inputs: max relative drift
+  Unpatched build: bug-reproduced when the largest storage holds >= h x the result.
+  Patched build (job ``with_baseline``): the real baseline function, loaded from the unpatched build
+  the runner names in REPRO_BASELINE_SITE, is run on the same inputs: max relative drift
   of outputs and of q/k/weights gradients (bf16 inputs, FP32 compute), largest intermediate
   <= the result's size, and torch.autograd.gradcheck of the patched function in float64.
-* ``--check memory`` (CUDA, lane ``with_baseline``): sq = sk = 4096, b = 8, h = 32, d = 128 bf16
+* ``--check memory`` (CUDA, job ``with_baseline``): sq = sk = 4096, b = 8, h = 32, d = 128 bf16
   (the article's shape), no grad: peak allocation above the output for baseline and patched;
   their times measured interleaved in one run by ``_timing.compare`` (kernel time from the
-  profiler next to wall time); output drift. MEMORY_SAVE_VERIFIED when the patched working set
+  profiler next to wall time); output drift. memory-save-verified when the patched working set
   is <= 1/8 of the baseline's and the time ratio is <= 1.1 -- the kernel-time ratio when the
   profiler measured one, else the wall-time ratio (the details say which).
 
-    python pack12_dsa_index_scores_memory.py [--lane NAME] [--check cpu|memory] --unpatched
+    python repro_dsa_index_scores_memory.py [--job NAME] [--check cpu|memory] --unpatched
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+_FLAG_ENV = {"--run-dir": "REPRO_RUN_DIR", "--baseline-site": "REPRO_BASELINE_SITE"}
 
 
 def _take_flags(argv):
@@ -63,14 +63,14 @@ def _take_flags(argv):
         if flag in _FLAG_ENV:
             _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
         elif arg in ("--patched", "--unpatched"):
-            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+            _os.environ["REPRO_PATCHED"] = "1" if arg == "--patched" else "0"
         else:
             rest.append(arg)
     return rest
 
 
 _sys.argv[1:] = _take_flags(_sys.argv[1:])
-_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+_os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
 import importlib.util
@@ -238,21 +238,21 @@ import platform
 from importlib import metadata
 
 
-SENTINELS = {
-    "BUG_REPRODUCED": "the bug shows on this build",
-    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
-    "FIX_VALIDATED": "the patched build behaves correctly",
-    "FIX_FAILED": "the patched build still misbehaves",
-    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
-    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
-    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
-    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
-    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
-    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
-    "CONTRACT_HELD": "a boundary contract holds",
-    "CONTRACT_BROKEN": "a boundary contract is violated",
-    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
-    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+OUTCOMES = {
+    "bug-reproduced": "the bug shows on this build",
+    "bug-absent": "the bug does not show on this build (regression coverage)",
+    "fix-validated": "the patched build behaves correctly",
+    "fix-failed": "the patched build still misbehaves",
+    "memory-save-verified": "the patched build saves the claimed memory",
+    "memory-save-missing": "the claimed memory saving is not there",
+    "equivalence-verified": "patched and baseline results are identical",
+    "equivalence-broken": "patched and baseline results differ",
+    "regression-guard-passed": "an upstream fix still holds",
+    "regression-guard-failed": "an upstream fix regressed",
+    "contract-held": "a boundary contract holds",
+    "contract-broken": "a boundary contract is violated",
+    "contract-violation-detected": "a deliberately wrong job was caught, and identified, by the contract check",
+    "contract-violation-missed": "a deliberately wrong job passed the contract check (the check is blind)",
 }
 
 
@@ -306,17 +306,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def stamp(distribution: str, module: str) -> dict:
-    """Print the HOST_STAMP line. Call it before anything else prints."""
+    """Print the HOST_INFO line. Call it before anything else prints."""
     facts = {
         "host_python": platform.python_version(),
         "platform": platform.platform(),
-        "pack": os.environ.get("HARNESS_PACK"),
-        "lane": os.environ.get("HARNESS_LANE"),
-        "target": os.environ.get("HARNESS_TARGET"),
-        "base": os.environ.get("HARNESS_BASE"),
-        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
-        "patched": os.environ.get("HARNESS_PATCHED"),
-        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+        "change": os.environ.get("REPRO_PACK"),
+        "job": os.environ.get("REPRO_LANE"),
+        "target": os.environ.get("REPRO_TARGET"),
+        "base": os.environ.get("REPRO_BASE"),
+        "base_commit": os.environ.get("REPRO_BASE_COMMIT"),
+        "patched": os.environ.get("REPRO_PATCHED"),
+        "build_key": os.environ.get("REPRO_BUILD_KEY"),
     }
     if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
         facts["rank"] = int(os.environ.get("RANK", "0"))
@@ -329,20 +329,20 @@ def stamp(distribution: str, module: str) -> dict:
     facts.update(_cuda_facts())
     mod = __import__(module, fromlist=["_"])
     facts["target_module_file"] = getattr(mod, "__file__", None)
-    _emit("HOST_STAMP", facts)
+    _emit("HOST_INFO", facts)
     return facts
 
 
 def figure(name: str, value, unit: str | None = None, **context) -> None:
-    """Report one measured number; it lands in the receipt's ``figures``."""
+    """Report one measured number; it lands in the result's ``figures``."""
     _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
 
 
-def verdict(sentinel: str, **details) -> None:
-    """Report the lane's observation. Call it once, last."""
-    if sentinel not in SENTINELS:
-        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
-    _emit(sentinel, details)
+def verdict(outcome: str, **details) -> None:
+    """Report the job's observation. Call it once, last."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; known: {sorted(OUTCOMES)}")
+    _emit(outcome, details)
 
 
 def skip(reason: str) -> None:
@@ -351,42 +351,42 @@ def skip(reason: str) -> None:
     sys.exit(3)
 
 
-def lane() -> str:
-    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
-    return os.environ.get("HARNESS_LANE", "manual")
+def job() -> str:
+    """The job name the runner is running (``REPRO_LANE``), or 'manual'."""
+    return os.environ.get("REPRO_LANE", "manual")
 
 
 def patched() -> bool:
-    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+    """Whether this process holds the patched build: ``REPRO_PATCHED`` is "1" or "0".
 
-    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
-    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    The runner always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a job name is how
     a baseline gets reported as a fix."""
-    value = os.environ.get("HARNESS_PATCHED")
+    value = os.environ.get("REPRO_PATCHED")
     if value not in ("0", "1"):
-        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+        raise SystemExit(f"REPRO_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
                          "or pass --patched / --unpatched")
     return value == "1"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    """The argument parser every reproducer starts from: ``--job`` and ``--patched``/``--unpatched``."""
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    p.add_argument("--job", help="job label for the stamp and details; overrides REPRO_LANE")
     build = p.add_mutually_exclusive_group()
     build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
-                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the patched build (overrides REPRO_PATCHED)")
     build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
-                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the unpatched build (overrides REPRO_PATCHED)")
     return p
 
 
 def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
-    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
-    if getattr(args, "lane", None):
-        os.environ["HARNESS_LANE"] = args.lane
+    """Apply ``--job``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "job", None):
+        os.environ["REPRO_LANE"] = args.job
     if getattr(args, "patched_build", None) is not None:
-        os.environ["HARNESS_PATCHED"] = args.patched_build
+        os.environ["REPRO_PATCHED"] = args.patched_build
     return stamp(distribution, module)
 
 
@@ -423,8 +423,8 @@ def parse_args():
 
 
 def load_baseline():
-    """The unpatched dsa module, from the build the harness names (same megatron otherwise)."""
-    site = os.environ.get("HARNESS_BASELINE_SITE")
+    """The unpatched dsa module, from the build the runner names (same megatron otherwise)."""
+    site = os.environ.get("REPRO_BASELINE_SITE")
     if not site:
         return None
     path = Path(site) / (MODULE.replace(".", "/") + ".py")
@@ -484,12 +484,12 @@ def cpu_lane(torch, dsa, baseline):
     materializes = big >= h * result_bytes
     failures = []
     if not patched():
-        return ("BUG_REPRODUCED" if materializes else "BUG_ABSENT"), {
+        return ("bug-reproduced" if materializes else "bug-absent"), {
             "largest_intermediate_bytes": big, "result_bytes": result_bytes, "heads": h}
     if big > result_bytes:
         failures.append(f"largest intermediate {big} B > result {result_bytes} B")
     if baseline is None:
-        failures.append("no baseline build (HARNESS_BASELINE_SITE unset): lane needs with_baseline = true")
+        failures.append("no baseline build (REPRO_BASELINE_SITE unset): job needs with_baseline = true")
     else:
         for relu in (True, False):
             qs, ws, ks = inputs(torch, CPU_SHAPE, torch.bfloat16, "cpu", seed=13, requires_grad=True)
@@ -524,13 +524,13 @@ def cpu_lane(torch, dsa, baseline):
         figure("gradcheck_float64", ok, None, use_relu=relu, shape=list(GRADCHECK_SHAPE))
         if not ok:
             failures.append(f"gradcheck failed (use_relu={relu})")
-    return ("FIX_FAILED" if failures else "FIX_VALIDATED"), {"failures": failures}
+    return ("fix-failed" if failures else "fix-validated"), {"failures": failures}
 
 
 def gpu_lane(torch, dsa, baseline):
     require_cuda("no CUDA device")
     if baseline is None:
-        return "MEMORY_SAVE_MISSING", {"failures": ["lane needs with_baseline = true"]}
+        return "memory-save-missing", {"failures": ["job needs with_baseline = true"]}
     sq, sk, b, h, d = GPU_SHAPE
     shape = {"sq": sq, "sk": sk, "b": b, "h": h, "d": d, "dtype": "bfloat16"}
     q, w, k = inputs(torch, GPU_SHAPE, torch.bfloat16, "cuda", seed=12)
@@ -586,7 +586,7 @@ def gpu_lane(torch, dsa, baseline):
     details = {"failures": failures, "baseline_working_set_gib": work["baseline"] / gib,
                "patched_working_set_gib": work["patched"] / gib, "time_ratio": time_ratio,
                "time_ratio_clock": clock, "kernel_time_ratio": kernel_ratio, "wall_time_ratio": wall_ratio}
-    return ("MEMORY_SAVE_MISSING" if failures else "MEMORY_SAVE_VERIFIED"), details
+    return ("memory-save-missing" if failures else "memory-save-verified"), details
 
 
 def main() -> int:
@@ -598,10 +598,10 @@ def main() -> int:
     dsa = importlib.import_module(MODULE)
     baseline = load_baseline()
     if args.check == "memory":
-        sentinel, details = gpu_lane(torch, dsa, baseline)
+        outcome, details = gpu_lane(torch, dsa, baseline)
     else:
-        sentinel, details = cpu_lane(torch, dsa, baseline)
-    verdict(sentinel, lane=lane(), check=args.check,
+        outcome, details = cpu_lane(torch, dsa, baseline)
+    verdict(outcome, job=job(), check=args.check,
             question="does _compute_index_scores build the [sq,b,h,sk] intermediate?", **details)
     return 0
 

@@ -24,9 +24,9 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-Pack 10: megatron-core (dev branch) fused linear cross entropy on a GPU without a native kernel.
+This change: megatron-core (dev branch) fused linear cross entropy on a GPU without a native kernel.
 
-Question asked on every lane: what does the REAL ``linear_cross_entropy`` of
+Question asked on every job: what does the REAL ``linear_cross_entropy`` of
 ``megatron.core.fusions.fused_linear_cross_entropy`` (and ``LinearCrossEntropyModule``, the
 output layer that calls it) do on a GPU whose compute capability has no kernel entry? At dev
 d48bd6b its dispatcher (``Platform``) knows compute capability 10 only and raises
@@ -36,9 +36,9 @@ and computes the loss through the unfused vocab-parallel path (materialized logi
 
 Stage ``numerics`` (default):
 
-* unpatched build (``HARNESS_PATCHED=0``): the first call raises ``ValueError`` naming the architecture ->
-  BUG_REPRODUCED; a result instead -> BUG_ABSENT; any other exception crashes the lane.
-* patched build (``HARNESS_PATCHED=1``): exactly one RuntimeWarning over the whole run, naming the compute capability
+* unpatched build (``REPRO_PATCHED=0``): the first call raises ``ValueError`` naming the architecture ->
+  bug-reproduced; a result instead -> bug-absent; any other exception crashes the job.
+* patched build (``REPRO_PATCHED=1``): exactly one RuntimeWarning over the whole run, naming the compute capability
   and the device and saying that the fallback materializes the logits; then, in float32 and
   bfloat16, for reductions mean / sum / none (none: weighted by a random upstream gradient),
   with ~20 % ``ignore_index`` tokens and targets at the vocab partition edges, through
@@ -47,22 +47,22 @@ Stage ``numerics`` (default):
   ``LinearCrossEntropyModule.forward(output_cross_entropy_loss=True)``: the loss and both
   gradients (hidden states and this rank's weight shard) are compared with
   ``F.cross_entropy`` on float64 logits materialized from the full weight. The control is the
-  plain path in the lane's dtype (``hidden @ weight.T`` then ``F.cross_entropy``): each tensor
+  plain path in the job's dtype (``hidden @ weight.T`` then ``F.cross_entropy``): each tensor
   may sit at most ``K_NOISE * max(plain_err, eps(dtype))`` from float64 (relative Frobenius;
   ``_numerics``).
   Exact checks: float32 loss of shape () / (tokens,), 0 loss and all-zero hidden-gradient rows
   for ignored tokens, gradient dtypes equal to the input dtypes, identical loss and hidden
-  gradient on every TP rank. -> FIX_VALIDATED / FIX_FAILED.
+  gradient on every TP rank. -> fix-validated / fix-failed.
 
 Devices (``--device``):
 
-* ``cuda``: the real GPU. The lanes run on H100/H200 (compute capability 9.0); a GPU of
-  compute capability 10 has a native kernel, so the lane skips (exit 3).
+* ``cuda``: the real GPU. The jobs run on H100/H200 (compute capability 9.0); a GPU of
+  compute capability 10 has a native kernel, so the job skips (exit 3).
 * ``cpu``: no GPU, so the dispatcher's capability queries are SIMULATED: while the platform is
   created, ``torch.cuda.is_available / current_device / get_device_capability /
   get_device_name`` report a compute capability 9.0 device (``--simulate-cc``); every tensor
   stays on the CPU. This exercises the real dispatcher's decision and the real fallback
-  numerics; it is not hardware evidence (the cuda lanes are). Patched CPU lanes also check
+  numerics; it is not hardware evidence (the cuda jobs are). Patched CPU jobs also check
   that 8.0 and 12.1 take the fallback and warn. Under torchrun (WORLD_SIZE = TP > 1, gloo) the
   sequence-parallel case is left out: megatron's sequence-parallel all-gather allocates on
   ``torch.cuda.current_device()``.
@@ -71,11 +71,11 @@ Stage ``memory`` (cuda, patched): peak allocated memory above the inputs during 
 forward+backward of ``linear_cross_entropy`` at tokens=8192, hidden=2048, vocab=65536 bf16,
 against the bf16 logits ([tokens, vocab], 1 GiB). A fused kernel keeps its working set far
 below the logits; the fallback materializes them (and a float32 softmax), so on a GPU without
-a kernel the truthful sentinel is MEMORY_SAVE_MISSING (working set > 1/4 of the logits);
-MEMORY_SAVE_VERIFIED would mean the working set stayed under that.
+a kernel the truthful outcome is memory-save-missing (working set > 1/4 of the logits);
+memory-save-verified would mean the working set stayed under that.
 
-    python pack10_flce_unfused_fallback.py --device cpu --patched
-    torchrun --standalone --nproc_per_node=2 pack10_flce_unfused_fallback.py --device cpu
+    python repro_flce_unfused_fallback.py --device cpu --patched
+    torchrun --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --device cpu
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+_FLAG_ENV = {"--run-dir": "REPRO_RUN_DIR", "--baseline-site": "REPRO_BASELINE_SITE"}
 
 
 def _take_flags(argv):
@@ -96,14 +96,14 @@ def _take_flags(argv):
         if flag in _FLAG_ENV:
             _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
         elif arg in ("--patched", "--unpatched"):
-            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+            _os.environ["REPRO_PATCHED"] = "1" if arg == "--patched" else "0"
         else:
             rest.append(arg)
     return rest
 
 
 _sys.argv[1:] = _take_flags(_sys.argv[1:])
-_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+_os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
 import contextlib
@@ -120,21 +120,21 @@ import platform
 from importlib import metadata
 
 
-SENTINELS = {
-    "BUG_REPRODUCED": "the bug shows on this build",
-    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
-    "FIX_VALIDATED": "the patched build behaves correctly",
-    "FIX_FAILED": "the patched build still misbehaves",
-    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
-    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
-    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
-    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
-    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
-    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
-    "CONTRACT_HELD": "a boundary contract holds",
-    "CONTRACT_BROKEN": "a boundary contract is violated",
-    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
-    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+OUTCOMES = {
+    "bug-reproduced": "the bug shows on this build",
+    "bug-absent": "the bug does not show on this build (regression coverage)",
+    "fix-validated": "the patched build behaves correctly",
+    "fix-failed": "the patched build still misbehaves",
+    "memory-save-verified": "the patched build saves the claimed memory",
+    "memory-save-missing": "the claimed memory saving is not there",
+    "equivalence-verified": "patched and baseline results are identical",
+    "equivalence-broken": "patched and baseline results differ",
+    "regression-guard-passed": "an upstream fix still holds",
+    "regression-guard-failed": "an upstream fix regressed",
+    "contract-held": "a boundary contract holds",
+    "contract-broken": "a boundary contract is violated",
+    "contract-violation-detected": "a deliberately wrong job was caught, and identified, by the contract check",
+    "contract-violation-missed": "a deliberately wrong job passed the contract check (the check is blind)",
 }
 
 
@@ -188,17 +188,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def stamp(distribution: str, module: str) -> dict:
-    """Print the HOST_STAMP line. Call it before anything else prints."""
+    """Print the HOST_INFO line. Call it before anything else prints."""
     facts = {
         "host_python": platform.python_version(),
         "platform": platform.platform(),
-        "pack": os.environ.get("HARNESS_PACK"),
-        "lane": os.environ.get("HARNESS_LANE"),
-        "target": os.environ.get("HARNESS_TARGET"),
-        "base": os.environ.get("HARNESS_BASE"),
-        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
-        "patched": os.environ.get("HARNESS_PATCHED"),
-        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+        "change": os.environ.get("REPRO_PACK"),
+        "job": os.environ.get("REPRO_LANE"),
+        "target": os.environ.get("REPRO_TARGET"),
+        "base": os.environ.get("REPRO_BASE"),
+        "base_commit": os.environ.get("REPRO_BASE_COMMIT"),
+        "patched": os.environ.get("REPRO_PATCHED"),
+        "build_key": os.environ.get("REPRO_BUILD_KEY"),
     }
     if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
         facts["rank"] = int(os.environ.get("RANK", "0"))
@@ -211,20 +211,20 @@ def stamp(distribution: str, module: str) -> dict:
     facts.update(_cuda_facts())
     mod = __import__(module, fromlist=["_"])
     facts["target_module_file"] = getattr(mod, "__file__", None)
-    _emit("HOST_STAMP", facts)
+    _emit("HOST_INFO", facts)
     return facts
 
 
 def figure(name: str, value, unit: str | None = None, **context) -> None:
-    """Report one measured number; it lands in the receipt's ``figures``."""
+    """Report one measured number; it lands in the result's ``figures``."""
     _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
 
 
-def verdict(sentinel: str, **details) -> None:
-    """Report the lane's observation. Call it once, last."""
-    if sentinel not in SENTINELS:
-        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
-    _emit(sentinel, details)
+def verdict(outcome: str, **details) -> None:
+    """Report the job's observation. Call it once, last."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; known: {sorted(OUTCOMES)}")
+    _emit(outcome, details)
 
 
 def skip(reason: str) -> None:
@@ -233,42 +233,42 @@ def skip(reason: str) -> None:
     sys.exit(3)
 
 
-def lane() -> str:
-    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
-    return os.environ.get("HARNESS_LANE", "manual")
+def job() -> str:
+    """The job name the runner is running (``REPRO_LANE``), or 'manual'."""
+    return os.environ.get("REPRO_LANE", "manual")
 
 
 def patched() -> bool:
-    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+    """Whether this process holds the patched build: ``REPRO_PATCHED`` is "1" or "0".
 
-    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
-    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    The runner always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a job name is how
     a baseline gets reported as a fix."""
-    value = os.environ.get("HARNESS_PATCHED")
+    value = os.environ.get("REPRO_PATCHED")
     if value not in ("0", "1"):
-        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+        raise SystemExit(f"REPRO_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
                          "or pass --patched / --unpatched")
     return value == "1"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    """The argument parser every reproducer starts from: ``--job`` and ``--patched``/``--unpatched``."""
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    p.add_argument("--job", help="job label for the stamp and details; overrides REPRO_LANE")
     build = p.add_mutually_exclusive_group()
     build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
-                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the patched build (overrides REPRO_PATCHED)")
     build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
-                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the unpatched build (overrides REPRO_PATCHED)")
     return p
 
 
 def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
-    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
-    if getattr(args, "lane", None):
-        os.environ["HARNESS_LANE"] = args.lane
+    """Apply ``--job``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "job", None):
+        os.environ["REPRO_LANE"] = args.job
     if getattr(args, "patched_build", None) is not None:
-        os.environ["HARNESS_PATCHED"] = args.patched_build
+        os.environ["REPRO_PATCHED"] = args.patched_build
     return stamp(distribution, module)
 
 
@@ -307,7 +307,7 @@ SEED = 10
 SHAPES = {"cpu": (64, 2, 64, 1000), "cuda": (256, 2, 512, 16384)}  # seqlen, batch, hidden, vocab
 MEMORY_SHAPE = (4096, 2, 2048, 65536)
 MEMORY_FRACTION = 0.25  # a working set above this share of the bf16 logits is "materialized"
-EXTRA_SIMULATED = ((8, 0), (12, 1))  # further architectures without a kernel (cpu lanes)
+EXTRA_SIMULATED = ((8, 0), (12, 1))  # further architectures without a kernel (cpu jobs)
 
 
 def parse_args():
@@ -547,15 +547,15 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
                 error = str(exc)
         dist.destroy_process_group()
         if rank == 0:
-            details = {"lane": lane(), "compute_capability": f"{cc[0]}.{cc[1]}", "simulated": simulate is not None,
+            details = {"job": job(), "compute_capability": f"{cc[0]}.{cc[1]}", "simulated": simulate is not None,
                        "error": error}
             if simulate is not None:
                 details["note"] = ("capability queries simulated on a CPU host: the dispatcher's decision, not "
                                    "hardware evidence")
             if error is not None and "unsupported architecture" in error.lower():
-                verdict("BUG_REPRODUCED", observed=f"linear_cross_entropy raised ValueError: {error}", **details)
+                verdict("bug-reproduced", observed=f"linear_cross_entropy raised ValueError: {error}", **details)
             else:
-                verdict("BUG_ABSENT", observed="linear_cross_entropy returned a loss", **details)
+                verdict("bug-absent", observed="linear_cross_entropy returned a loss", **details)
         return 0
 
     failures: list[str] = []
@@ -594,7 +594,7 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
         every = [f for rank_failures in gathered for f in rank_failures]
         shape = dict(zip("sbhv", SHAPES[device], strict=True))
         ignored = int((t == IGNORE).sum())
-        verdict("FIX_FAILED" if every else "FIX_VALIDATED", lane=lane(), cases=cases, world_size=tp, shape=shape,
+        verdict("fix-failed" if every else "fix-validated", job=job(), cases=cases, world_size=tp, shape=shape,
                 ignored_tokens=ignored, tokens=t.numel(), k_noise=K_NOISE, simulated=simulate is not None,
                 failures=every[:30], n_failures=len(every))
     return 0
@@ -643,13 +643,13 @@ def stage_memory(args) -> int:
            fallback_warning=messages[:1])
     figure("working_set_plain_materialized", plain, "bytes", ratio_to_logits=plain / logits_bytes)
     dist.destroy_process_group()
-    details = {"lane": lane(), "working_set_bytes": fused, "logits_bytes": logits_bytes,
+    details = {"job": job(), "working_set_bytes": fused, "logits_bytes": logits_bytes,
                "ratio": round(fused / logits_bytes, 3), "threshold": MEMORY_FRACTION,
                "fallback_warning_seen": bool(messages), "compute_capability": f"{cc[0]}.{cc[1]}"}
     if fused <= MEMORY_FRACTION * logits_bytes:
-        verdict("MEMORY_SAVE_VERIFIED", **details)
+        verdict("memory-save-verified", **details)
     else:
-        verdict("MEMORY_SAVE_MISSING", observed="the working set holds the materialized logits"
+        verdict("memory-save-missing", observed="the working set holds the materialized logits"
                 + (" (the unfused fallback warned)" if messages else ""), **details)
     return 0
 
@@ -660,7 +660,7 @@ def main() -> int:
     if args.stage == "memory":
         return stage_memory(args)
     if args.device == "cuda":
-        require_cuda("no CUDA device; the cpu lanes simulate the dispatcher's capability query")
+        require_cuda("no CUDA device; the cpu jobs simulate the dispatcher's capability query")
         return stage_numerics(args, "cuda", None)
     major, minor = (int(p) for p in args.simulate_cc.split("."))
     return stage_numerics(args, "cpu", (major, minor))

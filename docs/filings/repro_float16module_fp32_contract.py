@@ -18,9 +18,9 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-Pack 16: megatron-core Float16Module and parameters that must stay fp32.
+This change: megatron-core Float16Module and parameters that must stay fp32.
 
-Question asked on every lane: when a module declares that some of its parameters keep
+Question asked on every job: when a module declares that some of its parameters keep
 fp32 (Mamba-3's dt_bias, D, B_bias, C_bias and MIMO biases are the real case), does the
 REAL ``megatron.core.transformer.module.Float16Module`` of the installed build leave them
 in fp32 -- after wrapping, and after training steps -- without re-casting them each step?
@@ -31,12 +31,12 @@ adds) and, where the build offers it, marks a MIMO-style bias with ``keep_fp32(p
 On the baseline both declarations have no effect, which is the bug.
 
 Upstream main (after 0.19.x) has its own per-tensor marker, ``mark_keep_in_fp32`` (attribute
-``keep_in_fp32``), honoured by Float16Module, but no declaration by name; pack 16's main series
+``keep_in_fp32``), honoured by Float16Module, but no declaration by name; this change main series
 adds that as ``keep_in_fp32_params``. On a build with ``mark_keep_in_fp32`` the reproducer uses
 that marker and that attribute name (see ``declaration_api``), so on main's baseline the marked
 bias stays fp32 and only the by-name declaration is ignored.
 
-Checks (patched build, ``HARNESS_PATCHED=1``):
+Checks (patched build, ``REPRO_PATCHED=1``):
 
 * after the wrap: every declared parameter is fp32, the same Parameter object as before,
   on the same storage (data_ptr) and bitwise equal to its pre-wrap value; every other
@@ -46,32 +46,32 @@ Checks (patched build, ``HARNESS_PATCHED=1``):
   move; the bf16 parameters keep their data_ptr too;
 * a ``keep_fp32_params`` entry that names no parameter is rejected.
 
-Unpatched build: BUG_REPRODUCED when a declared parameter is cast to bf16, else BUG_ABSENT.
+Unpatched build: bug-reproduced when a declared parameter is cast to bf16, else bug-absent.
 
 Runs on CPU: torch.distributed gloo with world size 1 and megatron's own
 ``parallel_state.initialize_model_parallel()`` (Float16Module.forward asks it for the
 pipeline group).
 
-``--stage mamba3`` (lanes mamba3-stage-bug / mamba3-stage-fix, CUDA, mamba-ssm 2.3.2.post1
+``--stage mamba3`` (jobs mamba3-stage-bug / mamba3-stage-fix, CUDA, mamba-ssm 2.3.2.post1
 beside megatron-core through ``with_builds``): the same question about the REAL author
 ``mamba_ssm.modules.mamba3.Mamba3`` (MIMO, TileLang kernels; bf16 weights, the module's own
 fp32 parameters dt_bias, D, B_bias, C_bias, mimo_x/z/o). Our host code declares them the way
 a user of the patched Megatron would, without touching mamba-ssm:
 ``mixer.keep_fp32_params = (...)`` on the instance (inert on the baseline build). First an
 unwrapped copy runs forward+backward twice (the reference and its run-to-run control; if the
-kernels cannot run at all, the lane crashes instead of blaming the cast), then the
+kernels cannot run at all, the job crashes instead of blaming the cast), then the
 Float16Module-wrapped module:
 
 * baseline: the declared parameters come out bf16 (FIGURE dtypes_after_wrap) and the wrapped
   forward/backward raises in the kernel (it takes DT, the biases and D as float32) or gives
-  non-finite / off-reference results -> BUG_REPRODUCED; cast but no consequence -> BUG_ABSENT;
+  non-finite / off-reference results -> bug-reproduced; cast but no consequence -> bug-absent;
 * patched: the declared parameters stay fp32 (same objects, storage, values), output and
   gradients are finite and equal the unwrapped module's (bf16 input, no autocast) within
   max(K_NOISE x run-to-run control, bf16 unit roundoff), and over two SGD steps no parameter is
-  re-cast (dtype, object and data_ptr stable) -> FIX_VALIDATED, else FIX_FAILED.
+  re-cast (dtype, object and data_ptr stable) -> fix-validated, else fix-failed.
 
-    python pack16_float16module_fp32_contract.py --unpatched [--lane NAME]
-    python pack16_float16module_fp32_contract.py --stage mamba3 --unpatched  # mamba_ssm on the path
+    python repro_float16module_fp32_contract.py --unpatched [--job NAME]
+    python repro_float16module_fp32_contract.py --stage mamba3 --unpatched  # mamba_ssm on the path
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+_FLAG_ENV = {"--run-dir": "REPRO_RUN_DIR", "--baseline-site": "REPRO_BASELINE_SITE"}
 
 
 def _take_flags(argv):
@@ -92,14 +92,14 @@ def _take_flags(argv):
         if flag in _FLAG_ENV:
             _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
         elif arg in ("--patched", "--unpatched"):
-            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+            _os.environ["REPRO_PATCHED"] = "1" if arg == "--patched" else "0"
         else:
             rest.append(arg)
     return rest
 
 
 _sys.argv[1:] = _take_flags(_sys.argv[1:])
-_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+_os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
 import copy
@@ -115,21 +115,21 @@ import platform
 from importlib import metadata
 
 
-SENTINELS = {
-    "BUG_REPRODUCED": "the bug shows on this build",
-    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
-    "FIX_VALIDATED": "the patched build behaves correctly",
-    "FIX_FAILED": "the patched build still misbehaves",
-    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
-    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
-    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
-    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
-    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
-    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
-    "CONTRACT_HELD": "a boundary contract holds",
-    "CONTRACT_BROKEN": "a boundary contract is violated",
-    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
-    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+OUTCOMES = {
+    "bug-reproduced": "the bug shows on this build",
+    "bug-absent": "the bug does not show on this build (regression coverage)",
+    "fix-validated": "the patched build behaves correctly",
+    "fix-failed": "the patched build still misbehaves",
+    "memory-save-verified": "the patched build saves the claimed memory",
+    "memory-save-missing": "the claimed memory saving is not there",
+    "equivalence-verified": "patched and baseline results are identical",
+    "equivalence-broken": "patched and baseline results differ",
+    "regression-guard-passed": "an upstream fix still holds",
+    "regression-guard-failed": "an upstream fix regressed",
+    "contract-held": "a boundary contract holds",
+    "contract-broken": "a boundary contract is violated",
+    "contract-violation-detected": "a deliberately wrong job was caught, and identified, by the contract check",
+    "contract-violation-missed": "a deliberately wrong job passed the contract check (the check is blind)",
 }
 
 
@@ -183,17 +183,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def stamp(distribution: str, module: str) -> dict:
-    """Print the HOST_STAMP line. Call it before anything else prints."""
+    """Print the HOST_INFO line. Call it before anything else prints."""
     facts = {
         "host_python": platform.python_version(),
         "platform": platform.platform(),
-        "pack": os.environ.get("HARNESS_PACK"),
-        "lane": os.environ.get("HARNESS_LANE"),
-        "target": os.environ.get("HARNESS_TARGET"),
-        "base": os.environ.get("HARNESS_BASE"),
-        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
-        "patched": os.environ.get("HARNESS_PATCHED"),
-        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+        "change": os.environ.get("REPRO_PACK"),
+        "job": os.environ.get("REPRO_LANE"),
+        "target": os.environ.get("REPRO_TARGET"),
+        "base": os.environ.get("REPRO_BASE"),
+        "base_commit": os.environ.get("REPRO_BASE_COMMIT"),
+        "patched": os.environ.get("REPRO_PATCHED"),
+        "build_key": os.environ.get("REPRO_BUILD_KEY"),
     }
     if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
         facts["rank"] = int(os.environ.get("RANK", "0"))
@@ -206,20 +206,20 @@ def stamp(distribution: str, module: str) -> dict:
     facts.update(_cuda_facts())
     mod = __import__(module, fromlist=["_"])
     facts["target_module_file"] = getattr(mod, "__file__", None)
-    _emit("HOST_STAMP", facts)
+    _emit("HOST_INFO", facts)
     return facts
 
 
 def figure(name: str, value, unit: str | None = None, **context) -> None:
-    """Report one measured number; it lands in the receipt's ``figures``."""
+    """Report one measured number; it lands in the result's ``figures``."""
     _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
 
 
-def verdict(sentinel: str, **details) -> None:
-    """Report the lane's observation. Call it once, last."""
-    if sentinel not in SENTINELS:
-        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
-    _emit(sentinel, details)
+def verdict(outcome: str, **details) -> None:
+    """Report the job's observation. Call it once, last."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; known: {sorted(OUTCOMES)}")
+    _emit(outcome, details)
 
 
 def skip(reason: str) -> None:
@@ -228,42 +228,42 @@ def skip(reason: str) -> None:
     sys.exit(3)
 
 
-def lane() -> str:
-    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
-    return os.environ.get("HARNESS_LANE", "manual")
+def job() -> str:
+    """The job name the runner is running (``REPRO_LANE``), or 'manual'."""
+    return os.environ.get("REPRO_LANE", "manual")
 
 
 def patched() -> bool:
-    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+    """Whether this process holds the patched build: ``REPRO_PATCHED`` is "1" or "0".
 
-    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
-    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    The runner always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a job name is how
     a baseline gets reported as a fix."""
-    value = os.environ.get("HARNESS_PATCHED")
+    value = os.environ.get("REPRO_PATCHED")
     if value not in ("0", "1"):
-        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+        raise SystemExit(f"REPRO_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
                          "or pass --patched / --unpatched")
     return value == "1"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    """The argument parser every reproducer starts from: ``--job`` and ``--patched``/``--unpatched``."""
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    p.add_argument("--job", help="job label for the stamp and details; overrides REPRO_LANE")
     build = p.add_mutually_exclusive_group()
     build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
-                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the patched build (overrides REPRO_PATCHED)")
     build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
-                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the unpatched build (overrides REPRO_PATCHED)")
     return p
 
 
 def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
-    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
-    if getattr(args, "lane", None):
-        os.environ["HARNESS_LANE"] = args.lane
+    """Apply ``--job``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "job", None):
+        os.environ["REPRO_LANE"] = args.job
     if getattr(args, "patched_build", None) is not None:
-        os.environ["HARNESS_PATCHED"] = args.patched_build
+        os.environ["REPRO_PATCHED"] = args.patched_build
     return stamp(distribution, module)
 
 
@@ -277,13 +277,13 @@ def require_cuda(reason: str):
 
 
 def observed(bad: bool, **details) -> str:
-    """Report whether the bug showed, as the sentinel that fits this build; returns the sentinel."""
+    """Report whether the bug showed, as the outcome that fits this build; returns the outcome."""
     if patched():
-        sentinel = "FIX_FAILED" if bad else "FIX_VALIDATED"
+        outcome = "fix-failed" if bad else "fix-validated"
     else:
-        sentinel = "BUG_REPRODUCED" if bad else "BUG_ABSENT"
-    verdict(sentinel, **details)
-    return sentinel
+        outcome = "bug-reproduced" if bad else "bug-absent"
+    verdict(outcome, **details)
+    return outcome
 
 
 # ---- from _numerics.py (verbatim) ----
@@ -352,8 +352,8 @@ def init_single_process(parallel_state, dist) -> None:
 def declaration_api(mcore_module):
     """(per-parameter marker or None, name of the by-name declaration attribute) of this build.
 
-    0.19.2 + pack 16: keep_fp32 / keep_fp32_params. Upstream main: mark_keep_in_fp32 (its own)
-    / keep_in_fp32_params (pack 16's main series). Unpatched 0.19.2: no marker; the attribute is inert.
+    0.19.2 + this change: keep_fp32 / keep_fp32_params. Upstream main: mark_keep_in_fp32 (its own)
+    / keep_in_fp32_params (this change main series). Unpatched 0.19.2: no marker; the attribute is inert.
     """
     if hasattr(mcore_module, "mark_keep_in_fp32"):
         return mcore_module.mark_keep_in_fp32, "keep_in_fp32_params"
@@ -442,7 +442,7 @@ def _compare(torch, got_out, got, ref_out, ref, ref2_out, ref2, failures, case):
 
 def stage_mamba3(args) -> int:
     start(args, "megatron-core", "megatron.core.transformer.module")
-    torch = require_cuda("needs a CUDA GPU: the real Mamba3 MIMO runs TileLang kernels; the CPU lanes use the stand-in")
+    torch = require_cuda("needs a CUDA GPU: the real Mamba3 MIMO runs TileLang kernels; the CPU jobs use the stand-in")
     import mamba_ssm
     import torch.distributed as dist
     from mamba_ssm.modules.mamba3 import Mamba3
@@ -466,7 +466,7 @@ def stage_mamba3(args) -> int:
     figure("block", {"class": f"{type(mixer).__module__}.{type(mixer).__qualname__}", "is_mimo": mixer.is_mimo,
                      "d_model": args.d_model, "d_state": args.d_state, "headdim": args.headdim,
                      "nheads": mixer.nheads, "mimo_rank": mixer.mimo_rank, "chunk_size": args.chunk,
-                     "batch": args.batch, "seqlen": args.seqlen, "param_dtypes": built}, None, lane=lane())
+                     "batch": args.batch, "seqlen": args.seqlen, "param_dtypes": built}, None, job=job())
     failures: list[str] = []
     if sorted(MAMBA3_CONTRACT) != fp32_built:
         failures.append(f"the author module's fp32 parameters are {fp32_built}, not {sorted(MAMBA3_CONTRACT)}")
@@ -536,17 +536,17 @@ def stage_mamba3(args) -> int:
 
     if not is_patched:
         dist.destroy_process_group()
-        details = {"lane": lane(), "declared": list(MAMBA3_CONTRACT), "cast_declared": cast_declared,
+        details = {"job": job(), "declared": list(MAMBA3_CONTRACT), "cast_declared": cast_declared,
                    "consequence": consequence, "error": error}
         if cast_declared and consequence:
-            verdict("BUG_REPRODUCED", observed="Float16Module cast the fp32-contract parameters to bf16; the "
+            verdict("bug-reproduced", observed="Float16Module cast the fp32-contract parameters to bf16; the "
                                                f"wrapped Mamba3 MIMO then {consequence}", **details)
         else:
-            verdict("BUG_ABSENT", observed=("parameters cast but the kernels accepted them and matched the "
+            verdict("bug-absent", observed=("parameters cast but the kernels accepted them and matched the "
                                             "unwrapped module" if cast_declared else "no parameter cast"), **details)
         return 0
 
-    # Step 2 after an SGD step: nothing re-cast, nothing moved, still finite (patched lanes).
+    # Step 2 after an SGD step: nothing re-cast, nothing moved, still finite (patched jobs).
     if out is not None:
         params = dict(wrapped.module.named_parameters())
         ptrs = {n: p.data_ptr() for n, p in params.items()}
@@ -572,7 +572,7 @@ def stage_mamba3(args) -> int:
                 failures.append(f"after two steps: {n} is {now[n].dtype}")
         failures += [f"after two steps: {n} re-allocated or replaced (re-cast?)" for n, ok in stable.items() if not ok]
     dist.destroy_process_group()
-    verdict("FIX_FAILED" if failures else "FIX_VALIDATED", lane=lane(), declared=list(MAMBA3_CONTRACT),
+    verdict("fix-failed" if failures else "fix-validated", job=job(), declared=list(MAMBA3_CONTRACT),
             cast_declared=cast_declared, failures=failures[:20], n_failures=len(failures))
     return 0
 
@@ -676,7 +676,7 @@ def main() -> int:
 
     dist.destroy_process_group()
     details = {
-        "lane": lane(),
+        "job": job(),
         "question": "does Float16Module keep declared fp32-contract parameters in fp32, without re-casting?",
         "declared": list(declared),
         "cast_declared": cast_declared,

@@ -18,9 +18,9 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-Pack 11: megatron-core (dev branch) HybridModel and the fused linear cross-entropy output layer.
+This change: megatron-core (dev branch) HybridModel and the fused linear cross-entropy output layer.
 
-Question asked on every lane: with ``cross_entropy_loss_fusion=True`` and
+Question asked on every job: with ``cross_entropy_loss_fusion=True`` and
 ``cross_entropy_fusion_impl="linear"``, does the REAL ``HybridModel``
 (``megatron.core.models.hybrid.hybrid_model``; ``MambaModel`` is a wrapper of it) build its output
 layer as ``LinearCrossEntropyModule`` and take its loss from it, as ``GPTModel`` does -- and is
@@ -31,8 +31,8 @@ modules: ``--pattern`` picks the layer types (``M`` Mamba: ``MambaLayer`` + ``Ma
 ColumnParallelLinear/RowParallelLinear projections, mamba_ssm's Triton SSD kernels, the
 non-fused ``use_mamba_mem_eff_path=False`` path: the fused one needs causal_conv1d's CUDA extension; ``*``
 attention: ``TransformerLayer`` with local ``SelfAttention``/``DotProductAttention``; ``-`` MLP:
-``MLPLayer`` with the local MLP). Megatron's local attention and Mamba need CUDA, so the CPU lanes
-use ``--`` (two MLP layers) and the CUDA lanes ``M*-``. No position embedding, no final norm
+``MLPLayer`` with the local MLP). Megatron's local attention and Mamba need CUDA, so the CPU jobs
+use ``--`` (two MLP layers) and the CUDA jobs ``M*-``. No position embedding, no final norm
 (the norm is Transformer Engine's), TP = 1 (megatron's groups over a world of one). In bfloat16 the
 model is wrapped in megatron's ``Float16Module``, as megatron's training sets up every bf16 model
 (``get_model``): the local LayerNorm (``WrappedTorchNorm``, a ``torch.nn.LayerNorm`` built without a
@@ -40,11 +40,11 @@ dtype) keeps float32 weights until that wrapper casts the module, and on CUDA a 
 LayerNorm rejects the bf16 hidden states a Mamba layer hands it, with the option on or off. Both
 models of a comparison are built and wrapped the same way.
 
-* unpatched build (``HARNESS_PATCHED=0``): the output layer is not a ``LinearCrossEntropyModule`` -> BUG_REPRODUCED
+* unpatched build (``REPRO_PATCHED=0``): the output layer is not a ``LinearCrossEntropyModule`` -> bug-reproduced
   (FIGURE ``forward_with_labels`` records what a forward with labels then does: at dev d48bd6b
   ``compute_language_model_loss`` has no branch for the "linear" implementation and raises
-  UnboundLocalError); a LinearCrossEntropyModule -> BUG_ABSENT.
-* patched build (``HARNESS_PATCHED=1``; pack 10's series applied first): the output layer is a
+  UnboundLocalError); a LinearCrossEntropyModule -> bug-absent.
+* patched build (``REPRO_PATCHED=1``; an earlier change series applied first): the output layer is a
   ``LinearCrossEntropyModule``; one forward with labels calls megatron's
   ``linear_cross_entropy`` exactly once and never ``compute_language_model_loss``; the same
   model with the option off (same weights) gives the plain path. With Megatron's loss
@@ -55,14 +55,14 @@ models of a comparison are built and wrapped the same way.
   output layer and its weight, cross entropy recomputed in float64): loss within
   ``K_NOISE * max(err_loss, eps)``, output weight grad within ``K_NOISE * max(err_dW, eps)``,
   every other gradient within ``K_NOISE * max(err_dhidden, eps)`` (their error enters through
-  the hidden-state gradient). -> FIX_VALIDATED / FIX_FAILED.
+  the hidden-state gradient). -> fix-validated / fix-failed.
 
 On a GPU without a fused kernel (H100/H200: compute capability 9.0) the patched
-``linear_cross_entropy`` takes pack 10's unfused fallback. On the CPU lanes its dispatcher is
+``linear_cross_entropy`` takes an earlier change unfused fallback. On the CPU jobs its dispatcher is
 made to see a compute capability 9.0 device while the platform is created (capability queries
 simulated, tensors on the CPU), so the same path runs.
 
-    python pack11_hybrid_linear_ce_output_layer.py --device cpu --pattern=-- --patched
+    python repro_hybrid_linear_ce_output_layer.py --device cpu --pattern=-- --patched
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+_FLAG_ENV = {"--run-dir": "REPRO_RUN_DIR", "--baseline-site": "REPRO_BASELINE_SITE"}
 
 
 def _take_flags(argv):
@@ -83,14 +83,14 @@ def _take_flags(argv):
         if flag in _FLAG_ENV:
             _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
         elif arg in ("--patched", "--unpatched"):
-            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+            _os.environ["REPRO_PATCHED"] = "1" if arg == "--patched" else "0"
         else:
             rest.append(arg)
     return rest
 
 
 _sys.argv[1:] = _take_flags(_sys.argv[1:])
-_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+_os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
 import contextlib
@@ -108,21 +108,21 @@ import platform
 from importlib import metadata
 
 
-SENTINELS = {
-    "BUG_REPRODUCED": "the bug shows on this build",
-    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
-    "FIX_VALIDATED": "the patched build behaves correctly",
-    "FIX_FAILED": "the patched build still misbehaves",
-    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
-    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
-    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
-    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
-    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
-    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
-    "CONTRACT_HELD": "a boundary contract holds",
-    "CONTRACT_BROKEN": "a boundary contract is violated",
-    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
-    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+OUTCOMES = {
+    "bug-reproduced": "the bug shows on this build",
+    "bug-absent": "the bug does not show on this build (regression coverage)",
+    "fix-validated": "the patched build behaves correctly",
+    "fix-failed": "the patched build still misbehaves",
+    "memory-save-verified": "the patched build saves the claimed memory",
+    "memory-save-missing": "the claimed memory saving is not there",
+    "equivalence-verified": "patched and baseline results are identical",
+    "equivalence-broken": "patched and baseline results differ",
+    "regression-guard-passed": "an upstream fix still holds",
+    "regression-guard-failed": "an upstream fix regressed",
+    "contract-held": "a boundary contract holds",
+    "contract-broken": "a boundary contract is violated",
+    "contract-violation-detected": "a deliberately wrong job was caught, and identified, by the contract check",
+    "contract-violation-missed": "a deliberately wrong job passed the contract check (the check is blind)",
 }
 
 
@@ -176,17 +176,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def stamp(distribution: str, module: str) -> dict:
-    """Print the HOST_STAMP line. Call it before anything else prints."""
+    """Print the HOST_INFO line. Call it before anything else prints."""
     facts = {
         "host_python": platform.python_version(),
         "platform": platform.platform(),
-        "pack": os.environ.get("HARNESS_PACK"),
-        "lane": os.environ.get("HARNESS_LANE"),
-        "target": os.environ.get("HARNESS_TARGET"),
-        "base": os.environ.get("HARNESS_BASE"),
-        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
-        "patched": os.environ.get("HARNESS_PATCHED"),
-        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+        "change": os.environ.get("REPRO_PACK"),
+        "job": os.environ.get("REPRO_LANE"),
+        "target": os.environ.get("REPRO_TARGET"),
+        "base": os.environ.get("REPRO_BASE"),
+        "base_commit": os.environ.get("REPRO_BASE_COMMIT"),
+        "patched": os.environ.get("REPRO_PATCHED"),
+        "build_key": os.environ.get("REPRO_BUILD_KEY"),
     }
     if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
         facts["rank"] = int(os.environ.get("RANK", "0"))
@@ -199,20 +199,20 @@ def stamp(distribution: str, module: str) -> dict:
     facts.update(_cuda_facts())
     mod = __import__(module, fromlist=["_"])
     facts["target_module_file"] = getattr(mod, "__file__", None)
-    _emit("HOST_STAMP", facts)
+    _emit("HOST_INFO", facts)
     return facts
 
 
 def figure(name: str, value, unit: str | None = None, **context) -> None:
-    """Report one measured number; it lands in the receipt's ``figures``."""
+    """Report one measured number; it lands in the result's ``figures``."""
     _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
 
 
-def verdict(sentinel: str, **details) -> None:
-    """Report the lane's observation. Call it once, last."""
-    if sentinel not in SENTINELS:
-        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
-    _emit(sentinel, details)
+def verdict(outcome: str, **details) -> None:
+    """Report the job's observation. Call it once, last."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; known: {sorted(OUTCOMES)}")
+    _emit(outcome, details)
 
 
 def skip(reason: str) -> None:
@@ -221,42 +221,42 @@ def skip(reason: str) -> None:
     sys.exit(3)
 
 
-def lane() -> str:
-    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
-    return os.environ.get("HARNESS_LANE", "manual")
+def job() -> str:
+    """The job name the runner is running (``REPRO_LANE``), or 'manual'."""
+    return os.environ.get("REPRO_LANE", "manual")
 
 
 def patched() -> bool:
-    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+    """Whether this process holds the patched build: ``REPRO_PATCHED`` is "1" or "0".
 
-    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
-    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    The runner always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a job name is how
     a baseline gets reported as a fix."""
-    value = os.environ.get("HARNESS_PATCHED")
+    value = os.environ.get("REPRO_PATCHED")
     if value not in ("0", "1"):
-        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+        raise SystemExit(f"REPRO_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
                          "or pass --patched / --unpatched")
     return value == "1"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    """The argument parser every reproducer starts from: ``--job`` and ``--patched``/``--unpatched``."""
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    p.add_argument("--job", help="job label for the stamp and details; overrides REPRO_LANE")
     build = p.add_mutually_exclusive_group()
     build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
-                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the patched build (overrides REPRO_PATCHED)")
     build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
-                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the unpatched build (overrides REPRO_PATCHED)")
     return p
 
 
 def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
-    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
-    if getattr(args, "lane", None):
-        os.environ["HARNESS_LANE"] = args.lane
+    """Apply ``--job``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "job", None):
+        os.environ["REPRO_LANE"] = args.job
     if getattr(args, "patched_build", None) is not None:
-        os.environ["HARNESS_PATCHED"] = args.patched_build
+        os.environ["REPRO_PATCHED"] = args.patched_build
     return stamp(distribution, module)
 
 
@@ -534,7 +534,7 @@ def main() -> int:
     import torch.nn.functional as F
 
     if args.device == "cuda":
-        require_cuda("no CUDA device; the cpu lanes run an MLP-only hybrid model")
+        require_cuda("no CUDA device; the cpu jobs run an MLP-only hybrid model")
     pattern = args.pattern or ("--" if args.device == "cpu" else "M*-")
     if args.device == "cpu" and set(pattern) - {"-"}:
         raise SystemExit(f"pattern {pattern!r}: megatron's local attention and Mamba layers need CUDA")
@@ -559,12 +559,12 @@ def main() -> int:
             consequence = f"raised {short(exc)}"
         figure("forward_with_labels", consequence, None, option="cross_entropy_fusion_impl=linear")
         dist.destroy_process_group()
-        details = {"lane": lane(), "pattern": pattern, "output_layer": f"{layer.__module__}.{layer.__qualname__}",
+        details = {"job": job(), "pattern": pattern, "output_layer": f"{layer.__module__}.{layer.__qualname__}",
                    "forward_with_labels": consequence}
         if issubclass(layer, mod_lce.LinearCrossEntropyModule):
-            verdict("BUG_ABSENT", observed="the output layer is a LinearCrossEntropyModule", **details)
+            verdict("bug-absent", observed="the output layer is a LinearCrossEntropyModule", **details)
         else:
-            verdict("BUG_REPRODUCED", observed=f"with the linear fusion on, the output layer is {layer.__name__}",
+            verdict("bug-reproduced", observed=f"with the linear fusion on, the output layer is {layer.__name__}",
                     **details)
         return 0
 
@@ -582,7 +582,7 @@ def main() -> int:
     notes = [str(w.message) for w in caught if "linear cross entropy" in str(w.message).lower()]
     figure("flce_warnings", len(notes), None, messages=notes[:2])
     dist.destroy_process_group()
-    verdict("FIX_FAILED" if failures else "FIX_VALIDATED", lane=lane(), pattern=pattern, simulated_capability=simulate,
+    verdict("fix-failed" if failures else "fix-validated", job=job(), pattern=pattern, simulated_capability=simulate,
             k_noise=K_NOISE, failures=failures[:30], n_failures=len(failures))
     return 0
 

@@ -28,43 +28,43 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-Pack 07: Mamba-3 MIMO backward with 2-D shared staging (qk_dot, K) -- equivalence and TMA eligibility.
+This change: Mamba-3 MIMO backward with 2-D shared staging (qk_dot, K) -- equivalence and TMA eligibility.
 
-Two modes, one per pair of lanes.
+Two modes, one per pair of jobs.
 
 Gradients (default). The patch is a refactor of the TileLang bwd_bwd kernel: no math change, so the
 real ``mamba3_mimo`` backward on the patched build (04+05+07 series; at main, 04+07 ported, 05
 being absorbed there) must give the baseline build's gradients within bf16 rounding, dense and
-varlen (default G=1, upstream's tuned case; the main lanes pass ``--groups 2``, which also covers
-the flattened K staging of grouped heads and shares pack 05's main compiles, see "Compile cost"
-below). One build per process: the baseline lane
-saves its gradients under ``$HARNESS_RUN_DIR`` (see _mamba3.py) after checking the contract the
+varlen (default G=1, upstream's tuned case; the main jobs pass ``--groups 2``, which also covers
+the flattened K staging of grouped heads and shares an earlier change main compiles, see "Compile cost"
+below). One build per process: the baseline job
+saves its gradients under ``$REPRO_RUN_DIR`` (see _mamba3.py) after checking the contract the
 comparison rests on -- its own backward, run twice, is finite and reproducible to bf16 rounding ->
-CONTRACT_HELD. The patched lane compares: per tensor ``rel_fro <= max(K_NOISE * control, bf16
+contract-held. The patched job compares: per tensor ``rel_fro <= max(K_NOISE * control, bf16
 unit roundoff)`` with control = the baseline's run-to-run distance and bf16-storage cost ->
-EQUIVALENCE_VERIFIED (bitwise equality is reported per tensor as a figure; it is not required,
+equivalence-verified (bitwise equality is reported per tensor as a figure; it is not required,
 since the kernel's schedule may change). Both compile with the kernel's own pass configs, i.e.
 TL_DISABLE_TMA_LOWER=True (today's mitigation).
 
-Timing (``--timing``, patched lane with the unpatched build beside it: ``with_baseline``). The
+Timing (``--timing``, patched job with the unpatched build beside it: ``with_baseline``). The
 baseline's ``mamba3_mimo_bwd.py`` is loaded next to the patched package, and the forward+backward of
 the public entry point is timed with the dense backward taken from one file or the other
 (``mamba_mimo_bwd_combined`` swapped in ``mamba3_mimo``'s namespace between calls), the two variants'
-calls interleaved in one process (``_timing.compare``). The claim is "no slower": FIX_VALIDATED when
-the patched kernel time is at most ``--max-slowdown`` times the baseline's, FIX_FAILED above;
+calls interleaved in one process (``_timing.compare``). The claim is "no slower": fix-validated when
+the patched kernel time is at most ``--max-slowdown`` times the baseline's, fix-failed above;
 SKIPPED when no kernel time could be measured (wall time alone would time the host). Run it at the
-article's production shape (the lane's args); both backward variants compile there once
+article's production shape (the job's args); both backward variants compile there once
 (``prewarm`` compiles them in parallel).
 
 TMA probe (``--tma-probe``). Lowers ``mamba_mimo_bwd_bwd`` for sm_90 (``tilelang.lower``; no launch)
 with TL_DISABLE_TMA_LOWER=False (and, with ``--also-tma-off``, also with the kernel's own pass configs;
-the equivalence lanes already JIT-compile that TMA-off variant).
-Figures: whether each lowering succeeded, the exception text when not (pack 13's divide-by-zero,
+the equivalence jobs already JIT-compile that TMA-off variant).
+Figures: whether each lowering succeeded, the exception text when not (an earlier change divide-by-zero,
 or 0.1.8's "Cannot detect TMA layout" for rank-3 shared buffers), and the count of TMA bulk copies
 (``tma_load``) in the generated source. Verdict, on the claim that flattening makes the staging
-TMA-eligible: baseline build -> BUG_REPRODUCED when the TMA-on lowering has no tma_load (fails or
-falls back); patched build -> FIX_VALIDATED when the TMA-on lowering emits tma_load (and the
-TMA-off one, if probed, succeeds), FIX_FAILED otherwise (the exception is a figure, never a crash).
+TMA-eligible: baseline build -> bug-reproduced when the TMA-on lowering has no tma_load (fails or
+falls back); patched build -> fix-validated when the TMA-on lowering emits tma_load (and the
+TMA-off one, if probed, succeeds), fix-failed otherwise (the exception is a figure, never a crash).
 
 Builds. The same reproducer runs at 2.3.2.post1 and at main (e9594ce). The entry point
 ``mamba3_mimo`` keeps its arguments at main (the gated-norm fusion it added defaults to off);
@@ -74,11 +74,11 @@ compiles the kernels with symbolic B/S/H/G and the probe lowers that variant (``
 symbolic``, the default); main's runtime specialises the dense kernels on concrete (B, S, H, G),
 which ``--probe-dims static`` lowers (B, S, H, G from ``--batch/--seqlen/--heads/--groups``).
 
-Compile cost. Equivalence lanes: one dense and one varlen variant of fwd, bwd_fwd and bwd_bwd
+Compile cost. Equivalence jobs: one dense and one varlen variant of fwd, bwd_fwd and bwd_bwd
 (~2-3 min each cold, TileLang's disk cache afterwards). At 2.3.2.post1 these variants are shared
-with pack 05's lanes (symbolic shapes). At main every (B, S, H, G) is its own variant: with
-``--groups 2`` (H=16, B=2, S=128, varlen 64/48/80) the baseline lane reuses exactly what pack
-05's main regression lane compiled; the patched series changes bwd_bwd, so the equivalence lane
+with an earlier change jobs (symbolic shapes). At main every (B, S, H, G) is its own variant: with
+``--groups 2`` (H=16, B=2, S=128, varlen 64/48/80) the baseline job reuses exactly what change
+05's main regression job compiled; the patched series changes bwd_bwd, so the equivalence job
 compiles the two bwd_bwd variants anew. ``prewarm`` (see _mamba3.py) compiles the dense and the
 varlen case in parallel. TMA probe: lowering only, ~2-3 min of CPU per variant.
 """
@@ -91,7 +91,7 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+_FLAG_ENV = {"--run-dir": "REPRO_RUN_DIR", "--baseline-site": "REPRO_BASELINE_SITE"}
 
 
 def _take_flags(argv):
@@ -101,14 +101,14 @@ def _take_flags(argv):
         if flag in _FLAG_ENV:
             _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
         elif arg in ("--patched", "--unpatched"):
-            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+            _os.environ["REPRO_PATCHED"] = "1" if arg == "--patched" else "0"
         else:
             rest.append(arg)
     return rest
 
 
 _sys.argv[1:] = _take_flags(_sys.argv[1:])
-_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+_os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
 import argparse
@@ -124,21 +124,21 @@ import sys
 from importlib import metadata
 
 
-SENTINELS = {
-    "BUG_REPRODUCED": "the bug shows on this build",
-    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
-    "FIX_VALIDATED": "the patched build behaves correctly",
-    "FIX_FAILED": "the patched build still misbehaves",
-    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
-    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
-    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
-    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
-    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
-    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
-    "CONTRACT_HELD": "a boundary contract holds",
-    "CONTRACT_BROKEN": "a boundary contract is violated",
-    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
-    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+OUTCOMES = {
+    "bug-reproduced": "the bug shows on this build",
+    "bug-absent": "the bug does not show on this build (regression coverage)",
+    "fix-validated": "the patched build behaves correctly",
+    "fix-failed": "the patched build still misbehaves",
+    "memory-save-verified": "the patched build saves the claimed memory",
+    "memory-save-missing": "the claimed memory saving is not there",
+    "equivalence-verified": "patched and baseline results are identical",
+    "equivalence-broken": "patched and baseline results differ",
+    "regression-guard-passed": "an upstream fix still holds",
+    "regression-guard-failed": "an upstream fix regressed",
+    "contract-held": "a boundary contract holds",
+    "contract-broken": "a boundary contract is violated",
+    "contract-violation-detected": "a deliberately wrong job was caught, and identified, by the contract check",
+    "contract-violation-missed": "a deliberately wrong job passed the contract check (the check is blind)",
 }
 
 
@@ -192,17 +192,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def stamp(distribution: str, module: str) -> dict:
-    """Print the HOST_STAMP line. Call it before anything else prints."""
+    """Print the HOST_INFO line. Call it before anything else prints."""
     facts = {
         "host_python": platform.python_version(),
         "platform": platform.platform(),
-        "pack": os.environ.get("HARNESS_PACK"),
-        "lane": os.environ.get("HARNESS_LANE"),
-        "target": os.environ.get("HARNESS_TARGET"),
-        "base": os.environ.get("HARNESS_BASE"),
-        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
-        "patched": os.environ.get("HARNESS_PATCHED"),
-        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+        "change": os.environ.get("REPRO_PACK"),
+        "job": os.environ.get("REPRO_LANE"),
+        "target": os.environ.get("REPRO_TARGET"),
+        "base": os.environ.get("REPRO_BASE"),
+        "base_commit": os.environ.get("REPRO_BASE_COMMIT"),
+        "patched": os.environ.get("REPRO_PATCHED"),
+        "build_key": os.environ.get("REPRO_BUILD_KEY"),
     }
     if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
         facts["rank"] = int(os.environ.get("RANK", "0"))
@@ -215,20 +215,20 @@ def stamp(distribution: str, module: str) -> dict:
     facts.update(_cuda_facts())
     mod = __import__(module, fromlist=["_"])
     facts["target_module_file"] = getattr(mod, "__file__", None)
-    _emit("HOST_STAMP", facts)
+    _emit("HOST_INFO", facts)
     return facts
 
 
 def figure(name: str, value, unit: str | None = None, **context) -> None:
-    """Report one measured number; it lands in the receipt's ``figures``."""
+    """Report one measured number; it lands in the result's ``figures``."""
     _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
 
 
-def verdict(sentinel: str, **details) -> None:
-    """Report the lane's observation. Call it once, last."""
-    if sentinel not in SENTINELS:
-        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
-    _emit(sentinel, details)
+def verdict(outcome: str, **details) -> None:
+    """Report the job's observation. Call it once, last."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; known: {sorted(OUTCOMES)}")
+    _emit(outcome, details)
 
 
 def skip(reason: str) -> None:
@@ -237,42 +237,42 @@ def skip(reason: str) -> None:
     sys.exit(3)
 
 
-def lane() -> str:
-    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
-    return os.environ.get("HARNESS_LANE", "manual")
+def job() -> str:
+    """The job name the runner is running (``REPRO_LANE``), or 'manual'."""
+    return os.environ.get("REPRO_LANE", "manual")
 
 
 def patched() -> bool:
-    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+    """Whether this process holds the patched build: ``REPRO_PATCHED`` is "1" or "0".
 
-    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
-    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    The runner always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a job name is how
     a baseline gets reported as a fix."""
-    value = os.environ.get("HARNESS_PATCHED")
+    value = os.environ.get("REPRO_PATCHED")
     if value not in ("0", "1"):
-        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+        raise SystemExit(f"REPRO_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
                          "or pass --patched / --unpatched")
     return value == "1"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    """The argument parser every reproducer starts from: ``--job`` and ``--patched``/``--unpatched``."""
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    p.add_argument("--job", help="job label for the stamp and details; overrides REPRO_LANE")
     build = p.add_mutually_exclusive_group()
     build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
-                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the patched build (overrides REPRO_PATCHED)")
     build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
-                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the unpatched build (overrides REPRO_PATCHED)")
     return p
 
 
 def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
-    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
-    if getattr(args, "lane", None):
-        os.environ["HARNESS_LANE"] = args.lane
+    """Apply ``--job``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "job", None):
+        os.environ["REPRO_LANE"] = args.job
     if getattr(args, "patched_build", None) is not None:
-        os.environ["HARNESS_PATCHED"] = args.patched_build
+        os.environ["REPRO_PATCHED"] = args.patched_build
     return stamp(distribution, module)
 
 
@@ -293,10 +293,10 @@ from pathlib import Path
 
 
 def run_dir() -> Path:
-    path = os.environ.get("HARNESS_RUN_DIR")
+    path = os.environ.get("REPRO_RUN_DIR")
     if not path:
-        raise SystemExit("HARNESS_RUN_DIR is not set: run the lanes through 'harness run', or set it to a "
-                         "directory shared by the baseline and the patched lane")
+        raise SystemExit("REPRO_RUN_DIR is not set: run the jobs through 'runner run', or set it to a "
+                         "directory shared by the baseline and the patched job")
     Path(path).mkdir(parents=True, exist_ok=True)
     return Path(path)
 
@@ -329,7 +329,7 @@ def load_results(name: str, meta: dict) -> dict:
 
     path = run_dir() / f"{name}.pt"
     if not path.is_file():
-        raise SystemExit(f"{path}: no baseline results; run the baseline lane first in the same HARNESS_RUN_DIR")
+        raise SystemExit(f"{path}: no baseline results; run the baseline job first in the same REPRO_RUN_DIR")
     data = torch.load(path, map_location="cpu")
     if data["meta"] != meta:
         raise SystemExit(f"{path}: baseline results are for another problem: {data['meta']} != {meta}")
@@ -337,19 +337,19 @@ def load_results(name: str, meta: dict) -> dict:
 
 
 def load_baseline_module(module: str, alias: str):
-    """``module`` as the unpatched build has it (``HARNESS_BASELINE_SITE``), imported as ``alias``; or None.
+    """``module`` as the unpatched build has it (``REPRO_BASELINE_SITE``), imported as ``alias``; or None.
 
-    The patched lane of a pair that times both kernels in one process loads the baseline's copy of the
+    The patched job of a pair that times both kernels in one process loads the baseline's copy of the
     kernel's file beside the patched package: its own imports resolve to the patched package, so only
     the code in that one file differs -- which is where the series changes it."""
     import importlib.util
 
-    site = os.environ.get("HARNESS_BASELINE_SITE")
+    site = os.environ.get("REPRO_BASELINE_SITE")
     if not site:
         return None
     path = Path(site) / (module.replace(".", "/") + ".py")
     if not path.is_file():
-        raise SystemExit(f"HARNESS_BASELINE_SITE={site}: no {path.name} for {module} there")
+        raise SystemExit(f"REPRO_BASELINE_SITE={site}: no {path.name} for {module} there")
     spec = importlib.util.spec_from_file_location(alias, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[alias] = mod  # dataclasses and decorators look their module up by name
@@ -392,7 +392,7 @@ def prewarm(cases: list[dict], jobs: int = 0, timeout_s: float = 540.0) -> None:
             done.append(rec)
     figure("prewarm_s", round(time.monotonic() - start, 1), unit="s", jobs=jobs, children=done,
            note="parallel first calls in child processes to fill TileLang's kernel cache; "
-                "a child failure is reported by the lane's own call of that case")
+                "a child failure is reported by the job's own call of that case")
 
 
 # ---- from _numerics.py (verbatim) ----
@@ -559,7 +559,7 @@ def report(name: str, t: dict, **context) -> None:
     figure(name, value, unit="ms", value_is=which, **t, **context)
 
 
-# ---- from pack05_mimo_gqa_backward.py (verbatim) ----
+# ---- from repro_mimo_gqa_backward.py (verbatim) ----
 import math
 
 
@@ -665,14 +665,14 @@ MAX_SLOWDOWN = 1.05  # a refactor of the staging: kernel time may move within ru
 def parse_args() -> argparse.Namespace:
     p = parser(__doc__)
     p.add_argument("--timing", action="store_true",
-                   help="time baseline vs patched backward in one process (needs HARNESS_BASELINE_SITE)")
+                   help="time baseline vs patched backward in one process (needs REPRO_BASELINE_SITE)")
     p.add_argument("--max-slowdown", type=float, default=MAX_SLOWDOWN)
     p.add_argument("--warmup", type=int, default=2, help="timing: unmeasured calls per variant")
     p.add_argument("--repeat", type=int, default=10, help="timing: wall-clock calls per variant")
     p.add_argument("--profile-repeat", type=int, default=5, help="timing: profiled calls per variant")
     p.add_argument("--tma-probe", action="store_true", help="lowering-only TMA eligibility probe")
     p.add_argument("--also-tma-off", action="store_true",
-                   help="probe: also lower with the kernel's own configs (TMA off); the equivalence lanes "
+                   help="probe: also lower with the kernel's own configs (TMA off); the equivalence jobs "
                         "already compile that variant, so it is off by default (2-3 min of CPU)")
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--groups", type=int, default=1)
@@ -744,11 +744,11 @@ def timing(a) -> None:
         raise SystemExit("--timing compares the patched backward with the baseline's: run it on the patched build")
     baseline = load_baseline_module(BWD_MODULE, "p07_baseline_mimo_bwd")
     if baseline is None:
-        raise SystemExit("--timing needs the unpatched build beside the patched one (HARNESS_BASELINE_SITE; "
-                         "the lane's with_baseline)")
+        raise SystemExit("--timing needs the unpatched build beside the patched one (REPRO_BASELINE_SITE; "
+                         "the job's with_baseline)")
     mine = importlib.import_module(BWD_MODULE)
     B, S, H, G = a.batch, a.seqlen, a.heads, a.groups
-    figure("problem", meta(a) | {"mode": "timing", "dtype": "bfloat16"}, lane=lane())
+    figure("problem", meta(a) | {"mode": "timing", "dtype": "bfloat16"}, job=job())
     case = {"groups": G, "batch": B, "seqlen": S, "lengths": None}
     prewarm([case, case | {"bwd": "baseline"}], jobs=a.prewarm_jobs)
     inputs = make_inputs(torch, a, B, S, G, seed=5, device="cuda")
@@ -779,7 +779,7 @@ def timing(a) -> None:
         skip("kernel time not measured on this host: the no-slowdown claim cannot be judged from wall time")
     details = {"ratio": ratio, "max_allowed": a.max_slowdown, "criterion": "patched fwd+bwd kernel time <= "
                "max_allowed x baseline's, same process, interleaved calls"}
-    verdict("FIX_VALIDATED" if ratio <= a.max_slowdown else "FIX_FAILED", **details)
+    verdict("fix-validated" if ratio <= a.max_slowdown else "fix-failed", **details)
 
 
 def equivalence(a) -> None:
@@ -790,9 +790,9 @@ def equivalence(a) -> None:
     from mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd import mamba_mimo_bwd_bwd
 
     is_patched = patched()
-    # one baseline file per base, so lanes of two bases can share one HARNESS_RUN_DIR
-    saved = "pack07-baseline" + (f"-{os.environ['HARNESS_BASE']}" if os.environ.get("HARNESS_BASE") else "")
-    figure("problem", meta(a), lane=lane())
+    # one baseline file per base, so jobs of two bases can share one REPRO_RUN_DIR
+    saved = "repro-baseline" + (f"-{os.environ['REPRO_BASE']}" if os.environ.get("REPRO_BASE") else "")
+    figure("problem", meta(a), job=job())
     prewarm([{"groups": a.groups, "batch": a.batch, "seqlen": a.seqlen, "lengths": None},
              {"groups": a.groups, "batch": 1, "seqlen": sum(a.varlen), "lengths": a.varlen}], jobs=a.prewarm_jobs)
     configs = getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}
@@ -808,10 +808,10 @@ def equivalence(a) -> None:
         for k in first:
             figure("run_to_run_rel_fro", rel_fro(second[k], first[k]), tensor=k, finite=finite[k])
         if bad:
-            verdict("CONTRACT_BROKEN", contract="baseline MIMO backward finite and reproducible to bf16 rounding",
+            verdict("contract-broken", contract="baseline MIMO backward finite and reproducible to bf16 rounding",
                     tensors=bad)
         else:
-            verdict("CONTRACT_HELD", contract="baseline MIMO backward finite and reproducible to bf16 rounding",
+            verdict("contract-held", contract="baseline MIMO backward finite and reproducible to bf16 rounding",
                     tensors=len(first))
         return
     base = load_results(saved, meta(a))
@@ -836,9 +836,9 @@ def equivalence(a) -> None:
     figure("bitwise_equal_tensors", sum(bool(torch.equal(first[k].cpu(), base[k])) for k in first if k in base),
            of=len(first))
     if failures:
-        verdict("EQUIVALENCE_BROKEN", failures=failures[:20], n_failures=len(failures))
+        verdict("equivalence-broken", failures=failures[:20], n_failures=len(failures))
     else:
-        verdict("EQUIVALENCE_VERIFIED", tensors=len(first), criterion="within bf16 rounding of the baseline")
+        verdict("equivalence-verified", tensors=len(first), criterion="within bf16 rounding of the baseline")
 
 
 def tma_probe(a) -> None:
@@ -857,7 +857,7 @@ def tma_probe(a) -> None:
     args = (*dims, a.headdim_qk, a.headdim_v, a.rank, True, True, True)
     kwargs = {"chunk_size": a.chunk, "rotary_dim_divisor": 4, "dtype": "bfloat16", "threads": 256, "num_stages": 0}
     figure("problem", meta(a) | {"target": target, "kernel": "mamba_mimo_bwd_bwd", "probe_dims": a.probe_dims},
-           lane=lane())
+           job=job())
     prim = mamba_mimo_bwd_bwd.get_tir(*args, **kwargs)
     own = {str(getattr(k, "value", k)): v for k, v in (getattr(mamba_mimo_bwd_bwd, "pass_configs", None) or {}).items()}
     figure("kernel_pass_configs", own)
@@ -875,7 +875,7 @@ def tma_probe(a) -> None:
         except Exception as exc:  # the exception is the observation
             text = f"{type(exc).__name__}: {exc}"
             results[label] = {"ok": False, "error": text[-1500:],
-                              "pack13_divide_by_zero": "Divide by zero" in text,
+                              "repro_divide_by_zero": "Divide by zero" in text,
                               "rank3_tma_layout": "Cannot detect TMA layout" in text}
             traceback.print_exc()
         results[label]["seconds"] = round(time.monotonic() - start, 1)
@@ -884,11 +884,11 @@ def tma_probe(a) -> None:
     eligible = on["ok"] and on.get("tma_load", 0) > 0
     figure("tma_bulk_copy_emitted", eligible)
     if not patched():
-        verdict("BUG_ABSENT" if eligible else "BUG_REPRODUCED", tma_on=on, tma_off_ok=off["ok"])
+        verdict("bug-absent" if eligible else "bug-reproduced", tma_on=on, tma_off_ok=off["ok"])
     elif off["ok"] and eligible:
-        verdict("FIX_VALIDATED", tma_load=on["tma_load"], note="TMA stays disabled in the kernel's pass configs")
+        verdict("fix-validated", tma_load=on["tma_load"], note="TMA stays disabled in the kernel's pass configs")
     else:
-        verdict("FIX_FAILED", tma_on=on, tma_off=off)
+        verdict("fix-failed", tma_on=on, tma_off=off)
 
 
 def main() -> None:

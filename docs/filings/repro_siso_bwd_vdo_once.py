@@ -22,37 +22,37 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-Pack 04: Mamba-3 SISO backward computes V @ dO^T once per chunk -- equivalence check.
+This change: Mamba-3 SISO backward computes V @ dO^T once per chunk -- equivalence check.
 
 The patch is a cleanup of ``mamba3_siso_bwd_kernel_dqkv`` (Triton): the masked V @ dO^T product is
 computed once instead of three times. Claim: every output of ``compute_dqkv`` -- dQ, dK, dV, dADT,
 dQK_dot, dD, d_issm_state -- is bitwise identical to the baseline build's, dense and varlen.
 
-One build per process, so the check spans two lanes sharing ``$HARNESS_RUN_DIR`` (see _mamba3.py):
+One build per process, so the check spans two jobs sharing ``$REPRO_RUN_DIR`` (see _mamba3.py):
 
-* baseline lane (pristine 2.3.2.post1): runs ``compute_dqkv`` twice on fixed inputs; the kernel
+* baseline job (pristine 2.3.2.post1): runs ``compute_dqkv`` twice on fixed inputs; the kernel
   must be deterministic run to run (a bitwise comparison means nothing otherwise) ->
-  CONTRACT_HELD (else CONTRACT_BROKEN). Saves the outputs, prints their sha256 as FIGUREs, and
+  contract-held (else contract-broken). Saves the outputs, prints their sha256 as FIGUREs, and
   the timing of ``compute_dqkv`` (``_timing``: kernel time from the profiler, wall time, spreads).
-* equivalence lane (04 series): same inputs, same launch config; every output bitwise equal to
-  the baseline's -> EQUIVALENCE_VERIFIED, else EQUIVALENCE_BROKEN. Figures: sha256 per output.
-  Timing: when the harness also hands the lane the unpatched build (``HARNESS_BASELINE_SITE``,
-  the lane's ``with_baseline``), the baseline's ``mamba3_siso_bwd.py`` is loaded beside the
+* equivalence job (04 series): same inputs, same launch config; every output bitwise equal to
+  the baseline's -> equivalence-verified, else equivalence-broken. Figures: sha256 per output.
+  Timing: when the runner also hands the job the unpatched build (``REPRO_BASELINE_SITE``,
+  the job's ``with_baseline``), the baseline's ``mamba3_siso_bwd.py`` is loaded beside the
   patched one and both ``compute_dqkv`` are timed in this one process, calls interleaved
   (``_timing.compare``): kernel time and wall time of each and their ratios, so the ratio never
   spans two processes.
 
 Works unchanged at 2.3.2.post1 and at main (e9594ce): ``compute_dqkv`` and its Triton kernel differ
-there only in whitespace, and pack 04's series applies to both. Compile cost: one Triton variant
-of the kernel per lane (the pinned config), about a minute cold; the varlen case is another
+there only in whitespace, and this change series applies to both. Compile cost: one Triton variant
+of the kernel per job (the pinned config), about a minute cold; the varlen case is another
 specialisation of the same kernel.
 
 Autotuning is bounded: the kernel's autotuner is given one launch config (``--config``) in both
-lanes, so both compile exactly one variant and compare the same schedule. (With autotuning the
-two lanes could pick different configs, and a different warp count may change the reduction
+jobs, so both compile exactly one variant and compare the same schedule. (With autotuning the
+two jobs could pick different configs, and a different warp count may change the reduction
 order; that would not be the patch's doing.)
 
-    python pack04_siso_bwd_vdo_once.py --unpatched --run-dir /tmp/r04  # then --patched
+    python repro_siso_bwd_vdo_once.py --unpatched --run-dir /tmp/r04  # then --patched
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+_FLAG_ENV = {"--run-dir": "REPRO_RUN_DIR", "--baseline-site": "REPRO_BASELINE_SITE"}
 
 
 def _take_flags(argv):
@@ -73,14 +73,14 @@ def _take_flags(argv):
         if flag in _FLAG_ENV:
             _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
         elif arg in ("--patched", "--unpatched"):
-            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+            _os.environ["REPRO_PATCHED"] = "1" if arg == "--patched" else "0"
         else:
             rest.append(arg)
     return rest
 
 
 _sys.argv[1:] = _take_flags(_sys.argv[1:])
-_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+_os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
 # ---- from _lane.py (verbatim) ----
@@ -92,21 +92,21 @@ import sys
 from importlib import metadata
 
 
-SENTINELS = {
-    "BUG_REPRODUCED": "the bug shows on this build",
-    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
-    "FIX_VALIDATED": "the patched build behaves correctly",
-    "FIX_FAILED": "the patched build still misbehaves",
-    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
-    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
-    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
-    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
-    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
-    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
-    "CONTRACT_HELD": "a boundary contract holds",
-    "CONTRACT_BROKEN": "a boundary contract is violated",
-    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
-    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+OUTCOMES = {
+    "bug-reproduced": "the bug shows on this build",
+    "bug-absent": "the bug does not show on this build (regression coverage)",
+    "fix-validated": "the patched build behaves correctly",
+    "fix-failed": "the patched build still misbehaves",
+    "memory-save-verified": "the patched build saves the claimed memory",
+    "memory-save-missing": "the claimed memory saving is not there",
+    "equivalence-verified": "patched and baseline results are identical",
+    "equivalence-broken": "patched and baseline results differ",
+    "regression-guard-passed": "an upstream fix still holds",
+    "regression-guard-failed": "an upstream fix regressed",
+    "contract-held": "a boundary contract holds",
+    "contract-broken": "a boundary contract is violated",
+    "contract-violation-detected": "a deliberately wrong job was caught, and identified, by the contract check",
+    "contract-violation-missed": "a deliberately wrong job passed the contract check (the check is blind)",
 }
 
 
@@ -160,17 +160,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def stamp(distribution: str, module: str) -> dict:
-    """Print the HOST_STAMP line. Call it before anything else prints."""
+    """Print the HOST_INFO line. Call it before anything else prints."""
     facts = {
         "host_python": platform.python_version(),
         "platform": platform.platform(),
-        "pack": os.environ.get("HARNESS_PACK"),
-        "lane": os.environ.get("HARNESS_LANE"),
-        "target": os.environ.get("HARNESS_TARGET"),
-        "base": os.environ.get("HARNESS_BASE"),
-        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
-        "patched": os.environ.get("HARNESS_PATCHED"),
-        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+        "change": os.environ.get("REPRO_PACK"),
+        "job": os.environ.get("REPRO_LANE"),
+        "target": os.environ.get("REPRO_TARGET"),
+        "base": os.environ.get("REPRO_BASE"),
+        "base_commit": os.environ.get("REPRO_BASE_COMMIT"),
+        "patched": os.environ.get("REPRO_PATCHED"),
+        "build_key": os.environ.get("REPRO_BUILD_KEY"),
     }
     if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
         facts["rank"] = int(os.environ.get("RANK", "0"))
@@ -183,20 +183,20 @@ def stamp(distribution: str, module: str) -> dict:
     facts.update(_cuda_facts())
     mod = __import__(module, fromlist=["_"])
     facts["target_module_file"] = getattr(mod, "__file__", None)
-    _emit("HOST_STAMP", facts)
+    _emit("HOST_INFO", facts)
     return facts
 
 
 def figure(name: str, value, unit: str | None = None, **context) -> None:
-    """Report one measured number; it lands in the receipt's ``figures``."""
+    """Report one measured number; it lands in the result's ``figures``."""
     _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
 
 
-def verdict(sentinel: str, **details) -> None:
-    """Report the lane's observation. Call it once, last."""
-    if sentinel not in SENTINELS:
-        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
-    _emit(sentinel, details)
+def verdict(outcome: str, **details) -> None:
+    """Report the job's observation. Call it once, last."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; known: {sorted(OUTCOMES)}")
+    _emit(outcome, details)
 
 
 def skip(reason: str) -> None:
@@ -205,42 +205,42 @@ def skip(reason: str) -> None:
     sys.exit(3)
 
 
-def lane() -> str:
-    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
-    return os.environ.get("HARNESS_LANE", "manual")
+def job() -> str:
+    """The job name the runner is running (``REPRO_LANE``), or 'manual'."""
+    return os.environ.get("REPRO_LANE", "manual")
 
 
 def patched() -> bool:
-    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+    """Whether this process holds the patched build: ``REPRO_PATCHED`` is "1" or "0".
 
-    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
-    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    The runner always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a job name is how
     a baseline gets reported as a fix."""
-    value = os.environ.get("HARNESS_PATCHED")
+    value = os.environ.get("REPRO_PATCHED")
     if value not in ("0", "1"):
-        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+        raise SystemExit(f"REPRO_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
                          "or pass --patched / --unpatched")
     return value == "1"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    """The argument parser every reproducer starts from: ``--job`` and ``--patched``/``--unpatched``."""
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    p.add_argument("--job", help="job label for the stamp and details; overrides REPRO_LANE")
     build = p.add_mutually_exclusive_group()
     build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
-                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the patched build (overrides REPRO_PATCHED)")
     build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
-                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the unpatched build (overrides REPRO_PATCHED)")
     return p
 
 
 def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
-    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
-    if getattr(args, "lane", None):
-        os.environ["HARNESS_LANE"] = args.lane
+    """Apply ``--job``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "job", None):
+        os.environ["REPRO_LANE"] = args.job
     if getattr(args, "patched_build", None) is not None:
-        os.environ["HARNESS_PATCHED"] = args.patched_build
+        os.environ["REPRO_PATCHED"] = args.patched_build
     return stamp(distribution, module)
 
 
@@ -259,10 +259,10 @@ from pathlib import Path
 
 
 def run_dir() -> Path:
-    path = os.environ.get("HARNESS_RUN_DIR")
+    path = os.environ.get("REPRO_RUN_DIR")
     if not path:
-        raise SystemExit("HARNESS_RUN_DIR is not set: run the lanes through 'harness run', or set it to a "
-                         "directory shared by the baseline and the patched lane")
+        raise SystemExit("REPRO_RUN_DIR is not set: run the jobs through 'runner run', or set it to a "
+                         "directory shared by the baseline and the patched job")
     Path(path).mkdir(parents=True, exist_ok=True)
     return Path(path)
 
@@ -295,7 +295,7 @@ def load_results(name: str, meta: dict) -> dict:
 
     path = run_dir() / f"{name}.pt"
     if not path.is_file():
-        raise SystemExit(f"{path}: no baseline results; run the baseline lane first in the same HARNESS_RUN_DIR")
+        raise SystemExit(f"{path}: no baseline results; run the baseline job first in the same REPRO_RUN_DIR")
     data = torch.load(path, map_location="cpu")
     if data["meta"] != meta:
         raise SystemExit(f"{path}: baseline results are for another problem: {data['meta']} != {meta}")
@@ -303,19 +303,19 @@ def load_results(name: str, meta: dict) -> dict:
 
 
 def load_baseline_module(module: str, alias: str):
-    """``module`` as the unpatched build has it (``HARNESS_BASELINE_SITE``), imported as ``alias``; or None.
+    """``module`` as the unpatched build has it (``REPRO_BASELINE_SITE``), imported as ``alias``; or None.
 
-    The patched lane of a pair that times both kernels in one process loads the baseline's copy of the
+    The patched job of a pair that times both kernels in one process loads the baseline's copy of the
     kernel's file beside the patched package: its own imports resolve to the patched package, so only
     the code in that one file differs -- which is where the series changes it."""
     import importlib.util
 
-    site = os.environ.get("HARNESS_BASELINE_SITE")
+    site = os.environ.get("REPRO_BASELINE_SITE")
     if not site:
         return None
     path = Path(site) / (module.replace(".", "/") + ".py")
     if not path.is_file():
-        raise SystemExit(f"HARNESS_BASELINE_SITE={site}: no {path.name} for {module} there")
+        raise SystemExit(f"REPRO_BASELINE_SITE={site}: no {path.name} for {module} there")
     spec = importlib.util.spec_from_file_location(alias, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[alias] = mod  # dataclasses and decorators look their module up by name
@@ -566,7 +566,7 @@ def main() -> None:
     config = pin_config(triton, mamba3_siso_bwd, a.config)
     meta = {"heads": a.heads, "N": a.headdim_qk, "P": a.headdim_v, "chunk": a.chunk, "batch": a.batch,
             "seqlen": a.seqlen, "varlen": a.varlen, "config": config}
-    figure("problem", meta, lane=lane())
+    figure("problem", meta, job=job())
 
     lengths = a.varlen
     cu = torch.tensor([0] + [sum(lengths[: i + 1]) for i in range(len(lengths))], dtype=torch.int32, device=device)
@@ -610,16 +610,16 @@ def main() -> None:
                    note="both kernels timed in this process, calls interleaved (_timing.compare)")
 
     if not is_patched:
-        save_results("pack04-baseline", meta, results)
+        save_results("repro-baseline", meta, results)
         if deterministic:
-            verdict("CONTRACT_HELD", contract="baseline compute_dqkv is bitwise deterministic run to run",
+            verdict("contract-held", contract="baseline compute_dqkv is bitwise deterministic run to run",
                     outputs=len(results))
         else:
-            verdict("CONTRACT_BROKEN", contract="baseline compute_dqkv is bitwise deterministic run to run")
+            verdict("contract-broken", contract="baseline compute_dqkv is bitwise deterministic run to run")
         return
 
-    base = load_results("pack04-baseline", meta)
-    save_results("pack04-patched", meta, results)
+    base = load_results("repro-baseline", meta)
+    save_results("repro-patched", meta, results)
     differ = []
     for key, t in results.items():
         b = base.get(key)
@@ -628,9 +628,9 @@ def main() -> None:
         if not same:
             differ.append(key)
     if differ or not deterministic:
-        verdict("EQUIVALENCE_BROKEN", differ=differ, patched_deterministic=deterministic)
+        verdict("equivalence-broken", differ=differ, patched_deterministic=deterministic)
     else:
-        verdict("EQUIVALENCE_VERIFIED", outputs=sorted(results), cases=list(cases))
+        verdict("equivalence-verified", outputs=sorted(results), cases=list(cases))
 
 if __name__ == "__main__":
     main()

@@ -30,29 +30,29 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-Pack 02: the fused TileLang SparseMLA path at a non-DeepSeek absorbed-MLA shape.
+This change: the fused TileLang SparseMLA path at a non-DeepSeek absorbed-MLA shape.
 
 Shape under test: d_total = 128 = 64 value ("nope", D) + 64 rope tail (D_tail), v_channels = 64. Both
 halves are powers of two and multiples of 16, which is what the kernels' GEMMs and tiles need (the
 backward delta kernel walks D in 32-wide tiles, so D >= 32). Heads 16 (the kernels' minimum head tile,
 kv_group 1), top-k 64 (the dispatcher wants a multiple of 64), bf16.
 
-Lanes (``--check``):
+Jobs (``--check``):
 
 * ``run`` (the default; CUDA): the real megatron dispatcher
   ``ops.tilelang_dsa.fused_sparse_mla_absorbed`` and ``SparseMLA.apply``. Baseline: the dispatcher
   returns None (the caller falls back to the unfused path) and the kernel interfaces refuse the shape
-  (AssertionError) -> BUG_REPRODUCED. Patched: forward and backward run through the dispatcher and
+  (AssertionError) -> bug-reproduced. Patched: forward and backward run through the dispatcher and
   out, dq, dkv match a float64 gathered sparse-attention reference written here from the math
   (softmax over the valid top-k keys of q.k * scale, value = first v_channels of the gathered kv,
   rows with no valid key give 0) within a bf16-derived tolerance; and at the DeepSeek shape
-  (576 = 512 + 64) the patched SparseMLA equals the baseline one (HARNESS_BASELINE_SITE) ->
-  FIX_VALIDATED.
+  (576 = 512 + 64) the patched SparseMLA equals the baseline one (REPRO_BASELINE_SITE) ->
+  fix-validated.
 * ``lower`` (any host): what the kernel interfaces would build at 128/64, without a GPU. Baseline:
-  the dispatcher declines and both interfaces raise -> BUG_REPRODUCED. Patched: the dispatcher hands
+  the dispatcher declines and both interfaces raise -> bug-reproduced. Patched: the dispatcher hands
   v_channels to SparseMLA.apply, the interfaces derive D = 64 (not 512) from d_v / the output width,
   and the forward, delta, backward and postprocess kernels they ask for lower for sm_90 with
-  tilelang.lower -> FIX_VALIDATED.
+  tilelang.lower -> fix-validated.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from __future__ import annotations
 import os as _os
 import sys as _sys
 
-_FLAG_ENV = {"--run-dir": "HARNESS_RUN_DIR", "--baseline-site": "HARNESS_BASELINE_SITE"}
+_FLAG_ENV = {"--run-dir": "REPRO_RUN_DIR", "--baseline-site": "REPRO_BASELINE_SITE"}
 
 
 def _take_flags(argv):
@@ -73,14 +73,14 @@ def _take_flags(argv):
         if flag in _FLAG_ENV:
             _os.environ[_FLAG_ENV[flag]] = value if eq else next(args, "")
         elif arg in ("--patched", "--unpatched"):
-            _os.environ["HARNESS_PATCHED"] = "1" if arg == "--patched" else "0"
+            _os.environ["REPRO_PATCHED"] = "1" if arg == "--patched" else "0"
         else:
             rest.append(arg)
     return rest
 
 
 _sys.argv[1:] = _take_flags(_sys.argv[1:])
-_os.environ.setdefault("HARNESS_RUN_DIR", "./repro-run")
+_os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
 import importlib
@@ -98,21 +98,21 @@ import platform
 from importlib import metadata
 
 
-SENTINELS = {
-    "BUG_REPRODUCED": "the bug shows on this build",
-    "BUG_ABSENT": "the bug does not show on this build (regression coverage)",
-    "FIX_VALIDATED": "the patched build behaves correctly",
-    "FIX_FAILED": "the patched build still misbehaves",
-    "MEMORY_SAVE_VERIFIED": "the patched build saves the claimed memory",
-    "MEMORY_SAVE_MISSING": "the claimed memory saving is not there",
-    "EQUIVALENCE_VERIFIED": "patched and baseline results are identical",
-    "EQUIVALENCE_BROKEN": "patched and baseline results differ",
-    "REGRESSION_GUARD_PASSED": "an upstream fix still holds",
-    "REGRESSION_GUARD_FAILED": "an upstream fix regressed",
-    "CONTRACT_HELD": "a boundary contract holds",
-    "CONTRACT_BROKEN": "a boundary contract is violated",
-    "CONTRACT_VIOLATION_DETECTED": "a deliberately wrong lane was caught, and identified, by the contract check",
-    "CONTRACT_VIOLATION_MISSED": "a deliberately wrong lane passed the contract check (the check is blind)",
+OUTCOMES = {
+    "bug-reproduced": "the bug shows on this build",
+    "bug-absent": "the bug does not show on this build (regression coverage)",
+    "fix-validated": "the patched build behaves correctly",
+    "fix-failed": "the patched build still misbehaves",
+    "memory-save-verified": "the patched build saves the claimed memory",
+    "memory-save-missing": "the claimed memory saving is not there",
+    "equivalence-verified": "patched and baseline results are identical",
+    "equivalence-broken": "patched and baseline results differ",
+    "regression-guard-passed": "an upstream fix still holds",
+    "regression-guard-failed": "an upstream fix regressed",
+    "contract-held": "a boundary contract holds",
+    "contract-broken": "a boundary contract is violated",
+    "contract-violation-detected": "a deliberately wrong job was caught, and identified, by the contract check",
+    "contract-violation-missed": "a deliberately wrong job passed the contract check (the check is blind)",
 }
 
 
@@ -166,17 +166,17 @@ def _nvidia_smi_driver() -> str | None:
 
 
 def stamp(distribution: str, module: str) -> dict:
-    """Print the HOST_STAMP line. Call it before anything else prints."""
+    """Print the HOST_INFO line. Call it before anything else prints."""
     facts = {
         "host_python": platform.python_version(),
         "platform": platform.platform(),
-        "pack": os.environ.get("HARNESS_PACK"),
-        "lane": os.environ.get("HARNESS_LANE"),
-        "target": os.environ.get("HARNESS_TARGET"),
-        "base": os.environ.get("HARNESS_BASE"),
-        "base_commit": os.environ.get("HARNESS_BASE_COMMIT"),
-        "patched": os.environ.get("HARNESS_PATCHED"),
-        "build_key": os.environ.get("HARNESS_BUILD_KEY"),
+        "change": os.environ.get("REPRO_PACK"),
+        "job": os.environ.get("REPRO_LANE"),
+        "target": os.environ.get("REPRO_TARGET"),
+        "base": os.environ.get("REPRO_BASE"),
+        "base_commit": os.environ.get("REPRO_BASE_COMMIT"),
+        "patched": os.environ.get("REPRO_PATCHED"),
+        "build_key": os.environ.get("REPRO_BUILD_KEY"),
     }
     if "WORLD_SIZE" in os.environ:  # one stamp per rank under torch.distributed.run
         facts["rank"] = int(os.environ.get("RANK", "0"))
@@ -189,20 +189,20 @@ def stamp(distribution: str, module: str) -> dict:
     facts.update(_cuda_facts())
     mod = __import__(module, fromlist=["_"])
     facts["target_module_file"] = getattr(mod, "__file__", None)
-    _emit("HOST_STAMP", facts)
+    _emit("HOST_INFO", facts)
     return facts
 
 
 def figure(name: str, value, unit: str | None = None, **context) -> None:
-    """Report one measured number; it lands in the receipt's ``figures``."""
+    """Report one measured number; it lands in the result's ``figures``."""
     _emit("FIGURE", {"name": name, "value": value, "unit": unit, **context})
 
 
-def verdict(sentinel: str, **details) -> None:
-    """Report the lane's observation. Call it once, last."""
-    if sentinel not in SENTINELS:
-        raise ValueError(f"unknown sentinel {sentinel!r}; known: {sorted(SENTINELS)}")
-    _emit(sentinel, details)
+def verdict(outcome: str, **details) -> None:
+    """Report the job's observation. Call it once, last."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {outcome!r}; known: {sorted(OUTCOMES)}")
+    _emit(outcome, details)
 
 
 def skip(reason: str) -> None:
@@ -211,42 +211,42 @@ def skip(reason: str) -> None:
     sys.exit(3)
 
 
-def lane() -> str:
-    """The lane name the harness is running (``HARNESS_LANE``), or 'manual'."""
-    return os.environ.get("HARNESS_LANE", "manual")
+def job() -> str:
+    """The job name the runner is running (``REPRO_LANE``), or 'manual'."""
+    return os.environ.get("REPRO_LANE", "manual")
 
 
 def patched() -> bool:
-    """Whether this process holds the patched build: ``HARNESS_PATCHED`` is "1" or "0".
+    """Whether this process holds the patched build: ``REPRO_PATCHED`` is "1" or "0".
 
-    The harness always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
-    through ``start``. Anything else stops the run: guessing the build from a lane name is how
+    The runner always sets it; a manual run sets it, or passes ``--patched``/``--unpatched``
+    through ``start``. Anything else stops the run: guessing the build from a job name is how
     a baseline gets reported as a fix."""
-    value = os.environ.get("HARNESS_PATCHED")
+    value = os.environ.get("REPRO_PATCHED")
     if value not in ("0", "1"):
-        raise SystemExit(f"HARNESS_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
+        raise SystemExit(f"REPRO_PATCHED is {value!r}: set it to 1 (patched build) or 0 (unpatched), "
                          "or pass --patched / --unpatched")
     return value == "1"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:
-    """The argument parser every reproducer starts from: ``--lane`` and ``--patched``/``--unpatched``."""
+    """The argument parser every reproducer starts from: ``--job`` and ``--patched``/``--unpatched``."""
     p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
-    p.add_argument("--lane", help="lane label for the stamp and details; overrides HARNESS_LANE")
+    p.add_argument("--job", help="job label for the stamp and details; overrides REPRO_LANE")
     build = p.add_mutually_exclusive_group()
     build.add_argument("--patched", dest="patched_build", action="store_const", const="1",
-                       help="this process holds the patched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the patched build (overrides REPRO_PATCHED)")
     build.add_argument("--unpatched", dest="patched_build", action="store_const", const="0",
-                       help="this process holds the unpatched build (overrides HARNESS_PATCHED)")
+                       help="this process holds the unpatched build (overrides REPRO_PATCHED)")
     return p
 
 
 def start(args: argparse.Namespace, distribution: str, module: str) -> dict:
-    """Apply ``--lane``/``--patched`` to the environment, then print the stamp (the first line)."""
-    if getattr(args, "lane", None):
-        os.environ["HARNESS_LANE"] = args.lane
+    """Apply ``--job``/``--patched`` to the environment, then print the stamp (the first line)."""
+    if getattr(args, "job", None):
+        os.environ["REPRO_LANE"] = args.job
     if getattr(args, "patched_build", None) is not None:
-        os.environ["HARNESS_PATCHED"] = args.patched_build
+        os.environ["REPRO_PATCHED"] = args.patched_build
     return stamp(distribution, module)
 
 
@@ -279,8 +279,8 @@ def parse_args():
 
 
 def load_baseline_ops():
-    """The unpatched ops package from HARNESS_BASELINE_SITE, imported as ``p02_baseline_ops``."""
-    site = os.environ.get("HARNESS_BASELINE_SITE")
+    """The unpatched ops package from REPRO_BASELINE_SITE, imported as ``p02_baseline_ops``."""
+    site = os.environ.get("REPRO_BASELINE_SITE")
     if not site:
         return None
     path = Path(site) / OPS.replace(".", "/")
@@ -324,7 +324,7 @@ def rel_err(torch, got, ref) -> float:
 
 
 def run_check(torch, ops_dsa, sparse_mla, baseline_sparse_mla):
-    """CUDA lanes: the dispatcher at 128/64 and (patched) the DeepSeek shape against the baseline."""
+    """CUDA jobs: the dispatcher at 128/64 and (patched) the DeepSeek shape against the baseline."""
     scale = D_TOTAL**-0.5
     q, kv, idx = make_inputs(torch, S, D_TOTAL, "cuda", seed=0)
     query = q.permute(1, 0, 2, 3).contiguous().requires_grad_(True)     # [S,B,H,Dt], dispatcher layout
@@ -339,7 +339,7 @@ def run_check(torch, ops_dsa, sparse_mla, baseline_sparse_mla):
         refused.append(f"SparseMLA.apply: {type(exc).__name__}: {exc}")
         print(f"SparseMLA.apply refused d_total={D_TOTAL}: {type(exc).__name__}: {exc}")
     if out is None:
-        return ("BUG_REPRODUCED" if refused else "BUG_ABSENT"), {
+        return ("bug-reproduced" if refused else "bug-absent"), {
             "failures": [] if refused else ["dispatcher declined but SparseMLA.apply accepted"],
             "dispatcher": "declined (returns None -> unfused fallback)", "refusals": refused}
     failures = list(refused)
@@ -358,7 +358,7 @@ def run_check(torch, ops_dsa, sparse_mla, baseline_sparse_mla):
     # DeepSeek shape: patched SparseMLA with d_v=512 vs the baseline SparseMLA (no d_v argument).
     ds = {}
     if baseline_sparse_mla is None:
-        failures.append("no baseline build (HARNESS_BASELINE_SITE unset): lane needs with_baseline = true")
+        failures.append("no baseline build (REPRO_BASELINE_SITE unset): job needs with_baseline = true")
     else:
         dscale = DS_TOTAL**-0.5
         q2, kv2, idx2 = make_inputs(torch, DS_S, DS_TOTAL, "cuda", seed=2)
@@ -380,7 +380,7 @@ def run_check(torch, ops_dsa, sparse_mla, baseline_sparse_mla):
             figure(f"deepseek_{name}_patched_vs_baseline", diff, None, **ds[name])
             if not diff <= 2 * BF16_FLOOR:
                 failures.append(f"DeepSeek shape {name}: patched differs from baseline by {diff:.3g}")
-    return ("FIX_FAILED" if failures else "FIX_VALIDATED"), {
+    return ("fix-failed" if failures else "fix-validated"), {
         "failures": failures, "rel_err_128_64": errs, "tol": TOL, "deepseek_576_512": ds}
 
 
@@ -469,7 +469,7 @@ def lower_check(torch, ops_dsa, sparse_mla, fwd, bwd):
         bug = out is None and len(refusals) >= 2 and ops_dsa.SparseMLA is not None and not failures
         if ops_dsa.SparseMLA is None:
             failures.append("SparseMLA is None: tilelang did not import, so a decline proves nothing")
-        return ("BUG_REPRODUCED" if bug else "BUG_ABSENT"), dict(details, failures=failures)
+        return ("bug-reproduced" if bug else "bug-absent"), dict(details, failures=failures)
     if out is None:
         failures.append("patched dispatcher declined 128/64")
     if list(seen.get("args", ())) != [D_V]:
@@ -511,7 +511,7 @@ def lower_check(torch, ops_dsa, sparse_mla, fwd, bwd):
         except Exception as exc:  # noqa: BLE001 - any lowering failure is the finding
             failures.append(f"{name}: lowering failed: {type(exc).__name__}: {str(exc)[-400:]}")
             figure(f"{name}_lowered", False, None, error=str(exc)[-400:])
-    return ("FIX_FAILED" if failures else "FIX_VALIDATED"), dict(details, failures=failures)
+    return ("fix-failed" if failures else "fix-validated"), dict(details, failures=failures)
 
 
 def main() -> int:
@@ -520,21 +520,21 @@ def main() -> int:
     import torch
 
     if args.check == "run":
-        require_cuda("the fused SparseMLA kernels need a CUDA GPU (the 'lower' lane checks them on any host)")
+        require_cuda("the fused SparseMLA kernels need a CUDA GPU (the 'lower' job checks them on any host)")
     ops_dsa = importlib.import_module(f"{OPS}.tilelang_dsa")
     sparse_mla = importlib.import_module(f"{OPS}.sparse_mla")
     if sparse_mla.SparseMLA is None or ops_dsa.SparseMLA is None:
-        verdict("FIX_FAILED" if patched() else "BUG_ABSENT", lane=lane(),
-                failures=["tilelang is not importable: SparseMLA is None (lane needs with_builds tilelang)"])
+        verdict("fix-failed" if patched() else "bug-absent", job=job(),
+                failures=["tilelang is not importable: SparseMLA is None (job needs with_builds tilelang)"])
         return 0
     if args.check == "lower":
         fwd = importlib.import_module(f"{OPS}.tilelang_sparse_mla_fwd")
         bwd = importlib.import_module(f"{OPS}.tilelang_sparse_mla_bwd")
-        sentinel, details = lower_check(torch, ops_dsa, sparse_mla, fwd, bwd)
+        outcome, details = lower_check(torch, ops_dsa, sparse_mla, fwd, bwd)
     else:
         baseline = load_baseline_ops() if patched() else None
-        sentinel, details = run_check(torch, ops_dsa, sparse_mla, baseline)
-    verdict(sentinel, lane=lane(), shape={"d_total": D_TOTAL, "v_channels": D_V, "B": B, "S": S, "H": H,
+        outcome, details = run_check(torch, ops_dsa, sparse_mla, baseline)
+    verdict(outcome, job=job(), shape={"d_total": D_TOTAL, "v_channels": D_V, "B": B, "S": S, "H": H,
                                           "topk": TOPK},
             question="does the fused SparseMLA path run at d_total=128, v_channels=64?", **details)
     return 0

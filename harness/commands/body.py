@@ -11,6 +11,7 @@ from harness import filing, readiness, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import LintError, UsageError
+from harness.filing.check import committed, docs_texts, linked_issue_name
 
 DOCS_DIR = Path("docs") / "filings"
 
@@ -85,9 +86,14 @@ def main(args) -> int:
     if rendered.script is not None:
         script_file = out.parent / rendered.script[0]
         script_file.write_text(rendered.script[1], encoding="utf-8")
-    plan = filing.gh_plan(ctx.root, rendered, out, script_file, args.head)
+    feature_file = None
+    if rendered.companion is not None:
+        feature_file = out.parent / linked_issue_name(pack)
+        feature_file.write_text(rendered.companion[1], encoding="utf-8")
+    plan = filing.gh_plan(ctx.root, rendered, out, script_file, args.head, feature_file)
     state = readiness.readiness(ctx, pack, allow_download=not args.no_apply)
-    ui.info(f"body: {out}" + (f"; reproducer: {script_file}" if script_file else "") + " (lint clean)")
+    ui.info(f"body: {out}" + (f"; reproducer: {script_file}" if script_file else "")
+            + (f"; the issue it links, filed first: {feature_file}" if feature_file else "") + " (lint clean)")
     for problem in rendered.problems:
         ui.warn(problem)
     ui.info(f"readiness: {state.why()}")
@@ -108,9 +114,12 @@ def main(args) -> int:
 def check_bodies(ctx, packs: list, as_json: bool) -> int:
     """The body check over ``packs``: each finding on one line naming pack, file part and line; JSON with --json."""
     results = []
+    shown = {p.id for p in docs_packs(ctx)}  # their committed bodies under docs/filings must equal the render
     for pack in packs:
         rendered = filing.render(ctx.root, ctx.tracking, pack)
-        findings = filing.body_check(rendered)
+        findings = filing.body_check(rendered) + filing.check.export_build(rendered, _applies_alone(ctx, rendered))
+        if pack.id in shown:
+            findings += committed(rendered, ctx.root / DOCS_DIR)
         results.append({"pack": pack.id, "kind": pack.kind, "filing_base": rendered.filing_base,
                         "words": filing.prose_words(rendered.body), "budget": filing.BUDGETS.get(pack.kind),
                         "ok": not findings,
@@ -128,6 +137,20 @@ def check_bodies(ctx, packs: list, as_json: bool) -> int:
         raise LintError(f"pack(s) {', '.join(failed)}: the body check failed "
                         f"({sum(len(r['findings']) for r in results)} finding(s))")
     return 0
+
+
+def _applies_alone(ctx, rendered) -> bool | None:
+    """Whether the pack's own series applies on its filing base without the packs under it (then the export
+    holds it alone); None where nothing is stacked or it could not be checked."""
+    from harness import series
+
+    if not rendered.stacked:
+        return None
+    own = series.load_series(ctx.root, rendered.pack.target, rendered.pack.id, rendered.filing_base)
+    if not own:
+        return None
+    check = readiness.apply_check(ctx, rendered.pack, rendered.filing_base, own)
+    return check.status == readiness.APPLIES if check.status in (readiness.APPLIES, readiness.CONFLICT) else None
 
 
 def docs_packs(ctx) -> list:
@@ -154,19 +177,17 @@ def render_docs(ctx, out_dir: Path) -> int:
         rendered = filing.render(ctx.root, ctx.tracking, pack)
         if rendered.findings:
             failed.append(pack.id)
-            written_names.update({f"{pack.id}-{pack.kind}.md", filing.script_name(pack)})  # kept: not stale
+            written_names.update({f"{pack.id}-{pack.kind}.md", filing.script_name(pack),
+                                  linked_issue_name(pack)})  # kept: not stale
             for f in rendered.findings:
                 ui.err.print(f.describe(f"pack {pack.id} {f.where}"), markup=False)
             continue
         name = f"{pack.id}-{pack.kind}.md"
-        body = rendered.body
-        script = ""
-        if rendered.script is not None:
-            script = rendered.script[0]
-            (out_dir / script).write_text(rendered.script[1], encoding="utf-8")
-            body = body.replace(filing.PLACEHOLDER, script)
-        (out_dir / name).write_text(body, encoding="utf-8")
-        written_names.update({name, script} - {""})
+        script = rendered.script[0] if rendered.script is not None else ""
+        texts = docs_texts(rendered)
+        for file_name, text in texts.items():
+            (out_dir / file_name).write_text(text, encoding="utf-8")
+        written_names.update(texts)
         used = "<br>".join(f"`{r.dir.relative_to(ctx.root)}`" for r in rendered.receipts) or "-"
         index.append(f"| {pack.id} | {pack.kind} | {rendered.filing_base} | [{name}]({name}) | "
                      + (f"[{script}]({script})" if script else "-") + f" | {used} |")

@@ -9,7 +9,7 @@ from string import Template
 
 from harness import decisions, pins, receipts, series
 from harness.errors import ConfigError
-from harness.filing import pr_template
+from harness.filing import forms, names, pr_template
 from harness.filing.evidence import evidence
 from harness.filing.lint import Finding, lint
 from harness.filing.parts import _where, base_label, patch_diff, patch_message, split_problem
@@ -20,10 +20,11 @@ from harness.filing.reproducer import (
     minimal_section,
     reproducer_script,
 )
-from harness.github import thread_label
+from harness.github import repo_slug, thread_label
 from harness.tracking import Pack, Tracking
 
 TEMPLATES = {"issue": "issue.md", "pr": "pr.md", "comment": "comment.md", "bug-report": "bug-report.md"}
+LINKED_ISSUE = "@@LINKED_ISSUE_URL@@"  # replaced by the linked issue's URL once it is filed
 INLINE_LIMIT = 4096  # bytes: a larger reproducer goes to a gist, never pasted
 DIFF_LIMIT = 30000  # characters of diff folded into an issue or comment; a larger change is left to the PR
 
@@ -41,6 +42,16 @@ class Rendered:
     filing_base: str
     diff: str = ""  # the pack's own patches as one diff (the body check compares names and anchors with it)
     base_text: str = ""  # the files that diff touches, as the filing base has them (names the prose may use)
+    sections: tuple[str, ...] = ()  # the upstream form's or PR template's section lines the body must keep
+    form: str = ""  # the upstream issue form it is filed in (path in the upstream tree), or "" for none
+    companion: tuple[str, str] | None = None  # (title, body) of the issue a PR links, filed first
+    minimal: str = ""  # the inline minimal reproducer's text (the check compares its names with the base)
+    home: str = ""  # owner/repo of the upstream (a bare #N in the body is one of its threads)
+    known_threads: frozenset[str] = frozenset()  # owner/repo#N (lower case) recorded in tracking.toml
+    circular: tuple[Finding, ...] = ()  # reproducer names only the change introduces (filing.names.circular)
+    stacked: tuple[str, ...] = ()  # the packs whose series go under this one's on the filing base
+    own_files: tuple[str, ...] = ()  # the pack's own patch files (repository paths), as receipts name them
+    stacked_subjects: tuple[str, ...] = ()  # the subjects of the patches under the pack's own
 
     @property
     def needs_upload(self) -> bool:
@@ -88,6 +99,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         change = f"Suggested fix: {fix}" if fix and pack.kind != "bug-report" else ""
     ev = evidence(root, manifest, pack, change_name, [patch_message(p.path).subject for p in deps])
     problems += ev.problems
+    problems += _evidence_builds(root, ev.receipts, patches, pack.id)
     lane_base = {lane.name: lane.base for lane in pack.lanes}
     problems += [f"evidence row {i} ({row.lane}): the lane runs on {lane_base[row.lane]}, not on the filing base "
                  f"{base_name}" for i, row in enumerate(pack.evidence, 1) if lane_base[row.lane] != base_name]
@@ -102,7 +114,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
                     f"```diff\n{text.rstrip()}\n```\n\n</details>")
     reproducer_text = _reproducer_section(script, inline, needs_gpu)
     if script is not None and not inline:  # as an attachment under the minimal one
-        reproducer_text = (f"The script behind the measurements above: [`{script[0]}`]({PLACEHOLDER}) "
+        reproducer_text = (f"The script behind the measurements in this report: [`{script[0]}`]({PLACEHOLDER}) "
                            f"({len(script[1].splitlines())} lines).")
     minimal = minimal_section(root, pack, base_name, reproducer_text if script is not None else "")
     if minimal is not None:
@@ -110,13 +122,23 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         reproducer_text = minimal
     else:
         reproducer_text = _reproducer_section(script, inline, needs_gpu)
-    related = decisions.body_lines(pack)
+    dep_subjects = tuple(dict.fromkeys(patch_message(p.path).subject for p in deps))
+    if dep_subjects and any(rec.patched and any(r.file not in {_rel(root, p.path) for p in own} for r in rec.patches)
+                            for rec in ev.receipts):
+        under = ", ".join(f'"{s}"' for s in dep_subjects)
+        values_note = (f"The `+ {change_name}` rows were measured with {under} applied underneath; "
+                       f"{'it is' if len(dep_subjects) == 1 else 'they are'} filed separately, not in {change_name}.")
+    else:
+        values_note = ""
+    related, related_problems = decisions.body_lines(pack, repo_slug(manifest.repo) or manifest.repo,
+                                                       base.commit or "")
+    problems += related_problems
     values = {
         "title": title,
         "problem": problem,
         "where": _where(manifest, base, own),
         "change": change,
-        "evidence": ev.text or "No measurements yet.",
+        "evidence": (ev.text or "No measurements yet.") + (f"\n\n{values_note}" if values_note else ""),
         "reproducer": reproducer_text,
         "diff": diff,
         "related": ("Related upstream work:\n\n" + "\n".join(related)) if related else "",
@@ -131,26 +153,159 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     body = re.sub(r"^#+ [^\n]*\n\n(?=#|\Z)", "", body.strip() + "\n", flags=re.M)  # a heading over nothing
     body = body.strip() + "\n"
     own_diff = "".join(patch_diff(p.path) for p in own)
-    if pack.kind == "pr":
-        body = _upstream_template(manifest, base, body, own_diff, pack, problems)
+    sections: tuple[str, ...] = ()
+    form_path = ""
+    companion = None
+    if pack.kind in forms.ISSUE_KINDS:
+        filled = _in_issue_form(root, manifest, base, pack, values, diff, problems)
+        if filled is not None:
+            body, form_path, sections = filled
+    elif pack.kind == "pr":
+        template_text = pr_template.read_template(manifest, base).text
+        companion = _linked_issue(manifest, base, pack, values, template_text, problems)
+        body = _upstream_template(manifest, base, body, own_diff, pack, problems, companion is not None)
+        sections = tuple(pr_template.section_lines(template_text or ""))
     findings = lint(body)
     if script is not None:
-        findings += lint(script[1], body=False, where=script[0])
+        findings += lint(script[1], body=False, where=script[0], vocabulary=True)
+    if companion is not None:
+        findings += lint(companion[1], where="linked issue")
     touched = pr_template.tree_text(manifest, base, pr_template.touched_paths(own_diff))
-    return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff, touched)
+    minimal_text = (root / pack.minimal_repro).read_text(encoding="utf-8") \
+        if minimal is not None and pack.minimal_repro else ""
+    scripts = ([("minimal reproducer", minimal_text)] if minimal_text else []) + ([script] if script else [])
+    circular = names.circular(own_diff, touched, scripts, lambda names: pr_template.tree_has(manifest, base, names))
+    return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff, touched,
+                    sections, form_path, companion, minimal_text, repo_slug(manifest.repo) or manifest.repo,
+                    recorded_threads(tracking), tuple(circular), tuple(dict.fromkeys(p.pack for p in deps)),
+                    tuple(_rel(root, p.path) for p in own), dep_subjects)
 
 
+def _rel(root: Path, path: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
-def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack: Pack, problems: list[str]) -> str:
+
+def recorded_threads(tracking: Tracking) -> frozenset[str]:
+    """Every upstream thread tracking.toml records (threads and related decisions of every pack), as
+    'owner/repo#N' in lower case: what a body may cite."""
+    out = set()
+    for p in tracking.packs.values():
+        out |= {thread_label(t.url).lower() for t in p.threads if "/commit/" not in t.url}
+        out |= {d.ref.lower() for d in p.related if "#" in d.ref}
+    return frozenset(out)
+
+
+def _evidence_builds(root: Path, used: list[receipts.Receipt], patches: list, pack_id: str) -> list[str]:
+    """An evidence figure measured on another build than the one filed: a patched run whose applied patches are
+    not exactly the series exported for the filing base (another pack's patches under it, or other content)."""
+    filed = {(_rel(root, p.path), p.sha256) for p in patches}
+    out = []
+    for rec in used:
+        if not rec.patched:
+            continue
+        applied = {(r.file, r.sha256) for r in rec.patches}
+        if applied == filed:
+            continue
+        extra = sorted(f for f, _ in applied - filed)
+        missing = sorted(f for f, _ in filed - applied)
+        out.append(f"evidence build: {rec.lane} was measured with {', '.join(extra) or 'nothing more'} applied and "
+                   f"without {', '.join(missing) or 'nothing'} of the series filed for pack {pack_id}; measure the "
+                   "exported series, or stack what it ran on under it")
+    return out
+
+
+def _expected(root: Path, pack: Pack) -> str:
+    """What the minimal reproducer prints as expected (its ``print("expected: ...")`` line), as a sentence."""
+    if not pack.minimal_repro:
+        return ""
+    text = (root / pack.minimal_repro).read_text(encoding="utf-8")
+    m = re.search(r"""print\(f?(["'])expected: (.+?)\1\)""", text)
+    if m is None or "{" in m.group(2):
+        return ""
+    said = m.group(2).strip()
+    return said[:1].upper() + said[1:].rstrip(".") + "."
+
+
+def _in_issue_form(root: Path, manifest: pins.Manifest, base, pack: Pack, values: dict[str, str], diff: str,
+                   problems: list[str]) -> tuple[str, str, tuple[str, ...]] | None:
+    """(body, form path, its section lines) of an issue filed in the upstream's own form; None where the upstream
+    has no fitting form and takes blank issues (the template's layout is used), or its forms could not be read."""
+    found = forms.read_forms(manifest, base)
+    if found.problem:
+        problems.append(found.problem)
+    if found.forms is None:
+        return None
+    form = forms.choose(found.forms, forms.purpose_of(pack), repo_slug(manifest.repo) or manifest.repo)
+    if form is None:
+        return None
+    has = {forms.role_of(s) for s in form.sections}
+    change = values["change"]
+    if change and diff:
+        change += "\n\nThe patch below does this; we can open it as a pull request.\n\n" + diff
+    expected = _expected(root, pack)
+    context = []
+    if "change" not in has and (expected or "expected" not in has) and change:
+        context.append(change)
+    context.append("Measurements:\n\n" + values["evidence"])
+    if "alternatives" not in has and values["related"]:
+        context.append(values["related"])
+    parts = {
+        "problem": "\n\n".join(p for p in (values["problem"], values["where"]) if p),
+        "reproducer": values["reproducer"],
+        "change": change if "change" in has else "",
+        "expected": expected or (change if "change" not in has else ""),
+        "alternatives": values["related"],
+        "version": values["base"],
+        "context": "\n\n".join(context),
+    }
+    body, form_problems = forms.fill(form, parts)
+    problems += form_problems
+    return body, form.path, tuple(forms.headings(form))
+
+
+def _linked_issue(manifest: pins.Manifest, base, pack: Pack, values: dict[str, str], template: str | None,
+                  problems: list[str]) -> tuple[str, str] | None:
+    """(title, body) of the issue a PR links, where the upstream's PR template asks an outside contributor for
+    one (a feature request for a pack of class 'feature', else a bug report) and no thread of the pack is it;
+    None otherwise."""
+    purpose = forms.purpose_of(pack)
+    if not template or not pr_template.asks_linked_issue(template, purpose == "feature"):
+        return None
+    if any(t.role in ("fixes", "feature request") for t in pack.threads):
+        return None
+    found = forms.read_forms(manifest, base)
+    if found.forms is None:
+        problems.append(found.problem or "the upstream's issue forms could not be read for the linked issue")
+        return None
+    form = forms.choose(found.forms, purpose, repo_slug(manifest.repo) or manifest.repo)
+    context = "The pull request that implements this links here; its measurements:\n\n" + values["evidence"]
+    parts = {"problem": "\n\n".join(p for p in (values["problem"], values["where"]) if p),
+             "change": values["change"] if purpose == "feature" else "",
+             "expected": values["change"] if purpose != "feature" else "",
+             "alternatives": values["related"],
+             "reproducer": values["reproducer"],
+             "context": context if purpose == "feature" else context + ("\n\n" + values["related"]
+                                                                        if values["related"] else "")}
+    if form is None:
+        return pack.title, "\n\n".join(p for p in parts.values() if p) + "\n"
+    body, form_problems = forms.fill(form, parts)
+    problems += [f"linked issue: {p}" for p in form_problems]
+    return pack.title, body
+
+
+def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack: Pack, problems: list[str],
+                       with_linked_issue: bool = False) -> str:
     """``body`` inside the upstream's own PR template at the filing base, when it has one."""
     found = pr_template.read_template(manifest, base)
     if found.problem:
         problems.append(found.problem)
     if found.text is None:
         return body
-    fixes = [thread_label(t.url) for t in pack.threads if t.role == "fixes" and "/issues/" in t.url]
-    facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff),
-                              linked=", ".join(f"Fixes {label}" for label in fixes))
+    fixes = [thread_label(t.url) for t in pack.threads
+             if t.role in ("fixes", "feature request") and "/issues/" in t.url]
+    verb = "Closes" if pack.cls == "feature" else "Fixes"
+    linked = [f"Fixes {label}" for label in fixes] + ([f"{verb} {LINKED_ISSUE}"] if with_linked_issue else [])
+    facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff), linked=", ".join(linked))
     return pr_template.fill(found.text, body, facts)
 
 

@@ -20,9 +20,10 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from harness.filing.body import Rendered
+from harness.filing.body import LINKED_ISSUE, Rendered
 from harness.filing.lint import Finding
 from harness.filing.parts import ITEM
+from harness.filing.reproducer import PLACEHOLDER
 
 BUDGETS = {"pr": 350, "issue": 350, "bug-report": 350, "comment": 250}  # words of prose
 NEAR_MISS = 0.85  # difflib ratio from which two distinct names count as one misspelt
@@ -174,13 +175,127 @@ def _evidence_bases(rendered: Rendered, body: str) -> list[Finding]:
     return found
 
 
-RULES = ("layout", "budget", "cut anchor", "evidence base", "name")  # the check's own; lint's are its rule names
+_THREAD = re.compile(r"(?<![\w/.#-])(?:(?P<slug>[\w.-]+/[\w.-]+))?#(?P<num>[1-9][0-9]*)\b")
+_CLOSES = re.compile(r"\b(?:fix(?:es|ed)?|close[sd]?|resolve[sd]?)\s+(?:[\w.-]+/[\w.-]+)?#([1-9][0-9]*)", re.I)
+_PERF_WORD = re.compile(r"\b(?:faster|slower|speed-?ups?|fewer registers|more registers|less memory|lower memory"
+                        r"|higher throughput|lower latency|\d+(?:\.\d+)?\s?[x×])(?![\w])", re.I)
+# an evidence table row that carries a measured performance figure (a time, a ratio, registers, memory)
+_PERF_ROW = re.compile(r"(?:\bms\b|µs|\bus\b|\bs\b|time|speed|ratio|register|spill|memory|MiB|GiB|bytes|throughput"
+                       r"|\d[x×])", re.I)
+
+
+def _prose_lines(bs: list[Block]):
+    for b in bs:
+        if b.kind in ("code", "details", "table"):
+            continue
+        for offset, line in enumerate(b.lines):
+            yield b.start + offset, _LINK.sub("]", line)
+
+
+def _threads(rendered: Rendered, bs: list[Block]) -> list[Finding]:
+    """Every thread number the body cites is one tracking.toml records; 'fixes #N' only for a thread the pack
+    fixes."""
+    found = []
+    fixes = {t.url.rstrip("/").rsplit("/", 1)[-1] for t in rendered.pack.threads if t.role == "fixes"}
+    for b in bs:
+        if b.kind == "code":
+            continue
+        for offset, line in enumerate(b.lines):
+            for m in _THREAD.finditer(_LINK.sub("]", line)):
+                label = f"{m['slug'] or rendered.home}#{m['num']}".lower()
+                if label not in rendered.known_threads:
+                    found.append(Finding(b.start + offset, "thread", f"{label} is recorded nowhere (no thread or "
+                                                                     "related decision names it)"))
+    for no, line in _prose_lines(bs):
+        for m in _CLOSES.finditer(line):
+            if m.group(1) not in fixes:
+                found.append(Finding(no, "claim", f"'{m.group(0)}': #{m.group(1)} is not a thread this change "
+                                                  "fixes (role 'fixes')"))
+    return found
+
+
+def _performance(bs: list[Block]) -> list[Finding]:
+    """A performance word in the prose needs a measured figure in the body's evidence table."""
+    rows = [line for b in bs if b.kind == "table" for line in b.lines[2:]]
+    backed = any(_PERF_ROW.search(row) and re.search(r"\d", row) for row in rows)
+    if backed:
+        return []
+    return [Finding(no, "claim", f"'{m.group(0)}' with no measured figure in the evidence table")
+            for no, line in _prose_lines(bs) for m in _PERF_WORD.finditer(line)]
+
+
+def _sections(rendered: Rendered, body: str) -> list[Finding]:
+    """Every section, field and box of the upstream's form or PR template is still in the body."""
+    lines = [ln.rstrip() for ln in body.splitlines()]
+    boxes = {re.sub(r"^\s*[-*]\s\[[ xX]\]\s", "", ln) for ln in lines if _CHECKBOX.match(ln)}
+    found = []
+    for want in rendered.sections:
+        if _CHECKBOX.match(want):
+            ok = re.sub(r"^\s*[-*]\s\[[ xX]\]\s", "", want) in boxes
+        elif want.endswith(":") and not want.startswith(("#", "*")):
+            ok = any(ln.startswith(want) for ln in lines)
+        else:
+            ok = want in lines
+        if not ok:
+            found.append(Finding(0, "template", f"the upstream's {rendered.form or 'PR template'} has "
+                                                f"'{want}', the body does not"))
+    return found
+
+
+_RELATED_LINE = re.compile(r"^- (?P<ref>[\w.-]+/[\w.-]+(?:#\d+|@[0-9a-f]+)) \((?P<what>[^)]*)\): (?P<says>.*)$")
+_SAME_CODE = re.compile(r"\bsame (?:code|file|function|kernel|lines?)\b", re.I)
+_CAUSED = re.compile(r"\b(?:regress\w*|caused|broke|lost|dropped|introduced)\b", re.I)
+_SEPARATE = re.compile(r"\b(?:separate|independent|unrelated)\b", re.I)
+
+
+def _relations(bs: list[Block]) -> list[Finding]:
+    """A related thread in words that are true: another repository's thread is never 'the same code', and one the
+    body names as the cause of the problem is no 'separate' change."""
+    found = []
+    prose = [(no, line) for no, line in _prose_lines(bs) if not _RELATED_LINE.match(line)]
+    for no, line in _prose_lines(bs):
+        m = _RELATED_LINE.match(line)
+        if m is None:
+            continue
+        if "another repository" in m["what"] and _SAME_CODE.search(m["says"]):
+            found.append(Finding(no, "relation", f"{m['ref']} is in another repository; it is not the same code"))
+        number = m["ref"].split("#")[-1] if "#" in m["ref"] else None
+        if number and _SEPARATE.search(m["says"]):
+            cites = [n for n, text in prose if re.search(rf"#{number}\b", text) and _CAUSED.search(text)]
+            if cites:
+                found.append(Finding(no, "relation", f"{m['ref']} is called separate, while line {cites[0]} names it "
+                                                      "in what caused the problem"))
+    return found
+
+
+# the check's own rules; lint's findings carry lint's rule names
+RULES = ("layout", "budget", "cut anchor", "evidence base", "name", "render", "template", "thread", "claim",
+         "circular reproducer", "relation", "evidence build", "committed", "incomplete")
 
 
 def check(rendered: Rendered) -> list[Finding]:
     """Every finding of the body check on ``rendered`` (lint findings included), body first, by line."""
-    found = rendered.findings + own_findings(rendered)
+    found = rendered.findings + own_findings(rendered) + [Finding(0, "render", p) for p in rendered.problems]
     return sorted(found, key=lambda f: (f.where != "body", f.line))
+
+
+def export_build(rendered: Rendered, alone_applies: bool | None) -> list[Finding]:
+    """Evidence from another build than the one filed: where the pack's series applies on the filing base by
+    itself, the export holds it alone, so a figure measured with another pack's patches under it is not this
+    change's unless the body says so in its prose (``alone_applies`` None: not checked, nothing said)."""
+    if not alone_applies or not rendered.stacked:
+        return []
+    prose = " ".join(line for _, line in _prose_lines(blocks(rendered.body)))
+    if rendered.stacked_subjects and all(f'"{s}"' in prose for s in rendered.stacked_subjects):
+        return []  # the body says, outside its folded notes, what the figures ran on under the change
+    found = []
+    for rec in rendered.receipts:
+        under = sorted({r.file for r in rec.patches} - set(rendered.own_files)) if rec.patched else []
+        if under:
+            found.append(Finding(0, "evidence build", f"{rec.lane} was measured with {', '.join(under)} under the "
+                                                      f"change; the export is the series alone (it applies alone on "
+                                                      f"{rendered.filing_base})"))
+    return found
 
 
 def own_findings(rendered: Rendered) -> list[Finding]:
@@ -198,4 +313,66 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     found += _anchors(body, whole)
     found += _evidence_bases(rendered, body)
     found += _names(bs, known, added)
+    found += _sections(rendered, body)
+    found += _threads(rendered, bs)
+    found += _performance(bs)
+    found += _relations(bs)
+    for no, line in enumerate(body.splitlines(), 1):
+        if line.strip() in ("No measurements yet.", "No reproducer yet."):
+            found.append(Finding(no, "incomplete", f"'{line.strip()}': a body is filed with its evidence and its "
+                                                   "reproducer"))
+    found += rendered.circular
     return sorted(found, key=lambda f: f.line)
+
+
+def linked_issue_name(pack) -> str:
+    """The file name of the issue a PR links: ``NN-feature-request.md`` or ``NN-bug-report.md``."""
+    return f"{pack.id}-{'feature-request' if pack.cls == 'feature' else 'bug-report'}.md"
+
+
+def docs_texts(rendered: Rendered) -> dict[str, str]:
+    """The files ``docs/filings/`` holds for ``rendered``: the body (the reproducer linked by its file name), the
+    script, and the feature request a PR links."""
+    pack = rendered.pack
+    body = rendered.body
+    out = {}
+    if rendered.script is not None:
+        body = body.replace(PLACEHOLDER, rendered.script[0])
+        out[rendered.script[0]] = rendered.script[1]
+    out[f"{pack.id}-{pack.kind}.md"] = body
+    if rendered.companion is not None:
+        body = body.replace(LINKED_ISSUE, linked_issue_name(pack))  # the issue beside it, as the script is
+        out[f"{pack.id}-{pack.kind}.md"] = body
+        text = rendered.companion[1]
+        if rendered.script is not None:
+            text = text.replace(PLACEHOLDER, rendered.script[0])
+        out[linked_issue_name(pack)] = f"# {rendered.companion[0]}\n\n{text}"
+    return out
+
+
+def committed(rendered: Rendered, docs_dir) -> list[Finding]:
+    """Each committed file of the pack under ``docs_dir`` equals a fresh render (a hand edit, a removed
+    reproducer or evidence, a stripped template, all show as a difference). Nothing is required of a repository
+    without the directory."""
+    if not docs_dir.is_dir():
+        return []
+    found = []
+    for name, want in docs_texts(rendered).items():
+        path = docs_dir / name
+        have = path.read_text(encoding="utf-8") if path.is_file() else None
+        if have is None:
+            found.append(Finding(0, "committed", f"{path.name} is missing; run harness body --all-docs", name))
+        elif have != want:
+            line = next((i for i, (a, b) in enumerate(zip(have.splitlines(), want.splitlines(), strict=False), 1)
+                         if a != b), min(len(have.splitlines()), len(want.splitlines())) + 1)
+            found.append(Finding(line, "committed", f"{path.name} differs from the render from line {line}; "
+                                                    "re-render with harness body --all-docs", name))
+        if have is not None and name.endswith(".py"):
+            from harness.filing.lint import lint
+
+            found += lint(have, body=False, where=name, vocabulary=True)
+        elif have is not None:
+            from harness.filing.lint import lint
+
+            found += lint(have, where=name)
+    return found

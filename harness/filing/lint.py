@@ -24,12 +24,15 @@ LINT_RULES = (
 BODY_RULES = (
     ("private IP address", re.compile(r"\b127\.\d{1,3}\.\d{1,3}(?:\.\d{1,3})?\b")),
     ("private path", re.compile(r"(?<![\w.~/-])/tmp(?=[/\s`'\")\]:,]|$)")),
+)
+# Bodies and the attached scripts alike: this repository's words (a script a maintainer runs is ours only in code).
+VOCABULARY_RULES = (
     ("internal vocabulary", re.compile(
         r"\b(?:lanes?|receipts?|harness|sentinels?|packs?|tracking\.toml|patch-lane|HOST_STAMP|Upstream-Status"
         r"|packs? ?\d{2})\b"
         r"|\b(?:BUG|FIX|MEMORY_SAVE|EQUIVALENCE|REGRESSION_GUARD|CONTRACT(?:_VIOLATION)?)_"
         r"(?:REPRODUCED|ABSENT|VALIDATED|FAILED|VERIFIED|MISSING|BROKEN|PASSED|HELD|DETECTED|MISSED)\b"
-        r"|^Pack: ", re.I)),
+        r"|^Pack: |\bHARNESS_\w+", re.I)),
 )
 
 
@@ -44,9 +47,11 @@ class Finding:
         return f"{name or self.where}:{self.line}: {self.rule}: {self.text!r}"
 
 
-def lint(text: str, body: bool = True, where: str = "body") -> list[Finding]:
-    """Findings in ``text``; ``body=False`` lints a script (no vocabulary rule, temporary paths allowed)."""
-    rules = LINT_RULES + (BODY_RULES if body else ())
+def lint(text: str, body: bool = True, where: str = "body", vocabulary: bool | None = None) -> list[Finding]:
+    """Findings in ``text``; ``body=False`` lints a script (temporary paths and loopback addresses allowed; the
+    vocabulary rule only with ``vocabulary=True``, as for the attached reproducer)."""
+    rules = LINT_RULES + (BODY_RULES if body else ()) + (VOCABULARY_RULES if (body if vocabulary is None else
+                                                                             vocabulary) else ())
     found = []
     for no, line in enumerate(text.splitlines(), 1):
         for rule, pattern in rules:

@@ -21,8 +21,29 @@ CONVENTIONAL_PATH = ".github/pull_request_template.md"
 
 
 def template_location(manifest: pins.Manifest) -> str:
-    """Where ``manifest``'s upstream keeps its PR template in its tree."""
-    return CONVENTIONAL_PATH
+    """Where ``manifest``'s upstream keeps its PR template in its tree: its ``[policy] pr_template``, else the
+    conventional path (TransformerEngine spells it PULL_REQUEST_TEMPLATE.md)."""
+    policy = getattr(manifest, "policy", None)
+    return getattr(policy, "pr_template", "") or CONVENTIONAL_PATH
+
+
+RECORDED = Path("templates") / "upstream"  # per target: forms and PR template recorded from a tree with no mirror
+
+
+def recorded_dir(manifest: pins.Manifest) -> Path | None:
+    """``templates/upstream/<target>/`` of the repository ``manifest`` belongs to, when it exists: the upstream's
+    templates recorded with their source commit (``SOURCE.toml``), for an upstream without a mirror here."""
+    path = getattr(manifest, "path", None)
+    if path is None:
+        return None
+    d = Path(path).parent.parent / RECORDED / manifest.target
+    return d if (d / "SOURCE.toml").is_file() else None
+
+
+def recorded_commit(directory: Path) -> str:
+    import tomllib
+
+    return str(tomllib.loads((directory / "SOURCE.toml").read_text(encoding="utf-8")).get("commit", ""))
 
 
 @dataclass(frozen=True)
@@ -34,9 +55,12 @@ class Lookup:
 def read_template(manifest: pins.Manifest, base) -> Lookup:
     """The PR template in the tree of ``base`` (a git base: read from a mirror; a release: none is read)."""
     pin = getattr(base, "git", None)
-    if pin is None:
-        return Lookup(None)
     path = template_location(manifest)
+    if pin is None:
+        recorded = recorded_dir(manifest)
+        if recorded is not None and (recorded / path).is_file():  # a release base: the recorded tree's template
+            return Lookup((recorded / path).read_text(encoding="utf-8"))
+        return Lookup(None)
     sources, _missing = pins.git_sources(pin)
     mirrors = [s for s in sources if Path(s).is_dir()]
     if not mirrors:
@@ -100,7 +124,7 @@ class Facts:
 # (box text pattern, the fact that ticks it); a box no pattern names stays unticked
 TICKS = ((re.compile(r"\bunit tests?\b", re.I), "adds_tests"),)
 _BOX = re.compile(r"^(\s*[-*]\s)\[[ xX]\](\s.*)$")
-_WHAT = re.compile(r"^#+\s+what does this pr do", re.I)
+_WHAT = re.compile(r"^#+\s+(?:what does this pr do|description|summary)\b", re.I)  # where the body goes
 _FIELD = re.compile(r"^([A-Z][\w ]{0,40}):\s*(?:<!--.*?-->)?\s*$")
 _HEADING = re.compile(r"^#+\s")
 
@@ -151,3 +175,44 @@ def _drop_empty_headings(text: str) -> str:
                 continue
         keep.append(line)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(keep))
+
+
+def asks_linked_issue(template: str, feature: bool) -> bool:
+    """Whether the template asks an outside contributor's PR to link an issue: a new feature (Megatron-LM:
+    required), or a bug fix / small update (Megatron-LM: recommended)."""
+    text = re.sub(r"<!--.*?-->", "", template, flags=re.S)
+    what = r"new features?" if feature else r"(?:bug fix(?:es)?|small updates?)"
+    return re.search(rf"{what}\W.{{0,120}}?linked issue\W.{{0,40}}?(?:required|recommended)", text,
+                     re.I | re.S) is not None
+
+
+def section_lines(template: str) -> list[str]:
+    """What a body filled into ``template`` must keep: its headings, its ``Label:`` fields and its checklist
+    (each box by its text, ``- [ ] text``), as ``fill`` keeps them."""
+    if not template:
+        return []
+    kept = fill(template, "-", Facts())
+    out = []
+    for line in kept.splitlines():
+        if _HEADING.match(line) or _BOX.match(line):
+            out.append(line)
+        elif (m := _FIELD.match(line.split(":", 1)[0] + ":")) is not None and ":" in line:
+            out.append(m.group(1) + ":")
+    return out
+
+
+def tree_has(manifest: pins.Manifest, base, names: set[str]) -> set[str] | None:
+    """Which of ``names`` occur as a whole word anywhere in the tree of ``base`` (read from a mirror); None
+    where no mirror holds the commit (nothing can be said)."""
+    pin = getattr(base, "git", None)
+    if pin is None:
+        return None
+    sources, _missing = pins.git_sources(pin)
+    for mirror in (s for s in sources if Path(s).is_dir()):
+        if subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
+                          capture_output=True).returncode != 0:
+            continue
+        return {n for n in names
+                if subprocess.run(["git", "--git-dir", mirror, "grep", "-q", "-w", "-F", "-e", n, pin.commit],
+                                  capture_output=True).returncode == 0}
+    return None

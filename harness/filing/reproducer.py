@@ -4,6 +4,7 @@ body's section that inlines or links it."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shlex
 import sys
@@ -135,7 +136,69 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
         header += ["Each run prints one JSON line per measurement and ends with a line naming what it observed."]
     header += ["", "Method notes:", "", plain_flags(original)]
     text = standalone.amalgamate(path, [root / "repros"], "\n".join(header), FLAGS_PROLOGUE)
-    return name, text
+    return name, public_dialect(text, pack.id, name)
+
+
+# This repository's words in an attached script, and what a maintainer reads instead (case kept). The script keeps
+# working: every replacement is made everywhere in the one file (names, strings, comments alike), and a
+# replacement that would merge two distinct names is refused (``public_dialect``).
+_SENTINEL = re.compile(r"\b(?:BUG|FIX|MEMORY_SAVE|EQUIVALENCE|REGRESSION_GUARD|CONTRACT(?:_VIOLATION)?)_"
+                       r"(?:REPRODUCED|ABSENT|VALIDATED|FAILED|VERIFIED|MISSING|BROKEN|PASSED|HELD|DETECTED|MISSED)\b")
+_FIXED = (
+    (re.compile(r"\bHARNESS_"), "REPRO_"),
+    (re.compile(r"\bHOST_STAMP\b"), "HOST_INFO"),
+    (re.compile(r"\bpatch-lane\b"), "this project"),
+    (re.compile(r"\btracking\.toml\b"), "the project's records"),
+)
+_WORDS = (("lanes", "jobs"), ("lane", "job"), ("sentinels", "outcomes"), ("sentinel", "outcome"),
+          ("receipts", "results"), ("receipt", "result"), ("harness", "runner"))
+
+
+def _case(word: str, like: str) -> str:
+    return word.upper() if like.isupper() else word[:1].upper() + word[1:] if like[:1].isupper() else word
+
+
+def _cased(word: str, m: re.Match) -> str:
+    return _case(word, m.group(0))
+
+
+def _one(text: str, pack_id: str) -> str:
+    text = _SENTINEL.sub(lambda m: m.group(0).lower().replace("_", "-"), text)
+    text = re.sub(r"(?<![.\w])[Pp]ack\d{2}", "repro", text)  # run-directory keys such as pack04-baseline
+    text = re.sub(r"\b[Pp]acks? (\d{2})(?:'s)?\b",
+                  lambda m: _case("this change" if m.group(1) == pack_id else "an earlier change", m.group(0)), text)
+    for pattern, repl in _FIXED:
+        text = pattern.sub(repl, text)
+    for old, new in _WORDS:
+        text = re.sub(rf"\b{old}\b", functools.partial(_cased, new), text, flags=re.I)
+    return re.sub(r"(?<![.\w])[Pp]acks?\b(?!\.)", lambda m: _case("change", m.group(0)), text)
+
+
+def public_dialect(text: str, pack_id: str, name: str) -> str:
+    """``text`` (an attached script) without this repository's words: sentinels become plain words, HARNESS_*
+    variables REPRO_*, lanes jobs, packs changes, receipts results. Refused (ConfigError) where a rename would make
+    two distinct names of the script one, or the result no longer parses."""
+    import io
+    import tokenize
+
+    from harness.errors import ConfigError
+
+    seen: dict[str, str] = {}
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.NAME:
+                new = _one(tok.string, pack_id)
+                if seen.setdefault(new, tok.string) != tok.string:
+                    raise ConfigError(f"{name}: making it plain would merge the names {seen[new]!r} and "
+                                      f"{tok.string!r} into {new!r}")
+    except (tokenize.TokenError, SyntaxError):
+        pass  # ast.parse below says what is wrong
+    out = _one(text, pack_id)
+    try:
+        ast.parse(out)
+    except SyntaxError as exc:
+        raise ConfigError(f"{name}: the plain version does not parse (line {exc.lineno}: {exc.msg})") from None
+    return out
 
 
 def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs_gpu: bool) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness import decisions, git, pins, receipts
 from harness.errors import ConfigError, UpstreamError, UsageError
-from harness.filing.body import Rendered
+from harness.filing.body import LINKED_ISSUE, Rendered
 from harness.filing.reproducer import PLACEHOLDER
 from harness.github import repo_slug
 from harness.tracking import Pack, Tracking
@@ -34,12 +34,24 @@ class GhPlan:
     create: list[str]
     body_file: Path
     gist: list[str] | None = None
+    feature_request: list[str] | None = None  # the issue a PR links (feature request or bug report), created first
 
     def shell(self) -> str:
-        if self.gist is None:
+        if self.gist is None and self.feature_request is None:
             return shlex.join(self.create)
         body = shlex.quote(_short(self.body_file))
-        return f"url=$({shlex.join(self.gist)}) && sed \"s|{PLACEHOLDER}|$url|g\" {body} | {shlex.join(self.create)}"
+        steps, edits = [], []
+        if self.gist is not None:  # first: the linked issue may link the script too
+            steps.append(f"url=$({shlex.join(self.gist)})")
+            edits.append(f"s|{PLACEHOLDER}|$url|g")
+        if self.feature_request is not None:
+            issue = list(self.feature_request)
+            source = issue[issue.index("--body-file") + 1]
+            issue[issue.index("--body-file") + 1] = "-"
+            fill = f"sed \"{';'.join(edits)}\" {shlex.quote(source)} | " if edits else f"cat {shlex.quote(source)} | "
+            steps.append(f"issue=$({fill}{shlex.join(issue)})")
+            edits.append(f"s|{LINKED_ISSUE}|$issue|g")
+        return " && ".join(steps) + f" && sed \"{';'.join(edits)}\" {body} | {shlex.join(self.create)}"
 
     @property
     def target(self) -> str:
@@ -56,11 +68,14 @@ def _short(path: Path | str) -> str:
 
 
 def gh_plan(root: Path, rendered: Rendered, body_file: Path, script_file: Path | None,
-            head: str | None = None) -> GhPlan:
+            head: str | None = None, feature_file: Path | None = None) -> GhPlan:
     pack = rendered.pack
     slug = repo_slug(pins.load_manifest(root, pack.target).repo)
     upload = rendered.needs_upload and script_file is not None
-    source = "-" if upload else _short(body_file)
+    linked = rendered.companion is not None and feature_file is not None
+    source = "-" if upload or linked else _short(body_file)
+    upload = upload or (linked and rendered.companion is not None and PLACEHOLDER in rendered.companion[1]
+                        and script_file is not None)
     if pack.kind == "comment":
         url = filing_thread(pack)
         create = ["gh", "pr" if "/pull/" in url else "issue", "comment", url, "--body-file", source]
@@ -73,7 +88,10 @@ def gh_plan(root: Path, rendered: Rendered, body_file: Path, script_file: Path |
         create = ["gh", "issue", "create", "--repo", slug, "--title", rendered.title, "--body-file", source]
     gist = (["gh", "gist", "create", "--public", "--desc", f"Reproducer: {rendered.title}", _short(script_file)]
             if upload and script_file is not None else None)
-    return GhPlan(create, body_file, gist)
+    feature = (["gh", "issue", "create", "--repo", slug or "", "--title", rendered.companion[0], "--body-file",
+                _short(feature_file)] if linked and rendered.companion is not None and feature_file is not None
+               else None)
+    return GhPlan(create, body_file, gist, feature)
 
 
 def decider(root: Path) -> str:
@@ -109,6 +127,16 @@ def post(root: Path, tracking: Tracking, rendered: Rendered, plan: GhPlan, confi
         if not gist_url:
             raise UpstreamError(f"pack {pack.id}: gh gist create printed no URL; nothing else was posted")
         body = body.replace(PLACEHOLDER, gist_url)
+    feature_url = None
+    if plan.feature_request is not None and rendered.companion is not None:
+        issue = list(plan.feature_request)
+        issue[issue.index("--body-file") + 1] = "-"
+        text = rendered.companion[1].replace(PLACEHOLDER, gist_url) if gist_url else rendered.companion[1]
+        feature_url = _gh(issue, pack, stdin=text)
+        if not feature_url:
+            raise UpstreamError(f"pack {pack.id}: gh issue create printed no URL for the linked issue; the gist "
+                                f"({gist_url or 'none'}) is all that was posted")
+        body = body.replace(LINKED_ISSUE, feature_url)
     url = _gh(plan.create, pack, stdin=body if "-" in plan.create else None)
     entry = {
         "decided_by": decider(root),
@@ -116,6 +144,7 @@ def post(root: Path, tracking: Tracking, rendered: Rendered, plan: GhPlan, confi
         "how": " ".join(plan.create[:3]),
         "url": url or None,
         "reproducer": gist_url,
+        **({"linked_issue": feature_url} if feature_url else {}),
         "body_sha256": hashlib.sha256(body.encode()).hexdigest(),
     }
     tracking.record_filing(pack.id, entry)
