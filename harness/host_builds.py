@@ -1,0 +1,152 @@
+"""Host builds: a package compiled on the GPU host from a pinned sdist, before the run.
+
+Some compiled parts must be built against the host's own libraries: TransformerEngine's torch extension
+(``transformer_engine_torch``) is a C++ extension of the host's torch, published as an sdist only. A base lists
+such a package in ``[[bases.NAME.host_builds]]`` (``harness/pins.py``: ``HostBuild``); ``harness bundle`` carries
+the sdist (its sha256 in ``bundle.json``) and the wheels of its ``build_requires``; ``python -m harness.bootstrap``
+calls ``ensure`` for each before it starts the harness:
+
+* already installed in the interpreter at the pinned version: nothing is done;
+* else the ``build_requires`` go into a private directory put first on the build's ``PYTHONPATH`` (and its
+  ``bin/`` on ``PATH``), and ``pip wheel --no-build-isolation --no-index`` builds the sdist against the
+  interpreter's own packages, with ``MAX_JOBS`` the number of CPUs unless set, the manifest's ``env``, and each
+  ``include_dirs`` entry found under the interpreter's site-packages in front of ``CPLUS_INCLUDE_PATH``; the whole
+  output goes to a log beside the unpacked bundle, and the build is killed, process group and all, at
+  ``timeout`` seconds;
+* the built wheel and the runtime pins named in ``install_with`` (from the bundle's ``wheels/``, payloads joined
+  there included) are installed into the interpreter's site-packages: TransformerEngine finds its core library and
+  its extension only beside its imported package or there, never elsewhere on ``PYTHONPATH``.
+
+Every failure is a ``BuildError`` (exit 6) naming the package, the step and the log, with the log's last lines.
+Standard library only: the bootstrap runs it before the harness's dependencies are installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from importlib import metadata
+from pathlib import Path
+
+from harness.errors import BuildError
+
+TAIL = 20  # log lines quoted in an error
+HEARTBEAT = 60  # seconds between progress lines while a build runs
+
+
+def site_packages() -> Path:
+    """The interpreter's site-packages (``purelib``): where the host build is installed."""
+    return Path(sysconfig.get_paths()["purelib"])
+
+
+def installed_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def tail(log: Path, lines: int = TAIL) -> str:
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def build_env(entry: dict, site: Path, tools: Path, base: dict[str, str]) -> dict[str, str]:
+    """The environment of the build: ``base`` with MAX_JOBS, the manifest's env, include dirs and the tools first."""
+    env = dict(base)
+    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    env.update(entry.get("env", {}))
+
+    def front(key: str, first: list[str]) -> None:
+        rest = [p for p in env.get(key, "").split(os.pathsep) if p]
+        if first or rest:
+            env[key] = os.pathsep.join(first + rest)
+
+    front("CPLUS_INCLUDE_PATH", [str(site / d) for d in entry.get("include_dirs", []) if (site / d).is_dir()])
+    front("PYTHONPATH", [str(tools)])
+    front("PATH", [str(tools / "bin")])
+    return env
+
+
+def _pip(args: list[str], what: str, name: str, log: Path, env: dict[str, str] | None = None) -> None:
+    with open(log, "a") as out:
+        out.write(f"$ pip {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.run([sys.executable, "-m", "pip", *args, "--disable-pip-version-check"], stdout=out,
+                              stderr=subprocess.STDOUT, env=env)
+    if proc.returncode != 0:
+        raise BuildError(f"host build {name}: {what} failed (pip exit {proc.returncode}; log {log}):\n{tail(log)}")
+
+
+def _build(cmd: list[str], env: dict[str, str], log: Path, timeout: int, name: str) -> float:
+    """Run the build command with its output in ``log``; seconds it took. Killed (its whole group) at ``timeout``."""
+    start = time.monotonic()
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            while True:
+                left = start + timeout - time.monotonic()
+                try:
+                    code = proc.wait(timeout=max(0.0, min(HEARTBEAT, left)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if left <= HEARTBEAT:
+                        raise
+                    print(f"> host build {name}: {time.monotonic() - start:.0f} s ... {tail(log, 1)[:160]}",
+                          file=sys.stderr, flush=True)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise BuildError(f"host build {name}: not done after {timeout} s, killed (log {log}):\n{tail(log)}",
+                             hint="raise the host build's timeout in the manifest, or give it more CPUs "
+                                  "(MAX_JOBS)") from None
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    if code != 0:
+        raise BuildError(f"host build {name}: the build failed (exit {code}; log {log}):\n{tail(log)}")
+    return time.monotonic() - start
+
+
+def ensure(entry: dict, bundle_dir: Path, work_root: Path) -> str:
+    """Build and install one ``bundle.json`` host-build entry unless installed already; a line saying what was done."""
+    name, version = entry["provides"].split("==", 1)
+    have = installed_version(name)
+    site = site_packages()
+    if have == version:
+        return f"{name} {version} already installed in {site}: not built again"
+    work = work_root / f"host-build-{name}"
+    log = work_root / f"host-build-{name}.log"
+    shutil.rmtree(work, ignore_errors=True)
+    log.unlink(missing_ok=True)
+    work.mkdir(parents=True)
+    wheels = bundle_dir / "wheels"
+    tools = work / "tools"
+    tools.mkdir()
+    try:
+        if entry.get("build_requires"):
+            _pip(["install", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(tools),
+                  *entry["build_requires"]], "installing its build requirements", name, log)
+        env = build_env(entry, site, tools, dict(os.environ))
+        print(f"> host build {name} {version}: pip wheel {entry['file']} (MAX_JOBS={env['MAX_JOBS']}, "
+              f"timeout {entry['timeout']} s, log {log})", file=sys.stderr, flush=True)
+        cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-v",
+               "--disable-pip-version-check", "-w", str(work / "dist"), str(bundle_dir / entry["file"])]
+        spent = _build(cmd, env, log, entry["timeout"], name)
+        built = sorted((work / "dist").glob("*.whl"))
+        if len(built) != 1:
+            raise BuildError(f"host build {name}: the build made {len(built)} wheels, expected one (log {log})")
+        _pip(["install", "--no-deps", "--no-index", "--find-links", str(wheels), str(built[0]),
+              *entry.get("install_with", [])], f"installing {built[0].name} into {site}", name, log)
+    finally:
+        shutil.rmtree(tools, ignore_errors=True)
+    also = f" with {', '.join(entry['install_with'])}" if entry.get("install_with") else ""
+    return f"built {built[0].name} in {spent:.0f} s, installed into {site}{also}"
