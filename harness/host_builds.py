@@ -24,6 +24,7 @@ Standard library only: the bootstrap runs it before the harness's dependencies a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -34,6 +35,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.errors import BuildError
+from harness.hashing import sha256_file
 
 TAIL = 20  # log lines quoted in an error
 HEARTBEAT = 60  # seconds between progress lines while a build runs
@@ -116,19 +118,43 @@ def _build(cmd: list[str], env: dict[str, str], log: Path, timeout: int, name: s
     return time.monotonic() - start
 
 
-def ensure(entry: dict, bundle_dir: Path, work_root: Path) -> str:
-    """Build and install one ``bundle.json`` host-build entry unless installed already; a line saying what was done."""
+def wheel_stem(provides: str) -> str:
+    """The start of the wheel file names of ``name==version`` (``transformer_engine_torch-2.20.2-``)."""
+    name, version = provides.split("==", 1)
+    return f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
+
+
+def _install(wheel: Path, entry: dict, wheels: Path, site: Path, name: str, log: Path) -> None:
+    # the one install into the interpreter itself, on a GPU host lent for the session: a distribution's
+    # EXTERNALLY-MANAGED marker (PEP 668) must not stop it there
+    _pip(["install", "--no-deps", "--no-index", "--find-links", str(wheels), str(wheel),
+          *entry.get("install_with", [])], f"installing {wheel.name} into {site}", name, log,
+         env=dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1"))
+
+
+def ensure(entry: dict, bundle_dir: Path, work_root: Path, prebuilt: Path | None = None) -> str:
+    """Build and install one ``bundle.json`` host-build entry unless installed already; a line saying what was done.
+
+    A wheel of it in ``prebuilt`` (one an earlier host of the same image built, kept in ``host-wheels/``) is
+    installed instead of building; the built wheel is kept in ``work_root/host-wheels/`` for that.
+    """
     name, version = entry["provides"].split("==", 1)
     have = installed_version(name)
     site = site_packages()
     if have == version:
         return f"{name} {version} already installed in {site}: not built again"
-    work = work_root / f"host-build-{name}"
     log = work_root / f"host-build-{name}.log"
+    wheels = bundle_dir / "wheels"
+    also = f" with {', '.join(entry['install_with'])}" if entry.get("install_with") else ""
+    found = sorted(prebuilt.glob(wheel_stem(entry["provides"]) + "*.whl")) if prebuilt is not None else []
+    if found:
+        _install(found[-1], entry, wheels, site, name, log)
+        return (f"installed {found[-1]} (sha256 {sha256_file(found[-1])[:16]}), built earlier, not built here, "
+                f"into {site}{also}")
+    work = work_root / f"host-build-{name}"
     shutil.rmtree(work, ignore_errors=True)
     log.unlink(missing_ok=True)
     work.mkdir(parents=True)
-    wheels = bundle_dir / "wheels"
     tools = work / "tools"
     tools.mkdir()
     try:
@@ -144,9 +170,11 @@ def ensure(entry: dict, bundle_dir: Path, work_root: Path) -> str:
         built = sorted((work / "dist").glob("*.whl"))
         if len(built) != 1:
             raise BuildError(f"host build {name}: the build made {len(built)} wheels, expected one (log {log})")
-        _pip(["install", "--no-deps", "--no-index", "--find-links", str(wheels), str(built[0]),
-              *entry.get("install_with", [])], f"installing {built[0].name} into {site}", name, log)
+        kept = work_root / "host-wheels" / built[0].name
+        kept.parent.mkdir(exist_ok=True)
+        shutil.copyfile(built[0], kept)
+        _install(kept, entry, wheels, site, name, log)
     finally:
-        shutil.rmtree(tools, ignore_errors=True)
-    also = f" with {', '.join(entry['install_with'])}" if entry.get("install_with") else ""
-    return f"built {built[0].name} in {spent:.0f} s, installed into {site}{also}"
+        shutil.rmtree(work, ignore_errors=True)
+    return (f"built {kept.name} in {spent:.0f} s (sha256 {sha256_file(kept)[:16]}, kept in {kept.parent}), "
+            f"installed into {site}{also}")

@@ -119,9 +119,12 @@ def made(lane_repo, tmp_path):
 
 @pytest.fixture
 def venv(tmp_path) -> tuple[Path, Path]:
+    return make_venv(tmp_path / "venv")
+
+
+def make_venv(where: Path) -> tuple[Path, Path]:
     """(python, site-packages) of a fresh virtual environment that sees this interpreter's packages (pip, the
     harness's dependencies) through a .pth file, so what the bootstrap installs lands in its own site-packages."""
-    where = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     python = where / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -168,6 +171,15 @@ def test_the_bootstrap_builds_and_installs_it_once_before_the_run(made, venv, tm
     again = _bootstrap(python, archive, "--", *run, home=home, FAKEEXT_MODE="fail")
     assert again.returncode == Exit.OK, again.stderr  # installed at the pinned version: not built again
     assert "fakeext 1.0 already installed" in again.stderr
+    # another host of the same image: the wheel built here, carried there, is installed instead of a build
+    [kept] = (home / "bundles").glob("*/host-wheels/fakeext-1.0-py3-none-any.whl")
+    other_python, other_site = make_venv(tmp_path / "other-venv")
+    other = _bootstrap(other_python, archive, "--host-wheels", str(kept.parent), "--", *run, home=tmp_path / "home2",
+                       FAKEEXT_MODE="fail")
+    assert other.returncode == Exit.OK, other.stderr
+    assert f"installed {kept} " in other.stderr and "built earlier, not built here" in other.stderr
+    assert json.loads((other_site / "fakeext" / "built.json").read_text()) == seen
+    assert (other_site / "tinydep" / "__init__.py").is_file()
 
 
 def test_a_failed_build_is_exit_build_with_its_log_and_installs_nothing(made, venv, tmp_path):
