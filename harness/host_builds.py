@@ -12,7 +12,7 @@ calls ``ensure`` for each before it starts the harness:
   interpreter's own packages, with ``MAX_JOBS`` the number of CPUs unless set, the manifest's ``env``, and each
   ``include_dirs`` entry found under the interpreter's site-packages in front of ``CPLUS_INCLUDE_PATH``; the whole
   output goes to a log beside the unpacked bundle, and the build is killed, process group and all, at
-  ``timeout`` seconds;
+  ``timeout`` seconds (``$PATCHLANE_HOST_BUILD_TIMEOUT`` overrides it);
 * the built wheel and the runtime pins named in ``install_with`` (from the bundle's ``wheels/``, payloads joined
   there included) are installed into the interpreter's site-packages: TransformerEngine finds its core library and
   its extension only beside its imported package or there, never elsewhere on ``PYTHONPATH``.
@@ -37,6 +37,7 @@ from pathlib import Path
 from harness.errors import BuildError
 from harness.hashing import sha256_file
 
+TIMEOUT_ENV = "PATCHLANE_HOST_BUILD_TIMEOUT"  # seconds; overrides the manifest's timeout (a build-only call)
 TAIL = 20  # log lines quoted in an error
 HEARTBEAT = 60  # seconds between progress lines while a build runs
 
@@ -107,8 +108,8 @@ def _build(cmd: list[str], env: dict[str, str], log: Path, timeout: int, name: s
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise BuildError(f"host build {name}: not done after {timeout} s, killed (log {log}):\n{tail(log)}",
-                             hint="raise the host build's timeout in the manifest, or give it more CPUs "
-                                  "(MAX_JOBS)") from None
+                             hint=f"a call that only builds may allow more ({TIMEOUT_ENV}=SECONDS) and keep "
+                                  "the wheel for the next host (--host-wheels DIR)") from None
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -162,11 +163,12 @@ def ensure(entry: dict, bundle_dir: Path, work_root: Path, prebuilt: Path | None
             _pip(["install", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(tools),
                   *entry["build_requires"]], "installing its build requirements", name, log)
         env = build_env(entry, site, tools, dict(os.environ))
+        timeout = int(os.environ.get(TIMEOUT_ENV) or entry["timeout"])
         print(f"> host build {name} {version}: pip wheel {entry['file']} (MAX_JOBS={env['MAX_JOBS']}, "
-              f"timeout {entry['timeout']} s, log {log})", file=sys.stderr, flush=True)
+              f"timeout {timeout} s, log {log})", file=sys.stderr, flush=True)
         cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-v",
                "--disable-pip-version-check", "-w", str(work / "dist"), str(bundle_dir / entry["file"])]
-        spent = _build(cmd, env, log, entry["timeout"], name)
+        spent = _build(cmd, env, log, timeout, name)
         built = sorted((work / "dist").glob("*.whl"))
         if len(built) != 1:
             raise BuildError(f"host build {name}: the build made {len(built)} wheels, expected one (log {log})")

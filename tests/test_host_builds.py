@@ -208,6 +208,13 @@ def test_a_build_past_its_timeout_is_killed_with_its_children(made, venv, tmp_pa
     for pid in map(int, pids.read_text().split()):  # the backend and the child it started: both gone
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
     assert not (site / "fakeext").exists()
+    # a manifest's longer timeout, shortened for one call by the environment
+    archive, _ = make(timeout=300)
+    proc = _bootstrap(python, archive, "--", "--version", home=tmp_path / "home", FAKEEXT_MODE="hang",
+                      FAKEEXT_PIDS=str(pids), PATCHLANE_HOST_BUILD_TIMEOUT="2")
+    assert proc.returncode == Exit.BUILD, proc.stderr
+    assert "host build fakeext: not done after 2 s, killed" in proc.stderr
+    assert not (site / "fakeext").exists()
 
 
 def test_manifest_host_builds_are_typed_and_closed(lane_repo, tmp_path, capsys):
