@@ -59,10 +59,15 @@ def tail(log: Path, lines: int = TAIL) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's share, not the whole machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def build_env(entry: dict, site: Path, tools: Path, base: dict[str, str]) -> dict[str, str]:
     """The environment of the build: ``base`` with MAX_JOBS, the manifest's env, include dirs and the tools first."""
     env = dict(base)
-    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    env.setdefault("MAX_JOBS", str(cpus()))
     env.update(entry.get("env", {}))
 
     def front(key: str, first: list[str]) -> None:
