@@ -10,7 +10,8 @@ calls ``ensure`` for each before it starts the harness:
 * else the ``build_requires`` go into a private directory put first on the build's ``PYTHONPATH`` (and its
   ``bin/`` on ``PATH``), and ``pip wheel --no-build-isolation --no-index`` builds the sdist against the
   interpreter's own packages, with ``MAX_JOBS`` the number of CPUs unless set, the manifest's ``env``, and each
-  ``include_dirs`` entry found under the interpreter's site-packages in front of ``CPLUS_INCLUDE_PATH``; the whole
+  ``include_dirs`` entry found under the interpreter's site-packages directories (``purelib`` first) in front of
+  ``CPLUS_INCLUDE_PATH``; the whole
   output goes to a log beside the unpacked bundle, and the build is killed, process group and all, at
   ``timeout`` seconds (``$PATCHLANE_HOST_BUILD_TIMEOUT`` overrides it);
 * the built wheel and the runtime pins named in ``install_with`` (from the bundle's ``wheels/``, payloads joined
@@ -27,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import site as sitemod
 import subprocess
 import sys
 import sysconfig
@@ -64,6 +66,26 @@ def cpus() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def site_dirs(site: Path) -> list[Path]:
+    """``site`` first, then the interpreter's other site-packages directories (a distribution's Python may
+    keep pip's installs in one and its own packages in another)."""
+    out = [site]
+    for extra in [sysconfig.get_paths()["platlib"], *getattr(sitemod, "getsitepackages", list)()]:
+        if Path(extra) not in out:
+            out.append(Path(extra))
+    return out
+
+
+def include_path(include_dirs: list[str], bases: list[Path]) -> list[str]:
+    """Each of ``include_dirs`` under the first of ``bases`` that holds it; one that none holds is left out."""
+    out = []
+    for inc in include_dirs:
+        found = next((base / inc for base in bases if (base / inc).is_dir()), None)
+        if found is not None:
+            out.append(str(found))
+    return out
+
+
 def build_env(entry: dict, site: Path, tools: Path, base: dict[str, str]) -> dict[str, str]:
     """The environment of the build: ``base`` with MAX_JOBS, the manifest's env, include dirs and the tools first."""
     env = dict(base)
@@ -75,7 +97,7 @@ def build_env(entry: dict, site: Path, tools: Path, base: dict[str, str]) -> dic
         if first or rest:
             env[key] = os.pathsep.join(first + rest)
 
-    front("CPLUS_INCLUDE_PATH", [str(site / d) for d in entry.get("include_dirs", []) if (site / d).is_dir()])
+    front("CPLUS_INCLUDE_PATH", include_path(entry.get("include_dirs", []), site_dirs(site)))
     front("PYTHONPATH", [str(tools)])
     front("PATH", [str(tools / "bin")])
     return env

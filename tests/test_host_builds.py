@@ -22,6 +22,7 @@ import pytest
 from conftest import REPO, cli
 from test_runtime import _wheel
 
+from harness import host_builds
 from harness.bootstrap import expected_files
 from harness.errors import ConfigError, Exit
 from harness.pins import load_manifest
@@ -249,3 +250,16 @@ def test_the_transformer_engine_manifest_builds_its_torch_extension_on_the_host(
     assert host.install_with == ("transformer-engine-cu13==2.20.2",)  # the joined core wheel goes beside it
     assert [p.provides for p in base.payloads] == list(host.install_with)
     assert "ninja" in {r.split("==")[0] for r in host.build_requires}  # else torch compiles one file at a time
+
+
+def test_include_dirs_are_looked_for_in_every_site_packages_directory(tmp_path):
+    """pip's installs and a distribution's own packages may sit in two site-packages: nccl.h in one, cudnn.h in the
+    other. Each include directory comes from the first that holds it; one that none holds is left out."""
+    first, second = tmp_path / "purelib", tmp_path / "dist-packages"
+    (first / "nvidia" / "nccl" / "include").mkdir(parents=True)
+    (second / "nvidia" / "nccl" / "include").mkdir(parents=True)
+    (second / "nvidia" / "cudnn" / "include").mkdir(parents=True)
+    wanted = ["nvidia/nccl/include", "nvidia/cudnn/include", "nvidia/absent/include"]
+    assert host_builds.include_path(wanted, [first, second]) == [str(first / "nvidia" / "nccl" / "include"),
+                                                                 str(second / "nvidia" / "cudnn" / "include")]
+    assert host_builds.site_dirs(first)[0] == first
