@@ -3,7 +3,7 @@
 Usage, on a GPU host without network, from the repository root::
 
     python3 -m harness.bootstrap dist/bundle.tar.xz -- run 09
-    python3 -m harness.bootstrap dist/bundle.tar.xz [--parts DIR] [--stage SRC] -- [harness args]
+    python3 -m harness.bootstrap dist/bundle.tar.xz [--parts DIR] [--stage SRC] [--host-wheels DIR] -- [args]
 
 It unpacks the bundle under the harness's cache (``$PATCHLANE_HOME``, else
 ``$XDG_CACHE_HOME/patchlane``, else ``~/.cache/patchlane``) into a directory named
@@ -22,6 +22,13 @@ call with nothing after ``--`` only stages, joins a payload once all its parts a
 are still missing (exit 0). A call that runs the harness first joins every payload into the bundle's
 ``wheels/``, checked part by part and as a whole;
 a part missing or damaged is exit 4 naming it, and leaves no payload file behind.
+
+A bundle with host builds (``harness/host_builds.py``: a package compiled on the GPU host from a pinned sdist,
+e.g. TransformerEngine's torch extension) has each built and installed into the interpreter's site-packages
+after the payloads are joined and before the harness starts, unless that version is installed already; a
+failed or timed-out build is exit 6 naming it, with the tail of its log (``host-build-NAME.log`` beside the
+unpacked bundle). The built wheel is kept in ``host-wheels/`` there; ``--host-wheels DIR`` installs such a
+wheel from DIR instead of building (a later host of the same image, when one call cannot hold build and run).
 """
 
 from __future__ import annotations
@@ -33,8 +40,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from harness import payloads, tarsafe
-from harness.errors import BundleError, Exit
+from harness import host_builds, payloads, tarsafe
+from harness.errors import BuildError, BundleError, Exit
 from harness.hashing import sha256_file, verify_files
 from harness.store import default_root
 
@@ -51,7 +58,7 @@ def expected_files(index: dict) -> dict[str, str]:
     """Every file ``bundle.json`` lists, with its sha256."""
     return {e["file"]: e["sha256"]
             for e in index["wheels"] + list(index["builds"].values()) + list(index.get("tests_trees", {}).values())
-            + list(index.get("kernel_caches", {}).values())}
+            + list(index.get("kernel_caches", {}).values()) + index.get("host_builds", [])}
 
 
 def unpack(archive: Path, dest: Path) -> int:
@@ -91,7 +98,7 @@ def install_site(bundle_dir: Path, site: Path) -> None:
 
 
 def _options(argv: list[str]) -> tuple[Path, dict[str, Path], list[str]] | str:
-    """(archive, {--parts, --stage}, harness args), or why the command line is wrong."""
+    """(archive, {--parts, --stage, --host-wheels}, harness args), or why the command line is wrong."""
     split = argv.index("--")
     head, options = argv[:split], {}
     if not head:
@@ -99,8 +106,8 @@ def _options(argv: list[str]) -> tuple[Path, dict[str, Path], list[str]] | str:
     rest = head[1:]
     while rest:
         flag = rest.pop(0)
-        if flag not in ("--parts", "--stage") or not rest:
-            return f"unexpected {flag!r} (options before '--': --parts DIR, --stage SRC)"
+        if flag not in ("--parts", "--stage", "--host-wheels") or not rest:
+            return f"unexpected {flag!r} (options before '--': --parts DIR, --stage SRC, --host-wheels DIR)"
         options[flag] = Path(rest.pop(0))
     return Path(head[0]), options, argv[split + 1:]
 
@@ -130,6 +137,18 @@ def payload_step(bundle_dir: Path, parts_dir: Path, stage_from: Path | None, run
     return 0
 
 
+def host_step(bundle_dir: Path, work_root: Path, prebuilt: Path | None = None) -> int:
+    """Build and install every host build of the bundle not installed yet; 0 or an exit code (BUILD)."""
+    for entry in json.loads((bundle_dir / "bundle.json").read_text()).get("host_builds", []):
+        try:
+            done = host_builds.ensure(entry, bundle_dir, work_root, prebuilt)
+        except BuildError as exc:
+            print(f"harness.bootstrap: error: {exc}" + (f"\n  hint: {exc.hint}" if exc.hint else ""), file=sys.stderr)
+            return int(Exit.BUILD)
+        print(f"> host build {entry['name']}: {done}", file=sys.stderr, flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help") or "--" not in argv:
         print(__doc__.strip())
@@ -156,6 +175,9 @@ def main(argv: list[str]) -> int:
         return int(Exit.USAGE)
     code = payload_step(bundle_dir, options.get("--parts", dest / "parts"), stage_from, run=bool(harness_args))
     if code or not harness_args:
+        return code
+    code = host_step(bundle_dir, dest, options.get("--host-wheels"))
+    if code:
         return code
     site = dest / f"site-{sys.implementation.cache_tag}"
     install_site(bundle_dir, site)

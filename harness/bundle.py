@@ -119,6 +119,7 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
     members: dict[str, Path] = {}
     runtime: set[tuple[str, ...]] = set()  # one set per prepared lane: a base's pins never mix with another's
     provided: dict[str, pins.Payload] = {}  # runtime pin -> the payload that carries it
+    hosted: dict[str, pins.HostBuild] = {}  # compiled on the GPU host from its sdist (harness/host_builds.py)
     for pid in pack_ids:
         pack = ctx.tracking.pack(pid)
         index["packs"].append(pack.id)
@@ -130,6 +131,9 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
             for payload in ctx.manifest(pack.target).base(lane.base).payloads:
                 provided[payload.provides] = payload
+            for host in ctx.manifest(pack.target).base(lane.base).host_builds:
+                hosted[host.provides] = host
+                runtime.add(tuple(sorted(host.build_requires)))
             runtime.add(tuple(sorted(prep.runtime_requires)))  # the base's and its extra builds' (lanes.prepare)
             # a with_baseline lane also needs its unpatched twin's build on the GPU host
             _add_build(index, members, ctx, prep.build, f"{pack.id}/{lane.name}")
@@ -164,6 +168,8 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         members[arc] = store_uncompressed(whl, stored / whl.name)
         index["wheels"].append({"file": arc, "sha256": sha256_file(members[arc]),
                                 "downloaded_sha256": sha256_file(whl)})
+    if hosted:
+        index["host_builds"] = [_add_host_build(members, ctx, host) for host in hosted.values()]
     output.parent.mkdir(parents=True, exist_ok=True)
     if provided:
         index["payloads"] = pack_payloads(ctx, list(provided.values()), parts_dir(output), part_size)
@@ -181,6 +187,16 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
         partial.unlink(missing_ok=True)
         raise
     return index
+
+
+def _add_host_build(members: dict[str, Path], ctx: Context, host: pins.HostBuild) -> dict:
+    """The sdist of a host build (fetched, sha256 checked) as a member; its ``bundle.json`` entry."""
+    art = host.artifact
+    arc = f"host-builds/{art.filename}"
+    members[arc] = pins.fetch(art, ctx.store, ctx.sources().artifacts)
+    return {"name": host.name, "provides": host.provides, "file": arc, "sha256": sha256_file(members[arc]),
+            "build_requires": list(host.build_requires), "install_with": list(host.install_with),
+            "env": dict(host.env), "include_dirs": list(host.include_dirs), "timeout": host.timeout}
 
 
 def parts_dir(output: Path) -> Path:

@@ -23,6 +23,8 @@ ENVIRONMENT = (
                        "or ~/.cache/patchlane)"),
     ("XDG_CACHE_HOME", "see PATCHLANE_HOME"),
     ("PATCHLANE_REPO_COMMIT", "the repository commit receipts name when the copy has no .git (a GPU host)"),
+    ("PATCHLANE_HOST_BUILD_TIMEOUT", "seconds a host build may take in the bootstrap, instead of the manifest's "
+                                     "timeout (docs/gpu-hosts.md)"),
     ("PATCHLANE_GIT_MIRRORS", "directories (':'-separated) of bare mirrors <owner>+<name>.git that git bases are "
                               "fetched from before GitHub (also --git-mirrors)"),
     ("PATCHLANE_RECHECK", "1: ignore every remembered import check and CUDA device count"),

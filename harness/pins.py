@@ -47,9 +47,11 @@ PYPI_URL = "https://pypi.org/pypi"
 MANIFEST_KEYS = frozenset({"target", "repo", "distribution", "import_names", "build", "build_note", "default_base",
                            "filing_base", "python", "stubs", "bases", "policy"})
 BASE_KEYS = frozenset({"version", "commit", "commit_note", "commit_source", "role", "runtime_requires", "artifact",
-                       "git", "payloads"})
+                       "git", "payloads", "host_builds"})
 ARTIFACT_KEYS = frozenset({"kind", "filename", "url", "sha256", "size"})
 PAYLOAD_KEYS = ARTIFACT_KEYS - {"kind"} | {"provides", "prune_arch", "note"}
+HOST_BUILD_KEYS = ARTIFACT_KEYS - {"kind"} | {"provides", "build_requires", "install_with", "env", "include_dirs",
+                                              "timeout", "note"}
 _PRUNE_ARCH = re.compile(r"^sm_[0-9]+$")
 GIT_KEYS = frozenset({"commit", "ref", "date", "url"})
 POLICY_KEYS = frozenset({"signoff", "contributing", "pr_template", "issue_templates", "source", "checks"})
@@ -90,6 +92,33 @@ class Payload:
 
 
 @dataclass(frozen=True)
+class HostBuild:
+    """A package compiled on the GPU host from a pinned sdist (``[[bases.NAME.host_builds]]``), by the bootstrap.
+
+    For a compiled part that must match the host's own libraries (TransformerEngine's torch extension is built
+    against the host's torch). ``harness bundle`` carries the sdist; ``python -m harness.bootstrap`` builds it with
+    ``pip wheel --no-build-isolation`` before the run and installs it, with the runtime pins named in
+    ``install_with``, into the interpreter's site-packages (where such a package looks for its pieces).
+    ``build_requires`` are pins the bundle carries as wheels and puts on the build's path (``bin/`` on PATH);
+    ``env`` is set for the build; each of ``include_dirs`` (relative to the interpreter's site-packages) that
+    exists there goes onto ``CPLUS_INCLUDE_PATH``; ``timeout`` (seconds) bounds the build.
+    """
+
+    artifact: Artifact
+    provides: str
+    build_requires: tuple[str, ...] = ()
+    install_with: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    timeout: int = 540
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.provides.split("==", 1)[0]
+
+
+@dataclass(frozen=True)
 class GitPin:
     """An upstream commit as a base: ``url`` is the repository, ``ref`` what the commit was read from."""
 
@@ -111,6 +140,7 @@ class Base:
     commit_source: str = ""  # for a release: where its commit was read ("none" when unknown)
     commit_note: str = ""
     payloads: tuple[Payload, ...] = ()
+    host_builds: tuple[HostBuild, ...] = ()
 
     @property
     def release(self) -> Artifact:
@@ -284,6 +314,10 @@ def manifest_unknown_keys(path: Path, doc) -> list[str]:
         for i, payload in enumerate(table.get("payloads") or []):
             if isinstance(payload, dict):
                 out += [f"{where[:-1]}.payloads] #{i + 1}: unknown key '{k}'" for k in payload if k not in PAYLOAD_KEYS]
+        for i, host in enumerate(table.get("host_builds") or []):
+            if isinstance(host, dict):
+                out += [f"{where[:-1]}.host_builds] #{i + 1}: unknown key '{k}'" for k in host
+                        if k not in HOST_BUILD_KEYS]
     policy = doc.get("policy")
     if isinstance(policy, dict):
         out += [f"{path} [policy]: unknown key '{k}'" for k in policy if k not in POLICY_KEYS]
@@ -380,7 +414,7 @@ def _load_base(name: str, table, where: str, repo: str) -> Base:
                           "or 'git' (an upstream commit)")
     common = dict(name=name, version=get(table, "version", str, where), role=get(table, "role", str, where, default=""),
                   runtime_requires=tuple(str_list(table, "runtime_requires", where)),
-                  payloads=_load_payloads(table, where))
+                  payloads=_load_payloads(table, where), host_builds=_load_host_builds(table, where))
     if has_git:
         git_where = where[:-1] + ".git]"
         gt = get(table, "git", dict, where)
@@ -443,6 +477,57 @@ def _load_payloads(table, where: str) -> tuple[Payload, ...]:
         out.append(Payload(artifact=Artifact(kind="wheel", filename=filename, url=get(raw, "url", str, pwhere),
                                              sha256=sha, size=get(raw, "size", int, pwhere, default=None)),
                            provides=provides, prune_arch=prune_arch, note=get(raw, "note", str, pwhere, default="")))
+    return tuple(out)
+
+
+_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def _load_host_builds(table, where: str) -> tuple[HostBuild, ...]:
+    out: list[HostBuild] = []
+    requires = str_list(table, "runtime_requires", where)
+    for i, raw in enumerate(get(table, "host_builds", list, where, default=[])):
+        hwhere = f"{where[:-1]}.host_builds] #{i + 1}"
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{hwhere}: must be a table")
+        sha = get(raw, "sha256", str, hwhere).lower()
+        if not _HEX64.match(sha):
+            raise ConfigError(f"{hwhere}: sha256 must be 64 hex digits, got {sha!r}")
+        filename = get(raw, "filename", str, hwhere)
+        if "/" in filename or filename.startswith(".") or not filename.endswith((".tar.gz", ".zip")):
+            raise ConfigError(f"{hwhere}: filename must be a plain sdist file name (.tar.gz or .zip), got {filename!r}")
+        provides = get(raw, "provides", str, hwhere)
+        build_requires = tuple(str_list(raw, "build_requires", hwhere))
+        for pin in (provides, *build_requires):
+            if not _PIN.match(pin):
+                raise ConfigError(f"{hwhere}: {pin!r} must be an exact pin like 'name==1.0'")
+        install_with = tuple(str_list(raw, "install_with", hwhere))
+        for pin in install_with:
+            if pin not in requires:
+                raise ConfigError(f"{hwhere}: install_with {pin!r} must be one of the base's runtime_requires "
+                                  f"({', '.join(requires) or 'none'})")
+        if provides in requires:
+            raise ConfigError(f"{hwhere}: provides {provides!r} is also in runtime_requires; a host build is "
+                              "compiled on the GPU host, never downloaded: take it out of runtime_requires")
+        env = get(raw, "env", dict, hwhere, default={})
+        for key, value in env.items():
+            if not _ENV_NAME.match(key) or not isinstance(value, str):
+                raise ConfigError(f"{hwhere}: env must map NAME = \"string\", got {key} = {value!r}")
+        include_dirs = tuple(str_list(raw, "include_dirs", hwhere))
+        for inc in include_dirs:
+            if inc.startswith("/") or ".." in inc.split("/"):
+                raise ConfigError(f"{hwhere}: include_dirs are relative to site-packages, got {inc!r}")
+        timeout = get(raw, "timeout", int, hwhere, default=540)
+        if timeout < 1:
+            raise ConfigError(f"{hwhere}: timeout must be at least 1 second, got {timeout}")
+        if any(h.name == provides.split("==", 1)[0] for h in out):
+            raise ConfigError(f"{hwhere}: a second host build of {provides.split('==', 1)[0]!r}")
+        out.append(HostBuild(artifact=Artifact(kind="sdist", filename=filename, url=get(raw, "url", str, hwhere),
+                                               sha256=sha, size=get(raw, "size", int, hwhere, default=None)),
+                             provides=provides, build_requires=build_requires, install_with=install_with,
+                             env=tuple(sorted(env.items())), include_dirs=include_dirs, timeout=timeout,
+                             note=get(raw, "note", str, hwhere, default="")))
     return tuple(out)
 
 

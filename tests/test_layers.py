@@ -20,6 +20,7 @@ LAYERS: dict[int, set[str]] = {
     0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint", "tarsafe"},
     1: {"tomlutil", "runs", "github", "sessions", "standalone",
         "payloads", "fatbin",  # stdlib + layer 0: the bootstrap uses them before any dependency is installed
+        "host_builds",  # stdlib + layer 0 too: the bootstrap compiles a host build with it
         "git",  # git: raises the GitError family of errors
         "kernel_cache"},  # kernel-compile caches per key in the store: facts probed, entries sealed
     2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap"},  # bootstrap: stdlib + layers 0-1

@@ -15,7 +15,7 @@ SCRIPT = REPO / "repros" / "transformer-engine" / "pack03_float8_wrapper_seam.py
 
 
 def _has_cuda_te() -> bool:
-    code = "import torch, transformer_engine_torch; raise SystemExit(0 if torch.cuda.is_available() else 1)"
+    code = "import torch, transformer_engine.pytorch; raise SystemExit(0 if torch.cuda.is_available() else 1)"
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 

@@ -87,8 +87,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         skip("needs a CUDA GPU: a Float8Tensor is made by TE's CUDA quantize kernel")
     try:
-        import transformer_engine_torch as tex
         from transformer_engine.pytorch import Float8CurrentScalingQuantizer, Float8Tensor, QuantizedTensor
+        tex = importlib.import_module("transformer_engine_torch")  # only after TE: it loads it from wheel_lib/
     except (ImportError, RuntimeError, OSError) as exc:  # TE's sanity check raises RuntimeError without its core
         skip(f"transformer_engine.pytorch does not import here: {type(exc).__name__}: {str(exc)[:200]}")
     start(args, "transformer-engine", "transformer_engine")

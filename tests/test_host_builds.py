@@ -1,0 +1,265 @@
+"""Host builds: a package compiled on the GPU host from a pinned sdist by the bootstrap, before the run.
+
+The sdist is a fake: a tiny project with an in-tree PEP 517 backend (no setuptools needed) that records what the
+build saw (MAX_JOBS, CPLUS_INCLUDE_PATH, the manifest's env, whether its build requirement imports) in the wheel
+it writes, or fails, or hangs with a child process, as the test's environment asks. It is installed into a
+throwaway virtual environment's site-packages, never the test interpreter's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import REPO, cli
+from test_runtime import _wheel
+
+from harness import host_builds
+from harness.bootstrap import expected_files
+from harness.errors import ConfigError, Exit
+from harness.pins import load_manifest
+
+BACKEND = '''
+import json, os, subprocess, sys, time, zipfile
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    import buildhelper  # a build requirement: the bootstrap puts it on the build's path
+    mode = os.environ.get("FAKEEXT_MODE", "")
+    if mode == "fail":
+        print("csrc/extensions.h:10:10: fatal error: nccl.h: No such file or directory", flush=True)
+        raise SystemExit(1)
+    if mode == "hang":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(os.environ["FAKEEXT_PIDS"], "w") as fh:
+            fh.write(f"{os.getpid()} {child.pid}")
+        time.sleep(3600)
+    seen = {k: os.environ.get(k) for k in ("MAX_JOBS", "CPLUS_INCLUDE_PATH", "FAKEEXT_FLAG")}
+    seen["path0"] = os.environ["PATH"].split(os.pathsep)[0]
+    seen["buildhelper"] = buildhelper.VERSION
+    name = "fakeext-1.0-py3-none-any.whl"
+    info = "fakeext-1.0.dist-info"
+    files = {"fakeext/__init__.py": "", "fakeext/built.json": json.dumps(seen),
+             f"{info}/METADATA": "Metadata-Version: 2.1\\nName: fakeext\\nVersion: 1.0\\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+    files[f"{info}/RECORD"] = "".join(f"{f},,\\n" for f in files) + f"{info}/RECORD,,\\n"
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as zf:
+        for arc, text in files.items():
+            zf.writestr(arc, text)
+    return name
+'''
+
+
+def fake_sdist(dest: Path) -> Path:
+    files = {"pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "fakebackend"\nbackend-path = ["."]\n',
+             "fakebackend.py": BACKEND,
+             "PKG-INFO": "Metadata-Version: 2.1\nName: fakeext\nVersion: 1.0\n"}
+    path = dest / "fakeext-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"fakeext-1.0/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+HOST_TOML = '''
+[[bases."1.0".host_builds]]
+provides = "fakeext==1.0"
+filename = "{filename}"
+url = "{url}"
+sha256 = "{sha}"
+build_requires = ["buildhelper==1.0"]
+install_with = ["tinydep==1.0"]
+env = {{ FAKEEXT_FLAG = "from-manifest" }}
+include_dirs = ["nvidia/nccl/include", "nvidia/absent/include"]
+timeout = {timeout}
+'''
+
+
+def add_host_build(lane_repo, sdist: Path, timeout: int = 300, extra: str = "") -> None:
+    path = lane_repo.root / "upstream" / "fake.toml"
+    pin = 'role = "current pin"\n'
+    text = path.read_text().replace(pin, pin + 'runtime_requires = ["tinydep==1.0"]\n')
+    text += HOST_TOML.format(filename=sdist.name, url=sdist.as_uri(), timeout=timeout,
+                             sha=hashlib.sha256(sdist.read_bytes()).hexdigest()) + extra
+    path.write_text(text)
+
+
+@pytest.fixture
+def made(lane_repo, tmp_path):
+    """(lane_repo, a function making the bundle with the host build at a timeout, its sdist)."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "tinydep", "1.0")
+    _wheel(wheels, "buildhelper", "1.0")
+    sdist = fake_sdist(tmp_path)
+
+    def make(timeout: int = 300) -> tuple[Path, dict]:
+        lane_repo.write_manifest()
+        add_host_build(lane_repo, sdist, timeout)
+        out = tmp_path / "dist" / f"bundle-{timeout}.tar.xz"
+        assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
+        with tarfile.open(out) as tf:
+            index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
+        return out, index
+
+    return lane_repo, make, sdist
+
+
+@pytest.fixture
+def venv(tmp_path) -> tuple[Path, Path]:
+    return make_venv(tmp_path / "venv")
+
+
+def make_venv(where: Path) -> tuple[Path, Path]:
+    """(python, site-packages) of a fresh virtual environment that sees this interpreter's packages (pip, the
+    harness's dependencies) through a .pth file, so what the bootstrap installs lands in its own site-packages."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
+    python = where / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "nvidia" / "nccl" / "include").mkdir(parents=True)
+    return python, site
+
+
+def _bootstrap(python: Path, archive: Path, *args: str, home: Path, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("XDG_CACHE_HOME", "MAX_JOBS", "CPLUS_INCLUDE_PATH")}
+    return subprocess.run([str(python), "-m", "harness.bootstrap", str(archive), *args], capture_output=True,
+                          text=True, env=base | {"PATCHLANE_HOME": str(home)} | env, cwd=REPO, timeout=600)
+
+
+def test_the_bundle_carries_the_sdist_and_its_build_requirements(made):
+    _, make, sdist = made
+    _, index = make()
+    [entry] = index["host_builds"]
+    assert entry["file"] == f"host-builds/{sdist.name}"
+    assert entry["sha256"] == hashlib.sha256(sdist.read_bytes()).hexdigest()
+    assert (entry["build_requires"], entry["install_with"]) == (["buildhelper==1.0"], ["tinydep==1.0"])
+    assert entry["env"] == {"FAKEEXT_FLAG": "from-manifest"} and entry["timeout"] == 300
+    assert expected_files(index)[entry["file"]] == entry["sha256"]  # checked on unpack like every member
+    assert "wheels/buildhelper-1.0-py3-none-any.whl" in {w["file"] for w in index["wheels"]}
+
+
+def test_the_bootstrap_builds_and_installs_it_once_before_the_run(made, venv, tmp_path):
+    lane_repo, make, _ = made
+    archive, _ = make()
+    python, site = venv
+    home = tmp_path / "home"
+    run = ("prepare", "01", "--root", str(lane_repo.root))
+    first = _bootstrap(python, archive, "--", *run, home=home)
+    assert first.returncode == Exit.OK, first.stderr
+    assert "host build fakeext: built fakeext-1.0-py3-none-any.whl" in first.stderr
+    seen = json.loads((site / "fakeext" / "built.json").read_text())
+    assert seen["MAX_JOBS"] == str(len(os.sched_getaffinity(0)))
+    assert seen["CPLUS_INCLUDE_PATH"] == str(site / "nvidia" / "nccl" / "include")  # the absent one left out
+    assert seen["FAKEEXT_FLAG"] == "from-manifest" and seen["buildhelper"] == "1.0"
+    assert seen["path0"].endswith(os.path.join("host-build-fakeext", "tools", "bin"))
+    assert (site / "tinydep" / "__init__.py").is_file()  # install_with: beside it in site-packages
+    assert not (site / "buildhelper").exists()  # a build requirement is not installed
+    again = _bootstrap(python, archive, "--", *run, home=home, FAKEEXT_MODE="fail")
+    assert again.returncode == Exit.OK, again.stderr  # installed at the pinned version: not built again
+    assert "fakeext 1.0 already installed" in again.stderr
+    # another host of the same image: the wheel built here, carried there, is installed instead of a build
+    [kept] = (home / "bundles").glob("*/host-wheels/fakeext-1.0-py3-none-any.whl")
+    other_python, other_site = make_venv(tmp_path / "other-venv")
+    other = _bootstrap(other_python, archive, "--host-wheels", str(kept.parent), "--", *run, home=tmp_path / "home2",
+                       FAKEEXT_MODE="fail")
+    assert other.returncode == Exit.OK, other.stderr
+    assert f"installed {kept} " in other.stderr and "built earlier, not built here" in other.stderr
+    assert json.loads((other_site / "fakeext" / "built.json").read_text()) == seen
+    assert (other_site / "tinydep" / "__init__.py").is_file()
+
+
+def test_a_failed_build_is_exit_build_with_its_log_and_installs_nothing(made, venv, tmp_path):
+    _, make, _ = made
+    archive, _ = make()
+    python, site = venv
+    proc = _bootstrap(python, archive, "--", "--version", home=tmp_path / "home", FAKEEXT_MODE="fail")
+    assert proc.returncode == Exit.BUILD
+    assert "host build fakeext: the build failed" in proc.stderr
+    assert "fatal error: nccl.h: No such file or directory" in proc.stderr  # the log's tail, quoted
+    [log] = (tmp_path / "home" / "bundles").glob("*/host-build-fakeext.log")
+    assert "nccl.h" in log.read_text()
+    assert not (site / "fakeext").exists() and not (site / "tinydep").exists()
+    assert "installing" not in proc.stderr  # the harness did not start: not even its site was installed
+
+
+def test_a_build_past_its_timeout_is_killed_with_its_children(made, venv, tmp_path):
+    _, make, _ = made
+    archive, _ = make(timeout=3)
+    python, site = venv
+    pids = tmp_path / "pids"
+    proc = _bootstrap(python, archive, "--", "--version", home=tmp_path / "home", FAKEEXT_MODE="hang",
+                      FAKEEXT_PIDS=str(pids))
+    assert proc.returncode == Exit.BUILD, proc.stderr
+    assert "host build fakeext: not done after 3 s, killed" in proc.stderr
+    for pid in map(int, pids.read_text().split()):  # the backend and the child it started: both gone
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert not (site / "fakeext").exists()
+    # a manifest's longer timeout, shortened for one call by the environment
+    archive, _ = make(timeout=300)
+    proc = _bootstrap(python, archive, "--", "--version", home=tmp_path / "home", FAKEEXT_MODE="hang",
+                      FAKEEXT_PIDS=str(pids), PATCHLANE_HOST_BUILD_TIMEOUT="2")
+    assert proc.returncode == Exit.BUILD, proc.stderr
+    assert "host build fakeext: not done after 2 s, killed" in proc.stderr
+    assert not (site / "fakeext").exists()
+
+
+def test_manifest_host_builds_are_typed_and_closed(lane_repo, tmp_path, capsys):
+    sdist = fake_sdist(tmp_path)
+    add_host_build(lane_repo, sdist, extra="")
+    [host] = load_manifest(lane_repo.root, "fake").base("1.0").host_builds
+    assert (host.name, host.timeout, dict(host.env)) == ("fakeext", 300, {"FAKEEXT_FLAG": "from-manifest"})
+    path = lane_repo.root / "upstream" / "fake.toml"
+    good = path.read_text()
+    for old, new, message in [
+        ('install_with = ["tinydep==1.0"]', 'install_with = ["other==2.0"]',
+         "must be one of the base's runtime_requires"),
+        ('provides = "fakeext==1.0"', 'provides = "fakeext>=1.0"', "must be an exact pin"),
+        ('runtime_requires = ["tinydep==1.0"]', 'runtime_requires = ["tinydep==1.0", "fakeext==1.0"]',
+         "is also in runtime_requires"),
+        ('"nvidia/nccl/include"', '"/usr/include"', "relative to site-packages"),
+        ("timeout = 300", "timeout = 0", "timeout must be at least 1"),
+        (f'filename = "{sdist.name}"', 'filename = "fakeext-1.0-py3-none-any.whl"', "plain sdist file name"),
+    ]:
+        path.write_text(good.replace(old, new))
+        with pytest.raises(ConfigError, match=message):
+            load_manifest(lane_repo.root, "fake")
+    path.write_text(good.replace("timeout = 300", 'timeout = 300\ncolour = "blue"'))
+    load_manifest(lane_repo.root, "fake")
+    assert "host_builds] #1: unknown key 'colour'" in capsys.readouterr().err
+
+
+def test_the_transformer_engine_manifest_builds_its_torch_extension_on_the_host():
+    base = load_manifest(REPO, "transformer-engine").base("2.20.2")
+    [host] = base.host_builds
+    assert host.provides == "transformer-engine-torch==2.20.2" and host.artifact.kind == "sdist"
+    assert host.install_with == ("transformer-engine-cu13==2.20.2",)  # the joined core wheel goes beside it
+    assert [p.provides for p in base.payloads] == list(host.install_with)
+    assert "ninja" in {r.split("==")[0] for r in host.build_requires}  # else torch compiles one file at a time
+
+
+def test_include_dirs_are_looked_for_in_every_site_packages_directory(tmp_path):
+    """pip's installs and a distribution's own packages may sit in two site-packages: nccl.h in one, cudnn.h in the
+    other. Each include directory comes from the first that holds it; one that none holds is left out."""
+    first, second = tmp_path / "purelib", tmp_path / "dist-packages"
+    (first / "nvidia" / "nccl" / "include").mkdir(parents=True)
+    (second / "nvidia" / "nccl" / "include").mkdir(parents=True)
+    (second / "nvidia" / "cudnn" / "include").mkdir(parents=True)
+    wanted = ["nvidia/nccl/include", "nvidia/cudnn/include", "nvidia/absent/include"]
+    assert host_builds.include_path(wanted, [first, second]) == [str(first / "nvidia" / "nccl" / "include"),
+                                                                 str(second / "nvidia" / "cudnn" / "include")]
+    assert host_builds.site_dirs(first)[0] == first
