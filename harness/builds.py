@@ -180,7 +180,18 @@ def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:
         raise
     except git.GitError as exc:
         raise BuildError(f"build {label}: cannot copy {tree} to build from: {exc.stderr.strip() or exc}") from None
+    _refuse_links_leaving(dest, tree, label)
     return dest
+
+
+def _refuse_links_leaving(copy: Path, tree: Path, label: str) -> None:
+    """A build reads nothing outside its tree: a symbolic link that leaves it (absolute, or climbing out) is refused."""
+    leaving = tarsafe.links_leaving(copy)
+    if leaving:
+        rel, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise BuildError(f"build {label}: {tree / rel} is a symbolic link to {target!r}, outside the tree{more}; "
+                         "a build never reads outside its tree")
 
 
 @functools.cache
@@ -208,6 +219,7 @@ def install_wheel(wheel: Path, site: Path, label: str, python: str = sys.executa
 
 def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str]:
     """Lay out the tree's packages under ``site``, plus the manifest's stubs; return the stubbed names."""
+    _refuse_links_leaving(tree, tree, label)  # the copy below follows links
     site.mkdir(parents=True)
     roots = [tree / "src", tree]
     for name in manifest.import_names:

@@ -32,6 +32,7 @@ import email.policy
 import email.utils
 import hashlib
 import os
+import posixpath
 import re
 import shutil
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import git, ui
+from harness import git, tarsafe, ui
 from harness.errors import ConfigError, SeriesError
 from harness.hashing import sha256_file
 from harness.pins import Checkout
@@ -147,9 +148,10 @@ def parse_patch(pack: str, path: Path) -> Patch:
     status = detail = None
     files: list[str] = []
     hunks: list[Hunk] = []
-    in_diff = False
+    in_diff = in_hunk = False
     current = None
     per_file = 0
+    links: set[str] = set()  # files the patch makes symbolic links (mode 120000)
     for no, line in enumerate(lines, 1):
         if not in_diff:
             if line.startswith("Upstream-Status:"):
@@ -168,7 +170,13 @@ def parse_patch(pack: str, path: Path) -> Patch:
             current = m.group(2) if m else line[11:]
             files.append(current)
             per_file = 0
+            in_hunk = False
+        elif in_diff and not in_hunk and line in ("new file mode 120000", "new mode 120000"):
+            links.add(current or "?")
+        elif in_hunk and current in links and line.startswith("+"):
+            _refuse_leaving_link(path, no, current, line[1:])
         elif in_diff and line.startswith("@@"):
+            in_hunk = True
             m = _HUNK.match(line)
             if m:
                 per_file += 1
@@ -180,6 +188,25 @@ def parse_patch(pack: str, path: Path) -> Patch:
     if not files:
         raise ConfigError(f"{path}: the patch changes no file")
     return Patch(pack, path, subject, status, detail, sha256_file(path), tuple(files), tuple(hunks))
+
+
+def _refuse_leaving_link(path: Path, no: int, link: str, target: str) -> None:
+    """A patch line making ``link`` a symbolic link to ``target``: refused when it leaves the tree (absolute, or
+    climbing above the top); one into the tree is checked again once applied (``refuse_links_leaving``)."""
+    inside = posixpath.normpath(posixpath.join(posixpath.dirname(link), target))
+    if posixpath.isabs(target) or inside == ".." or inside.startswith("../"):
+        raise ConfigError(f"{path}:{no}: makes {link} a symbolic link to {target!r}, outside the tree; a build "
+                          "never reads outside its tree", hint="add the file itself, not a link to it")
+
+
+def refuse_links_leaving(tree: Path, where: str) -> None:
+    """Raise SeriesError when a symbolic link in ``tree`` leaves it (after the series of ``where`` applied)."""
+    leaving = tarsafe.links_leaving(tree)
+    if leaving:
+        rel, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise SeriesError(f"{where}: {rel} is a symbolic link to {target!r}, outside the tree{more}; a build never "
+                          "reads outside its tree")
 
 
 def absorbed_at(pack: Pack, base: str | None) -> bool:
@@ -249,6 +276,7 @@ def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
                 for patch in patches:
                     with ui.status(f"applying pack {patch.pack}: {patch.name}"):
                         apply_patch(repo, patch, base)
+                refuse_links_leaving(tmp, _applied(base, patches))
     return PatchedTree(base, tuple(patches), final, key)
 
 
@@ -268,6 +296,12 @@ def check_applies(base: Checkout, patches: list[Patch], scratch: Path) -> None:
     repo = git.clone(base.path, scratch, branch="check")
     for patch in patches:
         apply_patch(repo, patch, base)
+    refuse_links_leaving(scratch, _applied(base, patches))
+
+
+def _applied(base: Checkout, patches: list[Patch]) -> str:
+    packs = sorted({p.pack for p in patches})
+    return f"pack(s) {', '.join(packs) or '-'} applied on {base.target} {base.base.name}"
 
 
 def apply_patch(repo: git.Repo, patch: Patch, base: Checkout, *extra: str) -> None:

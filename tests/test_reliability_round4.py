@@ -4,11 +4,14 @@ a GitHub server that trickles or answers the wrong JSON type, a disk that fills 
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
-from conftest import cli
+from conftest import CORE_BUGGY, cli, git
 from test_export_policy import TESTER, _export, filed, person  # noqa: F401 (fixtures)
 
-from harness.errors import Exit
+from harness.errors import BuildError, Exit
 
 # --------------------------------------------------------------------------- control characters in an identity
 
@@ -53,3 +56,94 @@ def test_a_plain_identity_still_signs_off_once(filed, tmp_path):
     assert _export(filed, out, "--identity", TESTER) == Exit.OK
     [patch] = out.glob("*.patch")
     assert patch.read_text().count("Signed-off-by:") == 1
+
+
+# --------------------------------------------------------------------------- a symbolic link leaving the tree
+
+TOKEN = "host-secret-7f3a9c-not-for-builds"
+
+
+@pytest.fixture
+def host_file(tmp_path):
+    """A directory of the host (outside every tree) holding a token file a build must never read."""
+    d = tmp_path / "host"
+    d.mkdir()
+    (d / "token.txt").write_text(TOKEN + "\n")
+    (d / "__init__.py").write_text(f"TOKEN = {TOKEN!r}\n")
+    return d
+
+
+def _link_patch(workdir, links: dict[str, str]) -> str:
+    """A format-patch adding ``links`` (path -> target) as symbolic links next to fakepkg's core."""
+    repo = workdir / "linksrc"
+    shutil.rmtree(repo, ignore_errors=True)
+    (repo / "src" / "fakepkg").mkdir(parents=True)
+    (repo / "src" / "fakepkg" / "core.py").write_text(CORE_BUGGY)
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    for path, target in links.items():
+        os.symlink(target, repo / path)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "core: add a link\n\nUpstream-Status: Pending\nPack: 01\n")
+    return git(repo, "format-patch", "-1", "--stdout", "--zero-commit", "--no-signature")
+
+
+def _token_nowhere(*dirs) -> None:
+    for d in dirs:
+        if not d.exists():
+            continue
+        for f in d.rglob("*"):
+            if f.is_file() and not f.is_symlink():
+                assert TOKEN.encode() not in f.read_bytes(), f
+
+
+@pytest.mark.parametrize("how", ["absolute", "relative"])
+def test_a_patch_making_a_link_out_of_the_tree_is_refused_and_ships_nothing(lane_repo, host_file, tmp_path, capsys,
+                                                                            how):
+    # relative: climbs above the top (any depth of checkout reaches / first), then down to the host directory
+    target = str(host_file) if how == "absolute" else "../" * 40 + str(host_file).lstrip("/")
+    patch = lane_repo.write_patch(_link_patch(tmp_path, {"src/fakepkg/hostdir": target}))
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert f"{patch}:" in err and "src/fakepkg/hostdir a symbolic link" in err and "outside the tree" in err
+    assert cli("run", "01", *lane_repo.args()) == Exit.USAGE
+    out = tmp_path / "bundle.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), *lane_repo.args()) == Exit.USAGE
+    assert not out.exists()
+    _token_nowhere(lane_repo.cache)
+
+
+def test_a_link_that_leaves_through_another_link_is_refused_once_applied(lane_repo, host_file, tmp_path, capsys):
+    # lexically inside (src/fakepkg/../up/../..), but src/up -> .. makes it climb above the tree
+    patch = _link_patch(tmp_path, {"src/up": "..", "src/fakepkg/hostdir": "../up/../.."})
+    lane_repo.write_patch(patch)
+    assert cli("check", *lane_repo.args()) == Exit.OK  # the header alone cannot tell
+    capsys.readouterr()
+    assert cli("check", "--apply", *lane_repo.args()) == Exit.APPLY
+    assert "src/fakepkg/hostdir is a symbolic link to '../up/../..', outside the tree" in capsys.readouterr().err
+    assert cli("run", "01", *lane_repo.args()) == Exit.APPLY
+    out = tmp_path / "bundle.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), *lane_repo.args()) == Exit.APPLY
+    assert not out.exists()
+    _token_nowhere(lane_repo.cache)
+
+
+def test_the_overlay_copy_never_follows_a_link_out_of_the_tree(lane_repo, host_file, tmp_path):
+    from harness import builds, pins
+    from harness.store import Store
+
+    tree = tmp_path / "tree"
+    (tree / "src" / "fakepkg").mkdir(parents=True)
+    (tree / "src" / "fakepkg" / "__init__.py").write_text("")
+    os.symlink(host_file, tree / "src" / "fakepkg" / "hostdir")
+    git(tree, "init", "-q")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "a base whose tree links out")
+    manifest = pins.load_manifest(lane_repo.root, "fake")
+    store = Store(tmp_path / "cache2")
+    with pytest.raises(BuildError, match=r"src/fakepkg/hostdir is a symbolic link to .*outside the tree") as info:
+        builds.build(tree, "k" * 64, manifest, store, "fake base")
+    assert info.value.exit_code == Exit.BUILD
+    _token_nowhere(tmp_path / "cache2")
+    assert not [p for p in (tmp_path / "cache2").rglob("*") if p.name == "token.txt"]
