@@ -147,3 +147,94 @@ def test_the_overlay_copy_never_follows_a_link_out_of_the_tree(lane_repo, host_f
     assert info.value.exit_code == Exit.BUILD
     _token_nowhere(tmp_path / "cache2")
     assert not [p for p in (tmp_path / "cache2").rglob("*") if p.name == "token.txt"]
+
+
+# --------------------------------------------------------------------------- tracking.toml that lies
+
+
+def _github_target(lane_repo) -> None:
+    path = lane_repo.root / "upstream" / "fake.toml"
+    path.write_text(path.read_text().replace('repo = "https://example.invalid/fake"',
+                                             'repo = "https://github.com/Fake-Org/fakepkg"'))
+
+
+def _thread(url: str, state: str = "open", role: str = "context") -> str:
+    return f'\n[[packs.01.threads]]\nurl = "{url}"\nrole = "{role}"\nstate = "{state}"\n'
+
+
+def _decision(ref: str, date: str) -> str:
+    return (f'\n[[packs.01.related]]\nref = "{ref}"\nrelation = "independent"\nreason = "another file"\n'
+            f'date = {date}\n')
+
+
+def _refused(lane_repo, capsys) -> str:
+    """Every command that loads tracking.toml refuses it (check and list shown): the one line it prints."""
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    assert cli("list", *lane_repo.args()) == Exit.USAGE
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("harness: error:")]
+    assert len(err) == 2 and err[0] == err[1], err
+    return err[0]
+
+
+def _line_of(lane_repo, text: str, nth: int = 0) -> int:
+    lines = (lane_repo.root / "tracking.toml").read_text().splitlines()
+    return [no for no, ln in enumerate(lines, 1) if text in ln][nth]
+
+
+def test_a_decision_dated_after_today_is_refused(lane_repo, capsys):
+    import datetime
+
+    later = (datetime.date.today() + datetime.timedelta(days=2)).isoformat()
+    lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", later))
+    err = _refused(lane_repo, capsys)
+    line = _line_of(lane_repo, 'ref = "fake-org/fakepkg#7"')
+    assert f"tracking.toml:{line} [packs.01] related[0] (fake-org/fakepkg#7): key 'date' is {later}, after today" in err
+    lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", datetime.date.today().isoformat()))
+    assert cli("check", *lane_repo.args()) == Exit.OK
+
+
+def test_a_decision_dated_2099_is_refused(lane_repo, capsys):
+    lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", "2099-01-01"))
+    assert "key 'date' is 2099-01-01, after today" in _refused(lane_repo, capsys)
+
+
+def test_one_candidate_decided_twice_in_another_case_is_refused(lane_repo, capsys):
+    lane_repo.write_tracking(extra=_decision("NVIDIA/Megatron-LM#123", "2026-01-02")
+                             + _decision("nvidia/megatron-lm#123", "2026-01-03"))
+    err = _refused(lane_repo, capsys)
+    line = _line_of(lane_repo, 'ref = "nvidia/megatron-lm#123"')
+    assert f"tracking.toml:{line} [packs.01] related[1]: nvidia/megatron-lm#123 is decided twice" in err
+
+
+@pytest.mark.parametrize("first, second, how", [
+    (_thread("https://github.com/NVIDIA/Megatron-LM/pull/123"), _thread("https://github.com/nvidia/megatron-lm/pull/123"),
+     "listed twice"),
+    (_thread("https://github.com/fake-org/fakepkg/pull/5", "open"),
+     _thread("https://github.com/fake-org/fakepkg/issues/5", "merged"),
+     "listed with contradictory states ('open' there, 'merged' here)"),
+])
+def test_one_thread_listed_twice_is_refused(lane_repo, capsys, first, second, how):
+    lane_repo.write_tracking(extra=first + second)
+    err = _refused(lane_repo, capsys)
+    url = second.split('url = "')[1].split('"')[0]
+    assert f"tracking.toml:{_line_of(lane_repo, url)} [packs.01] threads[1]: {url} is threads[0]" in err
+    assert how in err
+
+
+def test_a_filing_target_in_another_repository_is_refused(lane_repo, capsys):
+    _github_target(lane_repo)
+    lane_repo.write_tracking(extra=_thread("https://github.com/other-org/fakepkg/pull/9", role="filing target"))
+    err = _refused(lane_repo, capsys)
+    line = _line_of(lane_repo, "other-org/fakepkg/pull/9")
+    assert f"tracking.toml:{line} [packs.01] threads[0]: the filing target https://github.com/other-org/fakepkg/pull/9 " \
+           "is not in the pack's target repository (https://github.com/Fake-Org/fakepkg, fake.toml)" in err
+    lane_repo.write_tracking(extra=_thread("https://github.com/fake-org/FAKEPKG/pull/9", role="filing target"))
+    assert cli("check", *lane_repo.args()) == Exit.OK  # the same repository, in GitHub's own case-blindness
+
+
+def test_the_committed_tracking_toml_still_loads():
+    from pathlib import Path
+
+    from harness.tracking import Tracking
+
+    assert len(Tracking.load(Path(__file__).resolve().parent.parent).packs) >= 17
