@@ -238,3 +238,168 @@ def test_the_committed_tracking_toml_still_loads():
     from harness.tracking import Tracking
 
     assert len(Tracking.load(Path(__file__).resolve().parent.parent).packs) >= 17
+
+
+# --------------------------------------------------------------------------- a GitHub server that misbehaves
+
+
+class _Server:
+    """A one-route HTTP server on 127.0.0.1: ``answer(handler)`` writes the whole response itself."""
+
+    def __init__(self, answer):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                try:
+                    answer(self)
+                except OSError:  # the client gave up and closed: stop
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.server.block_on_close = False  # a trickling handler ends by itself, later
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def serve():
+    made = []
+
+    def start(answer):
+        made.append(_Server(answer))
+        return made[-1].url
+
+    yield start
+    for s in made:
+        s.close()
+
+
+def _json_answer(body: bytes):
+    def answer(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+    return answer
+
+
+def _trickle(h, gap: float = 2.0, most: int = 30) -> None:
+    """One byte every ``gap`` seconds, ``most`` bytes at most (then it stops by itself)."""
+    import time
+
+    h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    h.wfile.flush()
+    for _ in range(most):
+        h.wfile.write(b" ")
+        h.wfile.flush()
+        time.sleep(gap)
+
+
+def _trickle_headers(h) -> None:
+    import time
+
+    for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 30:  # never reaches the end of the headers
+        h.wfile.write(bytes([byte]))
+        h.wfile.flush()
+        time.sleep(0.5 if byte != ord("a") else 2.0)
+
+
+def _related(lane_repo, url: str, *extra: str) -> int:
+    return cli("related", "01", "--api-url", url, *extra, *lane_repo.args())
+
+
+@pytest.mark.parametrize("answer", [_trickle, _trickle_headers], ids=["body", "headers"])
+def test_a_server_that_trickles_hits_the_whole_request_timeout(lane_repo, serve, capsys, answer):
+    import time
+
+    url = serve(answer)
+    began = time.monotonic()
+    assert _related(lane_repo, url, "--timeout", "3") == Exit.UPSTREAM
+    took = time.monotonic() - began
+    assert took < 10, took  # the per-read limit alone never fires: one byte every 2 s runs for minutes
+    err = capsys.readouterr().err
+    assert "no whole answer within --timeout 3 s" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("body, said", [(b"[]", "JSON list, not the object"), (b"null", "JSON null, not the object"),
+                                        (b'"a string"', "JSON str, not the object"), (b"{", "is not JSON")])
+def test_json_of_the_wrong_type_is_a_clean_artefact_error(lane_repo, serve, capsys, body, said):
+    url = serve(_json_answer(body))
+    assert _related(lane_repo, url) == Exit.PIN
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{url}/rate_limit: answer is" in err[0] and said in err[0], err
+
+
+def test_a_wrong_type_deeper_down_is_refused_too(monkeypatch):
+    from harness import github
+
+    client = github.GitHub("http://127.0.0.1:9")
+
+    class Resp:
+        status_code, headers = 200, {}
+
+        def __init__(self, body):
+            self.body = body
+
+        def iter_content(self, n):
+            yield self.body
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+    monkeypatch.setattr(client._session, "get", lambda url, **kw: Resp(b"{}"))
+    with pytest.raises(github.BadAnswer, match="JSON dict, not the array"):
+        client.get("/repos/o/r/issues/1/comments?per_page=100")
+    monkeypatch.setattr(client._session, "get", lambda url, **kw: Resp(b"[]"))
+    assert client.get("/repos/o/r/commits?path=x") == []
+
+
+def test_a_body_past_the_cap_is_refused_without_reading_it_all(lane_repo, serve, capsys, monkeypatch):
+    from harness import github
+
+    monkeypatch.setattr(github, "MAX_BODY", 1 << 20)
+    sent = []
+
+    def huge(h):  # no Content-Length: only reading tells the size
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        h.wfile.write(b'{"x": "')
+        for _ in range(64):  # 64 MiB if read whole
+            h.wfile.write(b"a" * (1 << 20))
+            sent.append(1)
+
+    url = serve(huge)
+    assert _related(lane_repo, url) == Exit.PIN
+    err = capsys.readouterr().err
+    assert "answer longer than the 1048576 bytes an answer may have" in err and "Traceback" not in err
+    assert len(sent) < 64  # the client stopped reading and closed
+
+    announced = serve(lambda h: (h.send_response(200), h.send_header("Content-Length", str(50 << 20)),
+                                 h.end_headers()))
+    assert _related(lane_repo, announced) == Exit.PIN
+    assert "answer of 52428800 bytes, more than the 1048576" in capsys.readouterr().err
+
+
+def test_related_never_answers_from_the_test_fixtures_when_github_times_out(lane_repo, serve, capsys, monkeypatch):
+    monkeypatch.delenv("PATCHLANE_GITHUB_RECORDED", raising=False)
+    (lane_repo.root / "tests" / "fixtures" / "github" / "search" / "issues").mkdir(parents=True)
+    url = serve(_trickle)
+    assert _related(lane_repo, url, "--timeout", "2", "--json") == Exit.UPSTREAM
+    out = capsys.readouterr()
+    assert out.out == ""  # no answer at all, rather than test data passed off as GitHub's
+    assert "not answering from the recorded test answers in" in out.err and "--offline" in out.err
