@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
-from conftest import CORE_BUGGY, cli, git
+from conftest import CORE_BUGGY, REPO, cli, git
 from test_export_policy import TESTER, _export, filed, person  # noqa: F401 (fixtures)
 
 from harness.errors import BuildError, Exit
@@ -233,8 +234,6 @@ def test_a_filing_target_in_another_repository_is_refused(lane_repo, capsys):
 
 
 def test_the_committed_tracking_toml_still_loads():
-    from pathlib import Path
-
     from harness.tracking import Tracking
 
     assert len(Tracking.load(Path(__file__).resolve().parent.parent).packs) >= 17
@@ -403,3 +402,89 @@ def test_related_never_answers_from_the_test_fixtures_when_github_times_out(lane
     out = capsys.readouterr()
     assert out.out == ""  # no answer at all, rather than test data passed off as GitHub's
     assert "not answering from the recorded test answers in" in out.err and "--offline" in out.err
+
+
+# --------------------------------------------------------------------------- a bundle under another Python
+
+PYENV = Path("/root/.pyenv/versions")
+
+
+def _interpreter(minor: int) -> Path | None:
+    found = sorted(PYENV.glob(f"3.{minor}.*/bin/python3.{minor}")) if PYENV.is_dir() else []
+    return found[-1] if found else None
+
+
+def _fake_bundle(tmp_path, python: str, wheel: str, kind: str = "overlay") -> Path:
+    """A bundle for ``python`` holding one harness wheel named ``wheel`` (a real, empty wheel) and a build."""
+    import hashlib
+    import io
+    import json
+    import tarfile
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("tinydep/__init__.py", "")
+        zf.writestr("tinydep-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n")
+        zf.writestr("tinydep-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        zf.writestr("tinydep-1.0.dist-info/RECORD", "")
+    files = {f"wheels/{wheel}": buf.getvalue(), "builds/site.tar": b"x" * 512}
+    index = {"python": python, "packs": ["01"], "harness_wheels": [f"wheels/{wheel}"],
+             "wheels": [{"file": f"wheels/{wheel}", "sha256": hashlib.sha256(files[f"wheels/{wheel}"]).hexdigest()}],
+             "builds": {"k": {"kind": kind, "lanes": ["fix"], "file": "builds/site.tar",
+                              "sha256": hashlib.sha256(files["builds/site.tar"]).hexdigest()}}}
+    files["bundle.json"] = json.dumps(index).encode()
+    out = tmp_path / f"bundle-{python}-{kind}.tar.xz"
+    with tarfile.open(out, "w:xz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"patchlane-bundle/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return out
+
+
+def _boot(python, archive, tmp_path, *args: str):
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "XDG_CACHE_HOME")}
+    env["PATCHLANE_HOME"] = str(tmp_path / "home")
+    return subprocess.run([str(python), "-m", "harness.bootstrap", str(archive), "--", *args], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=300)
+
+
+@pytest.mark.parametrize("minor", [11, 13])
+def test_a_bundle_for_3_12_under_another_python_is_exit_pin_naming_both(tmp_path, minor):
+    python = _interpreter(minor)
+    if python is None:
+        pytest.skip(f"no Python 3.{minor} under {PYENV} to bootstrap with")
+    archive = _fake_bundle(tmp_path, "3.12", "charset_normalizer-3.4.0-cp312-cp312-manylinux_2_17_x86_64.whl")
+    proc = _boot(python, archive, tmp_path, "list")
+    assert proc.returncode == Exit.PIN, proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert err[-1].startswith("harness.bootstrap: error: the bundle was made for Python 3.12, but this is "
+                              f"Python 3.{minor}"), err
+    assert "charset_normalizer-3.4.0-cp312" in err[-1] and "Traceback" not in proc.stderr
+    assert "not a supported wheel" not in proc.stderr and not list((tmp_path / "home").rglob("site-*"))
+
+
+def test_a_wheel_build_ties_the_bundle_to_its_python_too(tmp_path):
+    from harness import bootstrap
+
+    index = {"python": "3.12", "wheels": [], "builds": {"k": {"kind": "wheel", "file": "builds/liger.whl"}}}
+    assert "made for Python 3.12, but this is Python 3.13" in bootstrap.python_mismatch(index, (3, 13))
+    assert bootstrap.python_mismatch(index, (3, 12)) is None
+    index["builds"]["k"]["kind"] = "overlay"  # an overlay and pure wheels run on any Python
+    index["wheels"] = [{"file": "wheels/rich-13.9.4-py3-none-any.whl"}, {"file": "wheels/x-1-cp38-abi3-any.whl"}]
+    assert bootstrap.python_mismatch(index, (3, 11)) is None
+    index["wheels"].append({"file": "wheels/y-1-cp312-cp312-linux_x86_64.whl"})
+    assert "y-1-cp312-cp312-linux_x86_64.whl cannot run here" in bootstrap.python_mismatch(index, (3, 11))
+
+
+def test_the_bundles_own_python_gets_past_the_check(tmp_path):
+    python = _interpreter(12)
+    if python is None:
+        pytest.skip(f"no Python 3.12 under {PYENV}")
+    archive = _fake_bundle(tmp_path, "3.12", "tinydep-1.0-cp312-cp312-manylinux_2_17_x86_64.whl")
+    proc = _boot(python, archive, tmp_path, "--version")
+    assert "made for Python" not in proc.stderr
+    assert "installing 1 wheel(s) offline" in proc.stderr, proc.stderr
