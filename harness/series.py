@@ -40,7 +40,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import git, tarsafe, ui
+from harness import git, guard, tarsafe, ui
 from harness.errors import ConfigError, SeriesError
 from harness.hashing import sha256_file
 from harness.pins import Checkout
@@ -110,7 +110,17 @@ def ported_bases(root: Path, target: str, pack: str) -> list[str]:
 
 
 def load_series(root: Path, target: str, pack: str, base: str | None = None) -> list[Patch]:
-    """The pack's patches in order for ``base`` (its ported series if it has one; an empty list when none)."""
+    """The pack's patches in order for ``base`` (its ported series if it has one; an empty list when none).
+
+    A series directory that a regen killed between its two renames left only as a backup is refused (naming the
+    backup), never read as "no series"."""
+    top = root / "patches" / target / pack
+    for where in (top, *([top / base] if base is not None else [])):
+        left = swap_backups(where)
+        if left and not where.is_dir():
+            raise ConfigError(f"{where}: missing; a regen killed while it swapped the series left the previous one "
+                              f"in {left[0]}", hint=f"run 'harness regen {pack}' (it puts the backup back first), "
+                                                    f"or move {left[0].name} back to {where.name}")
     d = series_dir(root, target, pack, base)
     if not d.is_dir():
         return []
@@ -509,6 +519,53 @@ def compare(old_dir: Path, new_dir: Path) -> SeriesDiff:
         chunks.extend(difflib.unified_diff(a_text, b_text, f"a/{a.name}" if a else "/dev/null",
                                            f"b/{b.name}" if b else "/dev/null"))
     return SeriesDiff(bool(chunks), "".join(chunks), tuple(added), tuple(removed), tuple(modified))
+
+
+def swap_backups(dest: Path) -> list[Path]:
+    """The previous series ``replace_series`` kept beside ``dest`` (``.<name>.bak-<pid>``), oldest name first."""
+    return sorted(p for p in dest.parent.glob(f".{dest.name}.bak-*") if p.is_dir()) if dest.parent.is_dir() else []
+
+
+def _owner(path: Path, prefix: str) -> int | None:
+    """The process id in ``path``'s name after ``prefix`` (``<prefix><pid>[-...]``), None without one."""
+    head = path.name[len(prefix):].split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def recover_swap(dest: Path) -> Path | None:
+    """Put back the series a regen killed between its two renames left only as ``.<name>.bak-<pid>`` (``dest``
+    missing, the backup's process gone); returns the backup put back (None: nothing to recover).
+
+    The previous series is the one the edit checkout's state still records, so putting it back leaves the pack
+    exactly as before the killed regen, which can then simply run again."""
+    if dest.exists():
+        return None
+    left = swap_backups(dest)
+    live = [b for b in left if (pid := _owner(b, f".{dest.name}.bak-")) is not None and guard.process_exists(pid)]
+    if live:
+        raise ConfigError(f"{dest}: missing while process {_owner(live[0], f'.{dest.name}.bak-')} swaps it "
+                          f"({live[0]}); wait for it to end")
+    if not left:
+        return None
+    if len(left) > 1:
+        raise ConfigError(f"{dest}: missing, and several backups of it were left ({', '.join(p.name for p in left)}); "
+                          "move the one to keep back by hand")
+    os.replace(left[0], dest)
+    return left[0]
+
+
+def sweep_regen_scratch(parent: Path, pack: str) -> list[Path]:
+    """Remove the ``.regen-<pack>-<pid>-*`` scratch directories of regens that are gone (a name without a pid
+    comes from a harness before pids were named, none of which runs now); return what was removed."""
+    prefix = f".regen-{pack}-"
+    gone = []
+    for scratch in sorted(parent.glob(prefix + "*")) if parent.is_dir() else []:
+        pid = _owner(scratch, prefix)
+        if pid is not None and guard.process_exists(pid):
+            continue
+        shutil.rmtree(scratch, ignore_errors=True)
+        gone.append(scratch)
+    return gone
 
 
 def replace_series(dest: Path, new: Path) -> Path | None:

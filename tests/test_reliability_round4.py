@@ -488,3 +488,78 @@ def test_the_bundles_own_python_gets_past_the_check(tmp_path):
     proc = _boot(python, archive, tmp_path, "--version")
     assert "made for Python" not in proc.stderr
     assert "installing 1 wheel(s) offline" in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------- regen SIGKILLed between its renames
+
+# The child dies by a real SIGKILL at the second rename of the swap (the new series into place), after the first
+# (the old series to its backup) went through: the state the issue found.
+_KILLED_BETWEEN_RENAMES = (
+    "import os, signal, sys\n"
+    "real = os.replace\n"
+    "def replace(src, dst, **kw):\n"
+    "    if os.path.basename(str(src)).startswith('.regen-'):\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return real(src, dst, **kw)\n"
+    "os.replace = replace\n"
+    "from harness.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n")
+
+
+def _killed_between_renames(lane_repo, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from test_reliability_faults import _amended_checkout
+
+    edit = _amended_checkout(lane_repo, tmp_path, capsys)
+    proc = subprocess.run([sys.executable, "-c", _KILLED_BETWEEN_RENAMES, "regen", "01", "--dir", str(edit),
+                           *lane_repo.args()], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    patches = lane_repo.root / "patches" / "fake"
+    left = sorted(p.name for p in patches.iterdir())
+    assert "01" not in left and [n for n in left if n.startswith(".01.bak-")], left  # the series is gone
+    assert [n for n in left if n.startswith(".regen-01-")], left  # and the new one is stranded in scratch
+    capsys.readouterr()
+    return edit, patches
+
+
+def test_check_fails_on_a_pack_whose_series_a_killed_regen_left_as_a_backup(lane_repo, tmp_path, capsys):
+    _, patches = _killed_between_renames(lane_repo, tmp_path, capsys)
+    [backup] = patches.glob(".01.bak-*")
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert f"{patches / '01'}: missing; a regen killed while it swapped the series left the previous one in " \
+           f"{backup}" in err and "harness regen 01" in err
+    assert cli("run", "01", *lane_repo.args()) == Exit.USAGE  # never run as a pack with no patches
+
+
+def test_the_next_regen_puts_the_series_back_sweeps_its_scratch_and_finishes(lane_repo, tmp_path, capsys):
+    from test_reliability_faults import _settled
+
+    edit, patches = _killed_between_renames(lane_repo, tmp_path, capsys)
+    assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "put back" in err and "was killed between its two renames" in err
+    assert "removed" in err and ".regen-01-" in err
+    _settled(lane_repo, edit, capsys)  # the edit is in the series; no backup, no scratch; regen and edit agree
+    assert cli("check", *lane_repo.args()) == Exit.OK
+
+
+def test_check_fails_on_a_patched_pack_with_no_series_at_all(lane_repo, capsys):
+    shutil.rmtree(lane_repo.root / "patches" / "fake" / "01")
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    assert "pack 01: lane(s) fix run the patched build, but" in capsys.readouterr().err
+
+
+def test_a_live_regens_scratch_is_never_swept(lane_repo, tmp_path):
+    from harness import series
+
+    parent = lane_repo.root / "patches" / "fake"
+    mine = parent / f".regen-01-{os.getpid()}-abc"
+    dead = parent / ".regen-01-999999999-abc"
+    old = parent / ".regen-01-xyz"  # named before pids were
+    for d in (mine, dead, old):
+        d.mkdir()
+    assert series.sweep_regen_scratch(parent, "01") == [dead, old]
+    assert mine.is_dir()
