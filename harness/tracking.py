@@ -27,7 +27,7 @@ import tomlkit
 from filelock import FileLock
 
 from harness import pins, ui, upstream_tests
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WriteError
 from harness.tomlutil import choice, field, load_document, str_list
 
 KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
@@ -396,12 +396,21 @@ class Tracking:
                                       "update cannot be applied (nothing written)") from None
             text = tomlkit.dumps(doc)
             mode = stat.S_IMODE(self.path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
-            fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
+            except OSError as exc:
+                raise WriteError.of(exc, "tracking.toml's new copy", self.path.parent) from None
             try:
                 os.fchmod(fd, mode)
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())  # a full disk shows here at the latest, before the old file is replaced
                 os.replace(tmp, self.path)
+            except OSError as exc:
+                Path(tmp).unlink(missing_ok=True)
+                raise WriteError.of(exc, "tracking.toml", self.path,
+                                    hint=f"free space in {self.path.parent}; {self.path} is as it was") from None
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise

@@ -563,3 +563,131 @@ def test_a_live_regens_scratch_is_never_swept(lane_repo, tmp_path):
         d.mkdir()
     assert series.sweep_regen_scratch(parent, "01") == [dead, old]
     assert mine.is_dir()
+
+
+# --------------------------------------------------------------------------- a disk that fills up
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """Mount a small tmpfs at a directory (``mount(dir, size)``), unmounted at the end; skips where mounting is
+    not permitted (not root, or no CAP_SYS_ADMIN in this container)."""
+    import subprocess
+
+    mounted = []
+
+    def mount(directory, size: str = "1m"):
+        directory.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a small tmpfs here to fill up ({done.stderr.strip() or done.returncode})")
+        mounted.append(directory)
+        return directory
+
+    yield mount
+    for d in reversed(mounted):
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def _fill(directory, leave: int = 0) -> None:
+    """Fill the filesystem of ``directory`` until ``leave`` bytes are free (rounded to its blocks)."""
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    with open(directory / ".filler", "wb") as fh:
+        fh.write(b"\0" * max(free - leave, 0))
+    if leave == 0:  # what block rounding left
+        try:
+            with open(directory / ".filler2", "wb") as fh:
+                while True:
+                    fh.write(b"\0" * 512)
+                    fh.flush()
+        except OSError:
+            pass
+
+
+def _used(directory) -> int:
+    st = os.statvfs(directory)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def _clean(directory) -> list[str]:
+    """What is in ``directory`` besides the fillers: scratch, partial or half-made entries would show here."""
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if not p.name.startswith(".filler"))
+
+
+def test_a_full_disk_copying_the_sdist_into_the_cache_is_exit_io(lane_repo, small_fs, tmp_path, capsys):
+    downloads = small_fs(lane_repo.cache / "downloads")
+    _fill(downloads)
+    assert cli("prepare", "01", "--artifacts", str(lane_repo.sdist.parent), *lane_repo.args()) == Exit.IO
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "No space left on device" in err and "Traceback" not in err
+    assert not [p for p in _clean(downloads) if p.endswith((".partial", ".tar.gz"))]
+
+
+def test_a_full_disk_unpacking_the_sdist_is_exit_io(lane_repo, small_fs, capsys):
+    bases = small_fs(lane_repo.cache / "bases")
+    _fill(bases)
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.IO
+    err = capsys.readouterr().err
+    assert "No space left on device" in err and "nothing was kept" in err and "Traceback" not in err
+    assert not [p for p in _clean(bases) if ".tmp-" in p or "1.0-" in p]  # no scratch, no half-made base
+
+
+def test_a_full_disk_in_the_clone_to_build_from_is_exit_io(lane_repo, small_fs, capsys):
+    assert cli("prepare", "01", "--lane", "bug", *lane_repo.args()) == Exit.OK  # the base, on a roomy disk
+    builds = small_fs(lane_repo.cache / "builds.full")
+    os.rename(lane_repo.cache / "builds", lane_repo.cache / "builds.old")
+    os.symlink(builds, lane_repo.cache / "builds")  # the builds area now lives on the small filesystem
+    _fill(builds)
+    capsys.readouterr()
+    assert cli("prepare", "01", *lane_repo.args()) == Exit.IO
+    err = capsys.readouterr().err
+    assert "the copy of" in err and "to build from" in err and "No space left on device" in err
+    assert not [p for p in _clean(builds) if not p.startswith(".lock")]  # nothing half-made
+
+
+def test_a_full_disk_in_the_overlay_copy_is_exit_io_with_nothing_kept(lane_repo, small_fs, tmp_path):
+    from harness import builds, git, pins
+    from harness.errors import WriteError
+    from harness.store import Store
+
+    tree = tmp_path / "tree"
+    (tree / "src" / "fakepkg").mkdir(parents=True)
+    (tree / "src" / "fakepkg" / "__init__.py").write_text("")
+    (tree / "src" / "fakepkg" / "blob.bin").write_bytes(os.urandom(384 * 1024))  # incompressible
+    git_ = __import__("conftest").git
+    git_(tree, "init", "-q")
+    git_(tree, "add", "-A")
+    git_(tree, "commit", "-q", "-m", "a package bigger than the space left for its copy")
+    store = Store(tmp_path / "cache")
+    area = small_fs(store.root / "builds", "4m")
+    probe = area / "probe"
+    before = _used(area)
+    git.clone(tree, probe, branch="build")  # what the clone to build from takes on this filesystem
+    clone = _used(area) - before
+    shutil.rmtree(probe)
+    _fill(area, leave=clone + 96 * 1024)  # room for the clone, not for the package's copy
+    manifest = pins.load_manifest(lane_repo.root, "fake")
+    with pytest.raises(WriteError, match=r"cannot write build fake base into .*: No space left on device; "
+                                         "nothing was written") as info:
+        builds.build(tree, "k" * 64, manifest, store, "fake base")
+    assert info.value.exit_code == Exit.IO
+    assert _clean(area) == []  # no scratch entry, no half-copied site
+
+
+def test_a_full_disk_saving_tracking_toml_is_exit_io_and_keeps_the_file(lane_repo, small_fs, tmp_path):
+    from harness.errors import WriteError
+    from harness.tracking import Tracking
+
+    root = small_fs(tmp_path / "small-root", "1m")
+    shutil.copytree(lane_repo.root, root, dirs_exist_ok=True)
+    before = (root / "tracking.toml").read_bytes()
+    t = Tracking.load(root)
+    t.record_validation("01", "fix", {"verdict": "pass", "date": "2026-01-01"})
+    _fill(root)
+    with pytest.raises(WriteError, match="cannot write tracking.toml: .*No space left on device") as info:
+        t.save()
+    assert info.value.exit_code == Exit.IO
+    assert (root / "tracking.toml").read_bytes() == before
+    assert not [p for p in _clean(root) if p.startswith(".tracking-")]
