@@ -691,3 +691,157 @@ def test_a_full_disk_saving_tracking_toml_is_exit_io_and_keeps_the_file(lane_rep
     assert info.value.exit_code == Exit.IO
     assert (root / "tracking.toml").read_bytes() == before
     assert not [p for p in _clean(root) if p.startswith(".tracking-")]
+
+
+# --------------------------------------------------------------------------- smaller ones
+
+
+CFGERR = (  # pylint's line for a plugin it cannot load: it names the file, at a line the series never touches
+    "import sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    print(f\"{path}:1:0: E0013: Plugin 'nope' is impossible to load, is it installed ? \"\n"
+    "          \"('No module named nope') (bad-plugin-value)\")\n"
+    "sys.exit(2)\n")
+
+
+def _fakecfg_wheel(dest) -> None:
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {"fakecfg/__init__.py": "", "fakecfg/__main__.py": CFGERR,
+             "fakecfg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: fakecfg\nVersion: 1.0\n",
+             "fakecfg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                                            "Tag: py3-none-any\n"}
+    record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(t.encode())}" for n, t in files.items()] + ["fakecfg-1.0.dist-info/RECORD,,"]
+    with zipfile.ZipFile(dest / "fakecfg-1.0-py3-none-any.whl", "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+        zf.writestr("fakecfg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+
+
+def test_a_linter_failing_on_its_own_configuration_is_a_failure_not_zero_findings(filed, tmp_path, capsys):
+    from test_export_policy import _check, _policy, _set_policy
+
+    _fakecfg_wheel(filed.wheels)
+    _set_policy(filed, _policy(checks=_check("pylint", "fakecfg", "lint").replace("fakelint==1.0", "fakecfg==1.0")))
+    out = tmp_path / "filed"
+    assert _export(filed, out, "--identity", TESTER, "--report-only") == Exit.LINT
+    err = capsys.readouterr().err
+    assert "pylint (fakecfg==1.0) failed on its own configuration (exit 2)" in err and "E0013" in err
+    assert not out.exists()
+
+
+# A build backend's child that leaves the process group (setsid) and loses its parent (a double fork): only the
+# guard, which adopts orphans, still knows it.
+_SETSID_SPAWN = (
+    "import os, subprocess, sys, time\n"
+    "pidfile = sys.argv[1]\n"
+    "code = ('import os, sys, time\\n'\n"
+    "        'if os.fork(): os._exit(0)\\n'  # the middle process exits: the grandchild is an orphan\n"
+    "        'os.setsid()\\n'\n"
+    "        'open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); os.rename(sys.argv[1] + \".tmp\", sys.argv[1])\\n'\n"
+    "        'time.sleep(120)\\n')\n"
+    "subprocess.Popen([sys.executable, '-c', code, pidfile]).wait()\n"
+    "time.sleep(120)\n")
+
+
+def _escaped_pid(pidfile, within: float = 20.0) -> int:
+    import time
+
+    end = time.monotonic() + within
+    while not pidfile.exists():
+        assert time.monotonic() < end, "the setsid child never started"
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    assert os.getsid(pid) == pid  # it left the guard's session and group
+    return pid
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    import time
+
+    from conftest import alive
+
+    end = time.monotonic() + within
+    while alive(pid):
+        if time.monotonic() > end:
+            os.kill(pid, 9)  # do not leak it past the test
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_setsid_child_dies_with_the_guarded_command_at_its_time_limit(tmp_path):
+    import subprocess
+    import sys
+
+    from harness import guard
+
+    pidfile = tmp_path / "escaped.pid"
+    with pytest.raises(subprocess.TimeoutExpired):
+        guard.run([sys.executable, "-c", _SETSID_SPAWN, str(pidfile)], timeout=3)  # what SIGTERM's cleanup runs too
+    assert _gone(_escaped_pid(pidfile, within=1))
+
+
+def test_a_setsid_child_dies_when_the_harness_is_sigkilled(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    pidfile = tmp_path / "escaped.pid"
+    harness = ("import sys\nfrom harness import guard\n"
+               f"guard.run([sys.executable, '-c', {_SETSID_SPAWN!r}, {str(pidfile)!r}])\n")
+    proc = subprocess.Popen([sys.executable, "-c", harness], cwd=REPO)
+    try:
+        pid = _escaped_pid(pidfile)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert _gone(pid)
+
+
+def test_a_sigkilled_sweeps_scratch_is_swept_by_the_next_not_a_live_ones(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from harness import sweep
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f"{sweep.SCRATCH_PREFIX}{int(dead.stdout)}-abc"
+    live = tmp_path / f"{sweep.SCRATCH_PREFIX}{os.getppid()}-def"  # a process that exists
+    for d in (stale, live):
+        (d / "lane").mkdir(parents=True)
+    from harness.lanes import sweep_stale_temp
+
+    assert sweep_stale_temp(tmp_path, (sweep.SCRATCH_PREFIX,)) == [stale]
+    assert live.is_dir() and not stale.exists()
+
+
+def test_the_next_sweep_removes_what_a_sigkilled_sweep_left(lane_repo, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), FAKE_MODE="hang")
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", *lane_repo.args()], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp.glob(f"patchlane-sweep-{proc.pid}-*")) or not list(tmp.glob("patchlane-log-*")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    [left] = tmp.glob(f"patchlane-sweep-{proc.pid}-*")  # what a sweep killed outright leaves
+    env.pop("FAKE_MODE")
+    again = subprocess.run([sys.executable, "-m", "harness", "sweep", *lane_repo.args()], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == Exit.OK, again.stderr
+    assert f"removed {left}, left by a sweep that was killed" in again.stderr
+    assert not left.exists()
