@@ -40,7 +40,7 @@ MEANINGS: dict[Exit, str] = {
     Exit.MISMATCH: "a lane ran to completion but printed another sentinel",
     Exit.USAGE: "bad input: arguments, tracking.toml, a manifest, a patch header",
     Exit.SKIPPED: "a lane needs hardware this host lacks; nothing was validated",
-    Exit.PIN: "a pinned artefact or bundle cannot be fetched or fails its sha256",
+    Exit.PIN: "a pinned artefact or bundle cannot be fetched or fails its sha256 (or a GitHub answer its shape)",
     Exit.APPLY: "a patch of the series does not apply",
     Exit.BUILD: "building, installing or import-checking a build failed",
     Exit.CRASH: "a reproducer died: non-zero exit, no verdict, or no host stamp",

@@ -9,10 +9,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+import test_export_policy as _policy
 from conftest import CORE_BUGGY, REPO, cli, git
-from test_export_policy import TESTER, _export, filed, person  # noqa: F401 (fixtures)
+from test_export_policy import TESTER, _export
 
 from harness.errors import BuildError, Exit
+
+filed, person = _policy.filed, _policy.person  # the export tests' fixtures: an upstream with a [policy], a HOME
 
 # --------------------------------------------------------------------------- control characters in an identity
 
@@ -227,8 +230,9 @@ def test_a_filing_target_in_another_repository_is_refused(lane_repo, capsys):
     lane_repo.write_tracking(extra=_thread("https://github.com/other-org/fakepkg/pull/9", role="filing target"))
     err = _refused(lane_repo, capsys)
     line = _line_of(lane_repo, "other-org/fakepkg/pull/9")
-    assert f"tracking.toml:{line} [packs.01] threads[0]: the filing target https://github.com/other-org/fakepkg/pull/9 " \
-           "is not in the pack's target repository (https://github.com/Fake-Org/fakepkg, fake.toml)" in err
+    assert f"tracking.toml:{line} [packs.01] threads[0]: the filing target " \
+           "https://github.com/other-org/fakepkg/pull/9 is not in the pack's target repository " \
+           "(https://github.com/Fake-Org/fakepkg, fake.toml)" in err
     lane_repo.write_tracking(extra=_thread("https://github.com/fake-org/FAKEPKG/pull/9", role="filing target"))
     assert cli("check", *lane_repo.args()) == Exit.OK  # the same repository, in GitHub's own case-blindness
 
@@ -741,7 +745,8 @@ _SETSID_SPAWN = (
     "code = ('import os, sys, time\\n'\n"
     "        'if os.fork(): os._exit(0)\\n'  # the middle process exits: the grandchild is an orphan\n"
     "        'os.setsid()\\n'\n"
-    "        'open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid())); os.rename(sys.argv[1] + \".tmp\", sys.argv[1])\\n'\n"
+    "        'open(sys.argv[1] + \".tmp\", \"w\").write(str(os.getpid()))\\n'\n"
+    "        'os.rename(sys.argv[1] + \".tmp\", sys.argv[1])\\n'\n"
     "        'time.sleep(120)\\n')\n"
     "subprocess.Popen([sys.executable, '-c', code, pidfile]).wait()\n"
     "time.sleep(120)\n")

@@ -1,6 +1,7 @@
 """``harness related PACK|--all``: upstream commits, PRs and issues overlapping a pack, ranked, with decisions.
 
-The GitHub API is asked (token from GITHUB_TOKEN / GH_TOKEN); ``--offline`` reads recorded answers instead (``--recorded DIR``, $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github).
+The GitHub API is asked (token from GITHUB_TOKEN / GH_TOKEN); ``--offline`` reads recorded answers instead
+(``--recorded DIR``, $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github).
 Rate limits stop the command with one line (exit 9). When GitHub cannot be reached, only recorded answers asked
 for by name (``--recorded``, $PATCHLANE_GITHUB_RECORDED) stand in, with a warning; the repository's own test
 fixtures never do (exit 9). See docs/related.md.
