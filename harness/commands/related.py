@@ -66,7 +66,7 @@ def sources(ctx, args, pack_ids: list[str]) -> related.Sources:
         if recorded is None:
             line = related.offline_line(pack_ids)
             raise github.Unreachable(f"{exc}; {line}", hint=line.hint) from None
-        if args.recorded is None and not os.environ.get(related.RECORDED_ENV):
+        if args.recorded is None and not os.environ.get("PATCHLANE_GITHUB_RECORDED"):  # related.RECORDED_ENV
             # the repository's own test fixtures: never a live answer in disguise
             raise github.Unreachable(f"{exc}; not answering from the recorded test answers in {rec} in its place",
                                      hint="retry with the network, or ask for recorded answers by name: --offline, "
