@@ -790,20 +790,25 @@ def test_a_setsid_child_dies_with_the_guarded_command_at_its_time_limit(tmp_path
     assert _gone(_escaped_pid(pidfile, within=1))
 
 
-def test_a_setsid_child_dies_when_the_harness_is_sigkilled(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_setsid_child_dies_when_the_harness_is_terminated_or_killed(tmp_path, sig):
     import signal
     import subprocess
     import sys
 
     pidfile = tmp_path / "escaped.pid"
-    harness = ("import sys\nfrom harness import guard\n"
-               f"guard.run([sys.executable, '-c', {_SETSID_SPAWN!r}, {str(pidfile)!r}])\n")
-    proc = subprocess.Popen([sys.executable, "-c", harness], cwd=REPO)
+    # SIGTERM: the harness's own handler turns it into an exception and kill_group runs; SIGKILL: no code of
+    # the harness runs, the guard's lifeline closes and the guard kills what it started
+    harness = ("import sys\nfrom harness import error_handler, guard\n"
+               "with error_handler.handled():\n"
+               f"    guard.run([sys.executable, '-c', {_SETSID_SPAWN!r}, {str(pidfile)!r}])\n")
+    proc = subprocess.Popen([sys.executable, "-c", harness], cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
         pid = _escaped_pid(pidfile)
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.send_signal(getattr(signal, sig))
+        code = proc.wait(timeout=30)
+    assert code == (Exit.TERMINATED if sig == "SIGTERM" else -9), proc.stderr.read()
     assert _gone(pid)
 
 
