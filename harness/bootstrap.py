@@ -79,6 +79,45 @@ def unpack(archive: Path, dest: Path) -> int:
     return 0
 
 
+def _tied_wheel(name: str, version: tuple[int, int]) -> bool:
+    """Whether wheel file ``name`` cannot install on CPython ``version``: a ``cpXY``/``pyXY`` tag of another
+    version (``abi3`` only of a later one); ``py3-none-any`` and the like install anywhere."""
+    parts = Path(name).name[:-len(".whl")].split("-") if name.endswith(".whl") else []
+    if len(parts) < 5:
+        return False
+    pythons, abi = parts[-3].split("."), parts[-2]
+    fits = []
+    for tag in pythons:
+        digits = tag[2:]
+        if tag[:2] not in ("cp", "py") or not digits.isdigit():
+            fits.append(True)  # not a tag this check reads: leave it to pip
+        elif len(digits) == 1:
+            fits.append(int(digits) == version[0])
+        else:
+            tagged = (int(digits[0]), int(digits[1:]))
+            fits.append(tagged <= version if abi == "abi3" else tagged == version)
+    return not any(fits)
+
+
+def python_mismatch(index: dict, version: tuple[int, int] | None = None) -> str | None:
+    """Why this interpreter cannot run the bundle, naming both versions (None when it can).
+
+    A bundle is tied to its Python (``bundle.json``'s ``python``) when it holds a wheel build (keyed by the
+    interpreter that built it) or a wheel tagged for that Python; overlay builds and pure wheels run on any."""
+    here = version or (sys.version_info[0], sys.version_info[1])
+    made_for = str(index.get("python") or "")
+    if not made_for or made_for == f"{here[0]}.{here[1]}":
+        return None
+    tied = [e.get("file", "") for e in index.get("builds", {}).values() if e.get("kind") == "wheel"]
+    tied += [e["file"] for e in index.get("wheels", []) if _tied_wheel(e["file"], here)]
+    if not tied:
+        return None
+    return (f"the bundle was made for Python {made_for}, but this is Python {here[0]}.{here[1]} "
+            f"({sys.executable}); {Path(tied[0]).name}{f' and {len(tied) - 1} more' if len(tied) > 1 else ''} "
+            f"cannot run here (hint: start it with python{made_for} -m harness.bootstrap ..., or make the bundle "
+            f"with --python-version {here[0]}.{here[1]})")
+
+
 def install_site(bundle_dir: Path, site: Path) -> None:
     """The bundle's dependency wheels, installed for this interpreter into ``site`` (once)."""
     marker = site.with_name(site.name + ".complete")
@@ -91,9 +130,14 @@ def install_site(bundle_dir: Path, site: Path) -> None:
     wheels = [str(bundle_dir / name) for name in names]
     if wheels:
         print(f"> installing {len(wheels)} wheel(s) offline for {sys.implementation.cache_tag}", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                        "--no-compile", "--disable-pip-version-check", "--upgrade", "--target", str(site),
-                        *wheels], check=True)
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+                            "--no-compile", "--disable-pip-version-check", "--upgrade", "--target", str(site),
+                            *wheels], check=True)
+        except subprocess.CalledProcessError as exc:
+            raise BundleError(f"pip could not install the bundle's wheels for Python "
+                              f"{sys.version_info[0]}.{sys.version_info[1]} into {site} (exit {exc.returncode})"
+                              ) from None
     marker.write_text("ok\n")
 
 
@@ -173,6 +217,9 @@ def main(argv: list[str]) -> int:
         print("harness.bootstrap: error: nothing after '--' to run, and the bundle has no payload parts to stage",
               file=sys.stderr)
         return int(Exit.USAGE)
+    mismatch = python_mismatch(json.loads((bundle_dir / "bundle.json").read_text())) if harness_args else None
+    if mismatch:  # before payloads are joined and pip runs (pip would only say "not a supported wheel")
+        return _fail(mismatch)
     code = payload_step(bundle_dir, options.get("--parts", dest / "parts"), stage_from, run=bool(harness_args))
     if code or not harness_args:
         return code
@@ -180,7 +227,10 @@ def main(argv: list[str]) -> int:
     if code:
         return code
     site = dest / f"site-{sys.implementation.cache_tag}"
-    install_site(bundle_dir, site)
+    try:
+        install_site(bundle_dir, site)
+    except BundleError as exc:
+        return _fail(str(exc))
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent.parent)
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from harness import fingerprint, git, guard, interpreters, tarsafe, ui
 from harness import stubs as stubs_mod
-from harness.errors import BuildError
+from harness.errors import BuildError, WriteError, cannot_write, write_reason
 from harness.hashing import check_seal, seal, sealed, sha256_file, sha256_text
 from harness.pins import Manifest
 from harness.store import Store
@@ -154,12 +154,20 @@ def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: 
                 return found
             ui.warn(f"build {label}: the cache entry {found.path} is not as it was made "
                     f"({damage[0]}{f' and {len(damage) - 1} more' if len(damage) > 1 else ''}); building it again")
-        with ui.status(what) as act, store.new_entry(store.area("builds") / key[:20]) as tmp:
-            info = {"kind": manifest.build, "key": key, "target": manifest.target}
-            make(tmp, info)
-            act.result = ui.human_bytes(ui.dir_size(tmp))
-            (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
-            seal(tmp, MUTABLE)
+        entry = store.area("builds") / key[:20]
+        try:
+            with ui.status(what) as act, store.new_entry(entry) as tmp:
+                info = {"kind": manifest.build, "key": key, "target": manifest.target}
+                make(tmp, info)
+                act.result = ui.human_bytes(ui.dir_size(tmp))
+                (tmp / "build.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+                seal(tmp, MUTABLE)
+        except OSError as exc:  # shutil.Error (a copy of a tree) included; the scratch entry is gone already
+            if cannot_write(exc):
+                reason = exc.strerror if exc.errno is not None and exc.strerror else write_reason(str(exc))
+                raise WriteError(f"cannot write build {label} into {entry.parent}: {reason}; nothing was written",
+                                 hint=f"free space in {entry.parent}") from None
+            raise
     made = lookup(store, key)
     if made is None:  # renamed in complete a moment ago: only something outside the harness removes it
         raise BuildError(f"build {label}: the cache entry {store.root / 'builds' / key[:20]} vanished as it was made")
@@ -179,8 +187,23 @@ def _throwaway_copy(tree: Path, dest: Path, label: str) -> Path:
     except git.GitNotFound:
         raise
     except git.GitError as exc:
+        if cannot_write(exc.stderr):
+            raise WriteError(f"cannot write build {label}: the copy of {tree} to build from in {dest.parent}: "
+                             f"{write_reason(exc.stderr)}; nothing was written",
+                             hint=f"free space in {dest.parent}") from None
         raise BuildError(f"build {label}: cannot copy {tree} to build from: {exc.stderr.strip() or exc}") from None
+    _refuse_links_leaving(dest, tree, label)
     return dest
+
+
+def _refuse_links_leaving(copy: Path, tree: Path, label: str) -> None:
+    """A build reads nothing outside its tree: a symbolic link that leaves it (absolute, or climbing out) is refused."""
+    leaving = tarsafe.links_leaving(copy)
+    if leaving:
+        rel, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise BuildError(f"build {label}: {tree / rel} is a symbolic link to {target!r}, outside the tree{more}; "
+                         "a build never reads outside its tree")
 
 
 @functools.cache
@@ -208,6 +231,7 @@ def install_wheel(wheel: Path, site: Path, label: str, python: str = sys.executa
 
 def _overlay(tree: Path, manifest: Manifest, site: Path, label: str) -> list[str]:
     """Lay out the tree's packages under ``site``, plus the manifest's stubs; return the stubbed names."""
+    _refuse_links_leaving(tree, tree, label)  # the copy below follows links
     site.mkdir(parents=True)
     roots = [tree / "src", tree]
     for name in manifest.import_names:

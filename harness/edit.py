@@ -180,11 +180,12 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     if not repo.call("merge-base", "--is-ancestor", own.start, "HEAD").ok:
         raise EditError(f"{checkout}: the dependencies' commits (up to {own.start[:12]}) were rewritten; "
                         f"edit a dependency with 'harness edit <dep>' instead") from None
-    source = series.series_dir(ctx.root, pack.target, pack.id, state.base)  # what the checkout was made from
     dest = series.write_dir(ctx.root, pack, state.base, ctx.manifest(pack.target).default_base)
+    _recover(pack, dest, dry_run)
+    source = series.series_dir(ctx.root, pack.target, pack.id, state.base)  # what the checkout was made from
     current = {p.name: sha256_file(p) for p in sorted(source.glob("*.patch"))} if source.is_dir() else {}
     dest.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".regen-{pack.id}-", dir=dest.parent))
+    scratch = Path(tempfile.mkdtemp(prefix=f".regen-{pack.id}-{os.getpid()}-", dir=dest.parent))
     leftover: Path | None = scratch  # removed on the way out unless it became the series
     try:
         _check_commits(pack, repo, own.start, "HEAD")
@@ -226,6 +227,21 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     finally:
         if leftover is not None:
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _recover(pack: Pack, dest: Path, dry_run: bool) -> None:
+    """What a regen SIGKILLed mid-swap left: its scratch directories go, and a series left only as its backup
+    (killed between the two renames) is put back, so this regen starts from the series the checkout records."""
+    if dry_run:
+        return
+    for scratch in series.sweep_regen_scratch(dest.parent, pack.id):
+        ui.info(f"removed {scratch}, left by a regen of pack {pack.id} that was killed")
+    try:
+        restored = series.recover_swap(dest)
+    except ConfigError as exc:
+        raise EditError(str(exc)) from None
+    if restored is not None:
+        ui.info(f"put back {dest} from {restored.name}: a regen of pack {pack.id} was killed between its two renames")
 
 
 def _settle(state: EditState, own: PackRange, repo: git.Repo, checkout: Path, expected: dict[str, str],

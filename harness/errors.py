@@ -10,6 +10,8 @@ mixed with lane codes. NO_LANES comes only from a pack that declares no lane at 
 from __future__ import annotations
 
 import enum
+import errno
+import os
 
 
 class Exit(enum.IntEnum):
@@ -38,7 +40,7 @@ MEANINGS: dict[Exit, str] = {
     Exit.MISMATCH: "a lane ran to completion but printed another sentinel",
     Exit.USAGE: "bad input: arguments, tracking.toml, a manifest, a patch header",
     Exit.SKIPPED: "a lane needs hardware this host lacks; nothing was validated",
-    Exit.PIN: "a pinned artefact or bundle cannot be fetched or fails its sha256",
+    Exit.PIN: "a pinned artefact or bundle cannot be fetched or fails its sha256 (or a GitHub answer its shape)",
     Exit.APPLY: "a patch of the series does not apply",
     Exit.BUILD: "building, installing or import-checking a build failed",
     Exit.CRASH: "a reproducer died: non-zero exit, no verdict, or no host stamp",
@@ -182,6 +184,24 @@ class WriteError(HarnessError):
         """``what`` failed at ``exc.filename`` (else ``where``) with the OS's reason."""
         path = exc.filename if exc.filename is not None else where
         return cls(f"cannot write {what}: {path}: {exc.strerror or exc}; nothing was written", hint=hint)
+
+
+# What a full disk, a quota or a read-only mount makes a write fail with (never a reading side's failure).
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+_WRITE_REASONS = tuple(os.strerror(e) for e in sorted(_WRITE_ERRNOS))
+
+
+def cannot_write(exc: BaseException | str) -> bool:
+    """Whether ``exc`` (an OSError, ``shutil.Error``'s list of them, or a child's stderr) says a write failed for
+    want of space or a writable filesystem: the cases that are exit IO wherever they happen."""
+    if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+        return True
+    return any(reason in str(exc) for reason in _WRITE_REASONS)
+
+
+def write_reason(text: str) -> str:
+    """The OS's reason a write failed, as ``cannot_write`` found it in ``text``."""
+    return next((reason for reason in _WRITE_REASONS if reason in text), "cannot write")
 
 
 class GitError(HarnessError):

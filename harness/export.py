@@ -34,6 +34,8 @@ _OURS = re.compile(r"^(Upstream-Status|Pack):.*$")
 PLACEHOLDERS = frozenset({"patch-lane@users.noreply.github.com", git.IDENTITY["GIT_AUTHOR_EMAIL"]})
 _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>.]+$")
 _TRAILER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*: ")
+# C0 controls (LF, CR, TAB, NUL, ...) and DEL: a line break in a name forges a trailer of its own.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -48,13 +50,24 @@ class Identity:
 
 def parse_identity(text: str, source: str = "--identity") -> Identity:
     """``Name <email>`` as a person's identity; a placeholder or a malformed one is refused."""
+    _no_control(text.strip(" "), "identity", source)
     m = re.fullmatch(r"\s*([^<>]*?)\s*<([^<>]*)>\s*", text)
     if not m:
         raise IdentityError(f"{source}: {text!r} is not 'Name <email>'")
     return _checked(m.group(1), m.group(2), source)
 
 
+def _no_control(text: str, what: str, source: str) -> None:
+    """Refuse ``text`` holding a control character (named escaped, so the refusal stays one line)."""
+    bad = _CONTROL.search(text)
+    if bad:
+        raise IdentityError(f"{source}: the {what} {text!r} holds a control character ({ascii(bad.group())}); "
+                            "an identity is one plain line 'Name <email>'")
+
+
 def _checked(name: str, email: str, source: str) -> Identity:
+    _no_control(name, "name", source)
+    _no_control(email, "email", source)
     if not name.strip():
         raise IdentityError(f"{source}: no name (it must read 'Name <email>')")
     if email.lower() in PLACEHOLDERS or name.strip().lower() in ("patch lane", "patch-lane"):

@@ -112,7 +112,8 @@ def user_identity(cwd: Path) -> tuple[str, str]:
     got = []
     for key in ("user.name", "user.email"):
         done = in_user_repo(cwd, "config", "--get", key)
-        got.append(done.stdout.strip() if done is not None and done.ok else "")
+        # only the line end git adds: a TAB or CR inside the value is the value's (and refused as such)
+        got.append(done.stdout.removesuffix("\n").strip(" ") if done is not None and done.ok else "")
     return got[0], got[1]
 
 

@@ -11,17 +11,23 @@ saying which; a thread that does not exist is a ``ThreadNotFound``.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
 import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from harness import __version__
-from harness.errors import ConfigError, UpstreamError, UsageError
+from harness.errors import ConfigError, Exit, UpstreamError, UsageError
 
 DEFAULT_API = "https://api.github.com"
 _URL = re.compile(r"^https://github\.com/(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+)/(?P<kind>pull|issues)/(?P<num>\d+)/?$")
@@ -34,7 +40,46 @@ class ThreadNotFound(ConfigError):
 
 
 class Unreachable(UpstreamError):
-    """The API could not be reached at all (no network): callers may fall back to recorded answers."""
+    """The API could not be reached at all (no network), or gave no whole answer within the request's deadline."""
+
+
+class BadAnswer(UpstreamError):
+    """The API answered, but not what a GitHub REST answer is: not JSON, JSON of the wrong type (``[]``,
+    ``null``, a string where an object belongs), or a body past ``MAX_BODY``. Exit 4 (an artefact that fails its
+    check), one line naming the URL; nothing was written."""
+
+    exit_code = Exit.PIN
+
+
+MAX_BODY = 10 * 1024 * 1024  # bytes of one answer; GitHub's largest (100 files of a pull request) stay far below
+_LISTS = ("/commits", "/comments", "/files")  # REST paths whose answer is an array; every other one is an object
+
+
+class _Deadline(Exception):
+    """Raised from SIGALRM when a whole request ran past its deadline (a server trickling bytes never trips
+    the per-read timeout)."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise ``_Deadline`` in this thread once ``seconds`` pass (main thread only, and only when no other
+    interval timer is set: elsewhere the per-read timeout and the body loop's own check remain)."""
+    usable = (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+              and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
+    if not usable:
+        yield
+        return
+
+    def fire(signum, frame):
+        raise _Deadline()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 @dataclass(frozen=True)
@@ -106,12 +151,23 @@ class GitHub:
                 self._session.trust_env = False
             self._session.headers["Authorization"] = f"Bearer {token}"
 
-    def get(self, path: str) -> dict:
+    def get(self, path: str) -> Any:
+        """The JSON answer of ``GET path``: an object, or an array for the paths that list (``_LISTS``).
+
+        The whole request (connecting, headers, body) has ``timeout`` seconds, not each read of it; the body
+        may hold at most ``MAX_BODY`` bytes.
+        """
         import requests
 
         url = self.api_url + path
         try:
-            resp = self._session.get(url, timeout=self.timeout)
+            with _deadline(self.timeout):
+                ends = time.monotonic() + self.timeout
+                with self._session.get(url, timeout=self.timeout, stream=True) as resp:
+                    body = _read_capped(resp, url, ends)
+        except (_Deadline, TimeoutError):
+            raise Unreachable(f"{url}: no whole answer within --timeout {self.timeout:g} s",
+                              hint="nothing was written; retry, or give a longer --timeout") from None
         except requests.RequestException as exc:
             raise Unreachable(f"cannot reach {self.api_url} (offline?): {type(exc).__name__}",
                                 hint="nothing was written; retry when the network is back") from None
@@ -126,9 +182,14 @@ class GitHub:
         if resp.status_code >= 400:
             raise UpstreamError(f"{url}: HTTP {resp.status_code}")
         try:
-            return resp.json()
+            data = json.loads(body)
         except ValueError:
-            raise UpstreamError(f"{url}: answer is not JSON") from None
+            raise BadAnswer(f"{url}: answer is not JSON; nothing was written") from None
+        want = list if urlsplit(path).path.endswith(_LISTS) else dict
+        if not isinstance(data, want):
+            raise BadAnswer(f"{url}: answer is JSON {type(data).__name__ if data is not None else 'null'}, not the "
+                            f"{'array' if want is list else 'object'} GitHub answers there; nothing was written")
+        return data
 
     def thread(self, url: str) -> ThreadStatus:
         return thread_status(self.get, url)
@@ -139,6 +200,23 @@ class GitHub:
             return None
         data = self.get("/user")
         return str(data.get("login") or "") or None
+
+
+def _read_capped(resp, url: str, ends: float) -> bytes:
+    """The body of ``resp``, refused past ``MAX_BODY`` bytes (announced or read) or past the deadline ``ends``."""
+    announced = resp.headers.get("Content-Length", "")
+    if announced.isdigit() and int(announced) > MAX_BODY:
+        raise BadAnswer(f"{url}: answer of {int(announced)} bytes, more than the {MAX_BODY} an answer may have; "
+                        "nothing was written")
+    chunks, size = [], 0
+    for chunk in resp.iter_content(65536):
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BadAnswer(f"{url}: answer longer than the {MAX_BODY} bytes an answer may have; nothing was written")
+        if time.monotonic() > ends:
+            raise TimeoutError
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def thread_state(kind: str, data: dict) -> str:

@@ -30,15 +30,45 @@ import sys
 from pathlib import Path
 
 _GUARD = r"""
-import os, signal, subprocess, sys, threading
+import ctypes, os, signal, subprocess, sys, threading
 lifeline = int(sys.argv[1])
+try:  # orphans of the command (a backend's child that setsid'ed, then lost its parent) become ours, not init's
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+except (OSError, AttributeError):
+    pass
 child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
+def tree():
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for pid in parents.get(todo.pop(), []):
+            found.append(pid)
+            todo.append(pid)
+    return found
 def watch():
     try:
         while os.read(lifeline, 1):
             pass
-    finally:
-        os.killpg(0, signal.SIGKILL)  # the harness is gone: the command and all it started go too
+    finally:  # the harness is gone: the command and all it started go too, in its group or not (setsid)
+        for _ in range(100):
+            pids = tree()
+            if not pids:
+                break
+            for pid in reversed(pids):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        os.killpg(0, signal.SIGKILL)
 threading.Thread(target=watch, daemon=True).start()
 code = child.wait()
 if code < 0:
@@ -94,7 +124,11 @@ def release(proc: Guarded) -> None:
 
 
 def kill_group(proc: Guarded) -> None:
-    """Kill the guard's process group (the command and everything it started) and reap the guard."""
+    """Kill everything the guard started, in its process group or not, then the group, and reap the guard.
+
+    A process that left the group (``setsid``) is found as a descendant of the guard, which adopts the
+    orphans among them (a child subreaper): they are killed while the guard lives to keep them its own."""
+    kill_descendants(proc.pid)
     kill_pgid(proc.pid)
     proc.wait()
     release(proc)
@@ -125,6 +159,37 @@ def process_exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def descendants(pid: int) -> list[int]:
+    """The live (not zombie) processes below ``pid``, read from /proc (empty where there is no /proc)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z":
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_descendants(pid: int, rounds: int = 100) -> None:
+    """SIGKILL every descendant of ``pid`` until none is left (a fork racing the kill is found next round)."""
+    for _ in range(rounds):
+        pids = descendants(pid)
+        if not pids:
+            return
+        for child in reversed(pids):  # the deepest first: the guard's own child, whose end ends the guard, last
+            try:
+                os.kill(child, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def kill_pgid(pgid: int) -> None:

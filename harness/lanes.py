@@ -214,15 +214,16 @@ def run_dir_for(pack: Pack) -> Path:
 _LOG_PREFIX, _RUN_PREFIX = "patchlane-log-", "patchlane-run-"
 
 
-def sweep_stale_temp(tmp: Path | None = None) -> list[Path]:
-    """Remove this user's temporary logs and run directories whose harness process is gone; return them.
+def sweep_stale_temp(tmp: Path | None = None, prefixes: tuple[str, ...] = (_LOG_PREFIX, _RUN_PREFIX)) -> list[Path]:
+    """Remove this user's temporary logs and run directories (``<prefix><pid>-...`` for each of ``prefixes``)
+    whose harness process is gone; return them.
 
     An entry whose process still exists (a concurrent run, or a reused id) is kept: never a live run's.
     """
     tmp = Path(tmp or tempfile.gettempdir())
     removed = []
-    for entry in [*tmp.glob(_LOG_PREFIX + "*"), *tmp.glob(_RUN_PREFIX + "*")]:
-        prefix = _LOG_PREFIX if entry.name.startswith(_LOG_PREFIX) else _RUN_PREFIX
+    for entry in [e for prefix in prefixes for e in tmp.glob(prefix + "*")]:
+        prefix = next(p for p in prefixes if entry.name.startswith(p))
         pid = entry.name[len(prefix):].split("-", 1)[0]
         try:
             if not pid.isdigit() or entry.lstat().st_uid != os.getuid() or guard.process_exists(int(pid)):

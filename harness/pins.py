@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from harness import git, tarsafe, ui
-from harness.errors import ConfigError, PinError
+from harness.errors import ConfigError, PinError, WriteError, cannot_write, write_reason
 from harness.hashing import sha256_file
 from harness.store import Store
 from harness.tomlutil import choice, load_document, str_list
@@ -555,6 +555,10 @@ def fetch(artifact: Artifact, store: Store, search_dirs: Sequence[Path] = ()) ->
                 shutil.copyfile(candidate, partial)
             except OSError as exc:  # disk full, read-only cache, unreadable mirror
                 partial.unlink(missing_ok=True)
+                if cannot_write(exc) or exc.filename == str(partial):
+                    raise WriteError(f"cannot write {partial} (copying {candidate} into the cache): "
+                                     f"{exc.strerror or exc}; nothing was kept",
+                                     hint=f"free space in (or fix the permissions of) {partial.parent}") from None
                 raise PinError(f"cannot copy {candidate} into the cache ({partial.parent}): "
                                f"{exc.strerror or exc}; nothing was kept") from None
             source = str(candidate)
@@ -593,7 +597,7 @@ def _download(url: str, dest: Path, size: int | None) -> None:
     except (urllib.error.URLError, OSError, TimeoutError, ValueError) as exc:  # ValueError: malformed URL
         dest.unlink(missing_ok=True)
         if writing:
-            raise PinError(f"cannot write {dest} while downloading {url}: "
+            raise WriteError(f"cannot write {dest} while downloading {url}: "
                            f"{getattr(exc, 'strerror', None) or exc}; nothing was kept",
                            hint=f"free space in (or fix the permissions of) {dest.parent}") from None
         raise PinError(f"cannot download {url}: {exc}",
@@ -687,7 +691,14 @@ def _make_checkout(manifest: Manifest, base: Base, final: Path, store: Store, so
                     _extract(archive, art.kind, tmp)
                     act.result = ui.human_bytes(ui.dir_size(tmp))
                     message = f"{manifest.target} {base.version} pristine ({art.filename}, sha256 {art.sha256})"
-                    git.init_snapshot(tmp, message)
+                    try:
+                        git.init_snapshot(tmp, message)
+                    except git.GitError as exc:
+                        if not cannot_write(exc.stderr):
+                            raise
+                        raise WriteError(f"cannot write {final} (recording {art.filename} as a git snapshot): "
+                                         f"{write_reason(exc.stderr)}; nothing was kept",
+                                         hint=f"free space in {final.parent}") from None
         return git.repo(final).head()
 
 
@@ -790,7 +801,12 @@ def _extract(archive: Path, kind: str, dest: Path) -> None:
                     m.linkname = _strip_top(m.linkname, top, m.name, archive)
                 m.name = str(rel)
                 tarsafe.extract(tf, m, dest)
-    except (tarfile.TarError, zipfile.BadZipFile, OSError) as exc:
+    except OSError as exc:
+        if cannot_write(exc):
+            raise WriteError(f"cannot write {dest} (unpacking {archive.name}): {exc.strerror or exc}; nothing was "
+                             "kept", hint=f"free space in (or fix the permissions of) {dest}") from None
+        raise PinError(f"cannot unpack {archive.name}: {exc}") from None
+    except (tarfile.TarError, zipfile.BadZipFile) as exc:
         raise PinError(f"cannot unpack {archive.name}: {exc}") from None
 
 

@@ -32,6 +32,7 @@ import email.policy
 import email.utils
 import hashlib
 import os
+import posixpath
 import re
 import shutil
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness import git, ui
+from harness import git, guard, tarsafe, ui
 from harness.errors import ConfigError, SeriesError
 from harness.hashing import sha256_file
 from harness.pins import Checkout
@@ -109,7 +110,17 @@ def ported_bases(root: Path, target: str, pack: str) -> list[str]:
 
 
 def load_series(root: Path, target: str, pack: str, base: str | None = None) -> list[Patch]:
-    """The pack's patches in order for ``base`` (its ported series if it has one; an empty list when none)."""
+    """The pack's patches in order for ``base`` (its ported series if it has one; an empty list when none).
+
+    A series directory that a regen killed between its two renames left only as a backup is refused (naming the
+    backup), never read as "no series"."""
+    top = root / "patches" / target / pack
+    for where in (top, *([top / base] if base is not None else [])):
+        left = swap_backups(where)
+        if left and not where.is_dir():
+            raise ConfigError(f"{where}: missing; a regen killed while it swapped the series left the previous one "
+                              f"in {left[0]}", hint=f"run 'harness regen {pack}' (it puts the backup back first), "
+                                                    f"or move {left[0].name} back to {where.name}")
     d = series_dir(root, target, pack, base)
     if not d.is_dir():
         return []
@@ -147,9 +158,10 @@ def parse_patch(pack: str, path: Path) -> Patch:
     status = detail = None
     files: list[str] = []
     hunks: list[Hunk] = []
-    in_diff = False
+    in_diff = in_hunk = False
     current = None
     per_file = 0
+    links: set[str] = set()  # files the patch makes symbolic links (mode 120000)
     for no, line in enumerate(lines, 1):
         if not in_diff:
             if line.startswith("Upstream-Status:"):
@@ -168,7 +180,13 @@ def parse_patch(pack: str, path: Path) -> Patch:
             current = m.group(2) if m else line[11:]
             files.append(current)
             per_file = 0
+            in_hunk = False
+        elif in_diff and not in_hunk and line in ("new file mode 120000", "new mode 120000"):
+            links.add(current or "?")
+        elif in_hunk and current in links and line.startswith("+"):
+            _refuse_leaving_link(path, no, current, line[1:])
         elif in_diff and line.startswith("@@"):
+            in_hunk = True
             m = _HUNK.match(line)
             if m:
                 per_file += 1
@@ -180,6 +198,25 @@ def parse_patch(pack: str, path: Path) -> Patch:
     if not files:
         raise ConfigError(f"{path}: the patch changes no file")
     return Patch(pack, path, subject, status, detail, sha256_file(path), tuple(files), tuple(hunks))
+
+
+def _refuse_leaving_link(path: Path, no: int, link: str, target: str) -> None:
+    """A patch line making ``link`` a symbolic link to ``target``: refused when it leaves the tree (absolute, or
+    climbing above the top); one into the tree is checked again once applied (``refuse_links_leaving``)."""
+    inside = posixpath.normpath(posixpath.join(posixpath.dirname(link), target))
+    if posixpath.isabs(target) or inside == ".." or inside.startswith("../"):
+        raise ConfigError(f"{path}:{no}: makes {link} a symbolic link to {target!r}, outside the tree; a build "
+                          "never reads outside its tree", hint="add the file itself, not a link to it")
+
+
+def refuse_links_leaving(tree: Path, where: str) -> None:
+    """Raise SeriesError when a symbolic link in ``tree`` leaves it (after the series of ``where`` applied)."""
+    leaving = tarsafe.links_leaving(tree)
+    if leaving:
+        rel, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise SeriesError(f"{where}: {rel} is a symbolic link to {target!r}, outside the tree{more}; a build never "
+                          "reads outside its tree")
 
 
 def absorbed_at(pack: Pack, base: str | None) -> bool:
@@ -249,6 +286,7 @@ def apply(base: Checkout, patches: list[Patch], store: Store) -> PatchedTree:
                 for patch in patches:
                     with ui.status(f"applying pack {patch.pack}: {patch.name}"):
                         apply_patch(repo, patch, base)
+                refuse_links_leaving(tmp, _applied(base, patches))
     return PatchedTree(base, tuple(patches), final, key)
 
 
@@ -268,6 +306,12 @@ def check_applies(base: Checkout, patches: list[Patch], scratch: Path) -> None:
     repo = git.clone(base.path, scratch, branch="check")
     for patch in patches:
         apply_patch(repo, patch, base)
+    refuse_links_leaving(scratch, _applied(base, patches))
+
+
+def _applied(base: Checkout, patches: list[Patch]) -> str:
+    packs = sorted({p.pack for p in patches})
+    return f"pack(s) {', '.join(packs) or '-'} applied on {base.target} {base.base.name}"
 
 
 def apply_patch(repo: git.Repo, patch: Patch, base: Checkout, *extra: str) -> None:
@@ -475,6 +519,53 @@ def compare(old_dir: Path, new_dir: Path) -> SeriesDiff:
         chunks.extend(difflib.unified_diff(a_text, b_text, f"a/{a.name}" if a else "/dev/null",
                                            f"b/{b.name}" if b else "/dev/null"))
     return SeriesDiff(bool(chunks), "".join(chunks), tuple(added), tuple(removed), tuple(modified))
+
+
+def swap_backups(dest: Path) -> list[Path]:
+    """The previous series ``replace_series`` kept beside ``dest`` (``.<name>.bak-<pid>``), oldest name first."""
+    return sorted(p for p in dest.parent.glob(f".{dest.name}.bak-*") if p.is_dir()) if dest.parent.is_dir() else []
+
+
+def _owner(path: Path, prefix: str) -> int | None:
+    """The process id in ``path``'s name after ``prefix`` (``<prefix><pid>[-...]``), None without one."""
+    head = path.name[len(prefix):].split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def recover_swap(dest: Path) -> Path | None:
+    """Put back the series a regen killed between its two renames left only as ``.<name>.bak-<pid>`` (``dest``
+    missing, the backup's process gone); returns the backup put back (None: nothing to recover).
+
+    The previous series is the one the edit checkout's state still records, so putting it back leaves the pack
+    exactly as before the killed regen, which can then simply run again."""
+    if dest.exists():
+        return None
+    left = swap_backups(dest)
+    live = [b for b in left if (pid := _owner(b, f".{dest.name}.bak-")) is not None and guard.process_exists(pid)]
+    if live:
+        raise ConfigError(f"{dest}: missing while process {_owner(live[0], f'.{dest.name}.bak-')} swaps it "
+                          f"({live[0]}); wait for it to end")
+    if not left:
+        return None
+    if len(left) > 1:
+        raise ConfigError(f"{dest}: missing, and several backups of it were left ({', '.join(p.name for p in left)}); "
+                          "move the one to keep back by hand")
+    os.replace(left[0], dest)
+    return left[0]
+
+
+def sweep_regen_scratch(parent: Path, pack: str) -> list[Path]:
+    """Remove the ``.regen-<pack>-<pid>-*`` scratch directories of regens that are gone (a name without a pid
+    comes from a harness before pids were named, none of which runs now); return what was removed."""
+    prefix = f".regen-{pack}-"
+    gone = []
+    for scratch in sorted(parent.glob(prefix + "*")) if parent.is_dir() else []:
+        pid = _owner(scratch, prefix)
+        if pid is not None and guard.process_exists(pid):
+            continue
+        shutil.rmtree(scratch, ignore_errors=True)
+        gone.append(scratch)
+    return gone
 
 
 def replace_series(dest: Path, new: Path) -> Path | None:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from harness import fingerprint, guard, readiness, receipts, runs, ui
 from harness.errors import ConfigError, Exit, HarnessError, UsageError, worst
+from harness.lanes import sweep_stale_temp
 from harness.tracking import Lane, Pack, Tracking
 
 PLAN_SCHEMA = 1
@@ -681,6 +682,9 @@ def _killed(code: int) -> str:
     return f"the child harness was killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
 
 
+SCRATCH_PREFIX = "patchlane-sweep-"  # + the sweep's pid: a later sweep removes those of sweeps that are gone
+
+
 def run(plan: Plan, host: Host, spec: ChildSpec, root: Path, scratch_parent: Path | None = None,
         durations: dict[int, float | None] | None = None) -> Result:
     """Run the plan's tasks that are to run, concurrently; every task ends with a result, whatever its neighbours do.
@@ -704,7 +708,9 @@ def run(plan: Plan, host: Host, spec: ChildSpec, root: Path, scratch_parent: Pat
     todo = sorted((r for r in records if r.phase == "waiting"), key=lambda r: order.get(r.task.index, 0))
     total = len(todo)
     free = Free(host.jobs, [GpuUse(g.id, g.memory_gib) for g in host.gpus])
-    scratch = Path(tempfile.mkdtemp(prefix=f"patchlane-sweep-{os.getpid()}-", dir=scratch_parent))
+    for stale in sweep_stale_temp(scratch_parent, (SCRATCH_PREFIX,)):  # of sweeps killed outright
+        ui.info(f"removed {stale}, left by a sweep that was killed")
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=scratch_parent))
     children: list[_Child] = []
     held: dict[int, tuple[Need, tuple[str, ...]]] = {}
     done = 0

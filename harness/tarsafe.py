@@ -85,3 +85,29 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def link_leaves(root: Path | str, link_dir: str, target: str) -> bool:
+    """Whether a symbolic link in ``link_dir`` (relative to ``root``) to ``target`` leaves ``root``: absolute, or
+    climbing out once every link on its way is followed (a link into the tree is not one)."""
+    if os.path.isabs(target):
+        return True
+    top = os.path.realpath(root)
+    where = os.path.realpath(os.path.join(top, link_dir, target))
+    return os.path.commonpath([top, where]) != top
+
+
+def links_leaving(root: Path | str) -> list[tuple[str, str]]:
+    """Every symbolic link under ``root`` (a tree, never followed into a link) that leaves it, as
+    ``(path relative to root, where it points)``; ``.git`` is not looked into."""
+    found = []
+    for here, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git" or here != str(root)]
+        for name in (*dirs, *files):
+            path = os.path.join(here, name)
+            if os.path.islink(path):
+                target = os.readlink(path)
+                rel = os.path.relpath(path, root)
+                if link_leaves(root, os.path.dirname(rel), target):
+                    found.append((rel, target))
+    return sorted(found)

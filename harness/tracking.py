@@ -27,7 +27,7 @@ import tomlkit
 from filelock import FileLock
 
 from harness import pins, ui, upstream_tests
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WriteError
 from harness.tomlutil import choice, field, load_document, str_list
 
 KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
@@ -409,12 +409,21 @@ class Tracking:
                                       "update cannot be applied (nothing written)") from None
             text = tomlkit.dumps(doc)
             mode = stat.S_IMODE(self.path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
-            fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
+            except OSError as exc:
+                raise WriteError.of(exc, "tracking.toml's new copy", self.path.parent) from None
             try:
                 os.fchmod(fd, mode)
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
                     fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())  # a full disk shows here at the latest, before the old file is replaced
                 os.replace(tmp, self.path)
+            except OSError as exc:
+                Path(tmp).unlink(missing_ok=True)
+                raise WriteError.of(exc, "tracking.toml", self.path,
+                                    hint=f"free space in {self.path.parent}; {self.path} is as it was") from None
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
@@ -494,7 +503,8 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         )
         for i, th in enumerate(t.get("threads", []))
     )
-    related = _load_related(t.get("related", []), where)
+    _check_threads(threads, manifest, pid, where)
+    related = _load_related(t.get("related", []), where, pid)
     mitigation = t.get("mitigation")
     if mitigation is not None:
         mwhere = f"{where} .mitigation"
@@ -559,8 +569,68 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     )
 
 
-def _load_related(entries, where: str) -> tuple[Decision, ...]:
-    """The pack's decisions about overlapping upstream work; a relation outside RELATIONS is refused."""
+_GITHUB_THREAD = re.compile(r"^https?://github\.com/([^/\s]+)/([^/\s#?]+)/(?:pull|issues)/([0-9]+)(?:[/?#].*)?$",
+                            re.IGNORECASE)
+
+
+def _thread_key(url: str) -> str:
+    """``owner/repo#N`` in lower case for a GitHub pull request or issue (GitHub's names ignore case, and a pull
+    request is also an issue of the same number); any other URL lower-cased, without a trailing slash."""
+    m = _GITHUB_THREAD.match(url.strip())
+    return f"{m.group(1)}/{m.group(2)}#{m.group(3)}".lower() if m else url.strip().rstrip("/").lower()
+
+
+def _repo_slug(url: str) -> str:
+    """``owner/repo`` (lower case) of a GitHub URL, "" for any other."""
+    m = re.match(r"^https?://github\.com/([^/\s]+)/([^/\s#?]+?)(?:\.git)?(?:[/?#].*)?$", url.strip(), re.IGNORECASE)
+    return f"{m.group(1)}/{m.group(2)}".lower() if m else ""
+
+
+def _located(where: str, pid: str, needle: str, nth: int = 0) -> str:
+    """``where`` with ``:LINE`` after the file name: the line of the ``nth`` occurrence of ``needle`` (compared
+    case-insensitively) inside the tables of pack ``pid``; ``where`` unchanged when it cannot be found."""
+    path_text, sep, rest = where.partition(" [packs.")
+    try:
+        lines = Path(path_text).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return where
+    inside, seen = False, 0
+    for no, line in enumerate(lines, 1):
+        head = line.strip()
+        if head.startswith("["):
+            inside = re.match(rf"^\[\[?packs\.{re.escape(pid)}[\].]", head) is not None
+        elif inside and needle.lower() in line.lower():
+            if seen == nth:
+                return f"{path_text}:{no}{sep}{rest}"
+            seen += 1
+    return where
+
+
+def _check_threads(threads: tuple[Thread, ...], manifest: pins.Manifest, pid: str, where: str) -> None:
+    """One entry per thread (case and pull/issues aside), and a filing target in the pack's own repository."""
+    seen: dict[str, tuple[int, Thread]] = {}
+    count: dict[str, int] = {}
+    own = _repo_slug(manifest.repo)
+    for i, th in enumerate(threads):
+        key = _thread_key(th.url)
+        nth = count.get(th.url.lower(), 0)
+        count[th.url.lower()] = nth + 1
+        here = _located(f"{where} threads[{i}]", pid, th.url, nth)
+        if key in seen:
+            j, first = seen[key]
+            how = (f"with contradictory states ({first.state!r} there, {th.state!r} here)" if first.state != th.state
+                   else "twice")
+            raise ConfigError(f"{here}: {th.url} is threads[{j}] ({first.url}) again, listed {how}; keep one "
+                              "entry per thread (GitHub's names ignore case)")
+        seen[key] = (i, th)
+        if th.role == "filing target" and own and _repo_slug(th.url) != own:
+            raise ConfigError(f"{here}: the filing target {th.url} is not in the pack's target repository "
+                              f"({manifest.repo}, {manifest.path.name})")
+
+
+def _load_related(entries, where: str, pid: str = "") -> tuple[Decision, ...]:
+    """The pack's decisions about overlapping upstream work; a relation outside RELATIONS is refused, and so
+    are one candidate decided twice (case aside) and a decision dated after today."""
     if not isinstance(entries, list):
         raise ConfigError(f"{where} .related: must be an array of tables ([[packs.NN.related]])")
     out, seen = [], set()
@@ -572,9 +642,11 @@ def _load_related(entries, where: str) -> tuple[Decision, ...]:
         if not RELATED_REF.match(ref):
             raise ConfigError(f"{rwhere}: key 'ref' is {ref!r}; write 'owner/repo#N' for a pull request or issue, "
                               "'owner/repo@<full 40-hex sha>' for a commit")
-        if ref in seen:
-            raise ConfigError(f"{rwhere}: {ref} is decided twice; keep one entry (edit its date when you re-decide)")
-        seen.add(ref)
+        if ref.lower() in seen:
+            rwhere = _located(rwhere, pid, ref, 1)
+            raise ConfigError(f"{rwhere}: {ref} is decided twice (GitHub's names ignore case); keep one entry "
+                              "(edit its date when you re-decide)")
+        seen.add(ref.lower())
         relation = field(entry, "relation", str, rwhere)
         if relation not in RELATIONS:
             raise ConfigError(f"{rwhere} ({ref}): relation '{relation}' is not one of {', '.join(RELATIONS)}")
@@ -590,9 +662,18 @@ def _load_related(entries, where: str) -> tuple[Decision, ...]:
         state = entry.get("state")
         if state is not None and state not in RELATED_STATES:
             raise ConfigError(f"{rwhere} ({ref}): state {state!r} is not one of {', '.join(RELATED_STATES)}")
-        out.append(Decision(ref, relation, reason.strip(), _iso_date(entry.get("date"), f"{rwhere} ({ref})"),
-                            kind, state))
+        date = _iso_date(entry.get("date"), f"{rwhere} ({ref})")
+        if date > latest_today():
+            raise ConfigError(f"{_located(rwhere, pid, ref)} ({ref}): key 'date' is {date.isoformat()}, after today "
+                              f"({latest_today().isoformat()} at the latest anywhere); a decision is dated when it "
+                              "was made (a later date would hide every newer candidate from readiness)")
+        out.append(Decision(ref, relation, reason.strip(), date, kind, state))
     return tuple(out)
+
+
+def latest_today() -> datetime.date:
+    """The latest date it is now anywhere on Earth (UTC+14): a date after it is in the future for everyone."""
+    return (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=14)).date()
 
 
 def _iso_date(value, where: str) -> datetime.date:

@@ -39,6 +39,11 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 # path:line[:col][:] message -- pylint's, ruff's concise, codespell's and flake8's line format
 _LINE = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?:\d+:)?\s*(?P<msg>.*\S)\s*$")
 _TIMEOUT_S = 600
+# A tool reporting its own failure on a file's line (pylint: an option, plugin or config section it cannot use,
+# or a fatal F-message): not a finding about the file, and never "0 findings" because the line is untouched.
+_TOOL_OWN = re.compile(r"\b(?:E001[1-5]|F0\d{3})\b|\((?:unrecognized-inline-option|bad-option-value|bad-plugin-value|"
+                       r"bad-configuration-section|unrecognized-option|config-parse-error|fatal|astroid-error|"
+                       r"parse-error|method-check-failed)\)")
 
 
 @dataclass(frozen=True, order=True)
@@ -201,6 +206,10 @@ def run_check(check: Check, env: Path, repo: git.Repo, touched: dict[str, set[in
     finally:
         repo.run("reset", "-q", "--hard")  # each check sees the patched tree as the series left it
         repo.run("clean", "-q", "-f", "-d", "-x")
+    own = [ln.strip() for ln in (proc.stdout + "\n" + proc.stderr).splitlines() if _TOOL_OWN.search(ln)]
+    if proc.returncode != 0 and own:
+        raise CheckError(f"{check.name} ({check.package}) failed on its own configuration (exit {proc.returncode}) "
+                         f"on {', '.join(files)}: {own[0]}")
     if proc.returncode != 0 and (check.kind == "format" or not said):
         lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
         raise CheckError(f"{check.name} ({check.package}) failed (exit {proc.returncode}) on "

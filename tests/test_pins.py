@@ -171,21 +171,21 @@ def _full_disk_at(lane_repo) -> Path:
     return partial
 
 
-def test_disk_full_while_copying_from_artifacts_is_a_pin_error_and_keeps_nothing(lane_repo, tmp_path, capsys):
+def test_disk_full_while_copying_from_artifacts_is_exit_io_and_keeps_nothing(lane_repo, tmp_path, capsys):
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     (mirror / lane_repo.sdist.name).write_bytes(lane_repo.sdist.read_bytes())
     partial = _full_disk_at(lane_repo)
-    assert cli("materialize", "fake", "--artifacts", str(mirror), *lane_repo.args()) == Exit.PIN
+    assert cli("materialize", "fake", "--artifacts", str(mirror), *lane_repo.args()) == Exit.IO
     err = capsys.readouterr().err
-    assert "cannot copy" in err and "No space left on device" in err and "internal error" not in err
+    assert "cannot write" in err and "No space left on device" in err and "internal error" not in err
     assert not partial.exists() and not partial.is_symlink()
     assert cli("materialize", "fake", "--artifacts", str(mirror), *lane_repo.args()) == Exit.OK  # space is back
 
 
 def test_disk_full_while_downloading_is_not_called_offline(lane_repo, capsys):
     partial = _full_disk_at(lane_repo)
-    assert cli("materialize", "fake", *lane_repo.args()) == Exit.PIN
+    assert cli("materialize", "fake", *lane_repo.args()) == Exit.IO
     err = capsys.readouterr().err
     assert "cannot write" in err and "No space left on device" in err and "offline?" not in err
     assert not partial.exists() and not partial.is_symlink()

@@ -23,7 +23,14 @@ def main(args) -> int:
         pins.load_manifest(ctx.root, target)
     n_patches = 0
     for pack in ctx.tracking.packs.values():
-        n_patches += len(series.load_series(ctx.root, pack.target, pack.id))  # parses headers
+        loaded = series.load_series(ctx.root, pack.target, pack.id)  # parses headers
+        patched = [lane.name for lane in pack.lanes if lane.patched]
+        if patched and not loaded:
+            raise ConfigError(f"pack {pack.id}: lane(s) {', '.join(patched)} run the patched build, but "
+                              f"{series.series_dir(ctx.root, pack.target, pack.id)} holds no series",
+                              hint="put the pack's patches back (git checkout -- patches/), or make those lanes "
+                                   "unpatched")
+        n_patches += len(loaded)
     unknown = unknown_keys(ctx.root)
     if unknown:  # the loaders warned (other commands go on); the validator fails
         raise ConfigError(f"{len(unknown)} unknown key(s), the first: {unknown[0]}",

@@ -1,13 +1,16 @@
 """``harness related PACK|--all``: upstream commits, PRs and issues overlapping a pack, ranked, with decisions.
 
-The GitHub API is asked when reachable (token from GITHUB_TOKEN / GH_TOKEN); ``--offline``, or no network,
-reads recorded answers instead (``--recorded DIR``, $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github).
-Rate limits stop the command with one line (exit 9). See docs/related.md.
+The GitHub API is asked (token from GITHUB_TOKEN / GH_TOKEN); ``--offline`` reads recorded answers instead
+(``--recorded DIR``, $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github).
+Rate limits stop the command with one line (exit 9). When GitHub cannot be reached, only recorded answers asked
+for by name (``--recorded``, $PATCHLANE_GITHUB_RECORDED) stand in, with a warning; the repository's own test
+fixtures never do (exit 9). See docs/related.md.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from harness import decisions, related, ui
@@ -61,8 +64,15 @@ def sources(ctx, args, pack_ids: list[str]) -> related.Sources:
         client.get("/rate_limit")  # costs nothing against the limit; tells whether the API is there at all
     except github.Unreachable as exc:
         if recorded is None:
-            raise related.offline_line(pack_ids) from exc
-        ui.note(f"{exc}; using the recorded answers in {rec}")
+            line = related.offline_line(pack_ids)
+            raise github.Unreachable(f"{exc}; {line}", hint=line.hint) from None
+        if args.recorded is None and not os.environ.get("PATCHLANE_GITHUB_RECORDED"):  # related.RECORDED_ENV
+            # the repository's own test fixtures: never a live answer in disguise
+            raise github.Unreachable(f"{exc}; not answering from the recorded test answers in {rec} in its place",
+                                     hint="retry with the network, or ask for recorded answers by name: --offline, "
+                                          f"--recorded DIR or ${related.RECORDED_ENV}") from None
+        ui.warn(f"{exc}; using the recorded answers in {rec} (asked for by "
+                f"{'--recorded' if args.recorded is not None else '$' + related.RECORDED_ENV}), not GitHub's")
         return recorded
     return related.Sources(mirrors, client.get, client.api_url, days=args.days)
 
