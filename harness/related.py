@@ -132,18 +132,60 @@ def parse_diff(text: str) -> list[DiffHunk]:
     return out
 
 
+_IDENT = re.compile(r"\b([A-Za-z_]\w*)\s*\(")  # a name called in a changed line
+_IMPORTED = re.compile(r"^[-+]\s*from\s+[\w.]+\s+import\s+\(?([\w\s,]+)\)?")
+_RAISED = re.compile(r"^-.*\b(?:raise\s+\w+\s*\(|assert\b[^#]*?,)\s*(?:[rbuf]{0,2})(['\"])(.+?)\1")
+_FSTRING_FIELD = re.compile(r"\{[^{}]*\}")
+_MIN_ERROR_TEXT = 12  # a shorter literal fragment of a message matches too much to search for
+
+
+def called_names(hunks: Iterable[DiffHunk]) -> frozenset[str]:
+    """Names the changed lines call or import (``name(``, ``from x import name``): what the series touches
+    beyond the functions its hunks sit in. Filtered against the upstream's own definitions by the caller."""
+    out: set[str] = set()
+    for h in hunks:
+        for line in h.text.splitlines():
+            out.update(_IDENT.findall(line[1:]))
+            if (m := _IMPORTED.match(line)) is not None:
+                out.update(n.strip().split(" as ")[0] for n in m.group(1).split(",") if n.strip())
+    return frozenset(out)
+
+
+def error_texts(hunks: Iterable[DiffHunk]) -> tuple[str, ...]:
+    """The messages upstream raises in lines the series removes (``raise X("...")``, ``assert c, "..."``):
+    the error a user of upstream sees, so the text an issue would quote. An f-string keeps its longest
+    literal fragment; fragments shorter than _MIN_ERROR_TEXT are left out."""
+    out: list[str] = []
+    for h in hunks:
+        for line in h.text.splitlines():
+            m = _RAISED.match(line)
+            if m is None:
+                continue
+            frag = max((p.strip(" :,.") for p in _FSTRING_FIELD.split(m.group(2))), key=len, default="")
+            if len(frag) >= _MIN_ERROR_TEXT:
+                out.append(frag)
+    return tuple(dict.fromkeys(out))
+
+
 @dataclass(frozen=True)
 class Footprint:
-    """What of upstream the pack changes: files, the base lines of each hunk, the functions they sit in."""
+    """What of upstream the pack changes: files, the base lines of each hunk, the functions they sit in, the
+    upstream symbols its changed lines use, and the error messages it is about."""
 
     base: str  # the base the hunks' line numbers refer to
     files: tuple[str, ...]
     hunks: tuple[DiffHunk, ...]
-    error: str = ""
+    error: str = ""  # the pack's own ``error`` key (the message its reproducer shows)
+    symbols: frozenset[str] = frozenset()  # upstream functions/classes the changed lines call or import
+    errors: tuple[str, ...] = ()  # messages upstream raises in the lines the series removes
 
     @property
     def functions(self) -> frozenset[str]:
         return frozenset(n for h in self.hunks for n in ({h.function} | h.defines) if n)
+
+    @property
+    def error_texts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(([self.error] if self.error else []) + list(self.errors)))
 
     def classify(self, hunk: DiffHunk) -> Overlap | None:
         """How ``hunk`` (of an upstream change) overlaps ours; None when it touches none of our files."""
@@ -173,21 +215,52 @@ class Footprint:
         return o, where
 
     def mentions(self, text: str) -> list[str]:
-        """Which of our functions, files and error message ``text`` names."""
-        found = [n for n in sorted(self.functions) if re.search(rf"\b{re.escape(n)}\b", text)]
+        """Which of our functions, symbols, files and error messages ``text`` names."""
+        names = (self.functions | self.symbols) - GENERIC_NAMES
+        found = [n for n in sorted(names) if re.search(rf"\b{re.escape(n)}\b", text)]
         found += [f for f in self.files if f in text or Path(f).name in text]
-        if self.error and self.error.lower() in text.lower():
+        if any(e.lower() in text.lower() for e in self.error_texts):
             found.append("the error message")
         return found
 
 
-def footprint(root: Path, tracking: Tracking, pack: Pack, base: str) -> Footprint:
-    """The pack's own patches for ``base`` (its ported series there, else its top-level one) as a footprint."""
+def footprint(root: Path, tracking: Tracking, pack: Pack, base: str,
+              defined: Callable[[str], frozenset[str]] | None = None) -> Footprint:
+    """The pack's own patches for ``base`` (its ported series there, else its top-level one) as a footprint.
+
+    ``defined(path)`` names the functions and classes upstream defines in one of the pack's files at the base
+    (read from a mirror); a name the changed lines call or import counts as a symbol of the series when
+    upstream defines it there, or when the changed lines import it. Without ``defined``, only imports count."""
     hunks: list[DiffHunk] = []
     for patch in series.load_series(root, pack.target, pack.id, base):
         hunks += parse_diff(series_diff_text(patch.path))
     files = tuple(dict.fromkeys([*pack.files, *(h.path for h in hunks)]))
-    return Footprint(base, files, tuple(hunks), pack.error)
+    known: set[str] = set()
+    if defined is not None:
+        for f in files:
+            known |= defined(f)
+    imported = {n for h in hunks for line in h.text.splitlines() if (m := _IMPORTED.match(line)) is not None
+                for n in (x.strip().split(" as ")[0] for x in m.group(1).split(",")) if n}
+    code = [h for h in hunks if not _is_test(h.path)]
+    symbols = frozenset(n for n in called_names(code) if (n in known or n in imported) and not n.startswith("_")
+                        and len(n) > 3)
+    return Footprint(base, files, tuple(hunks), pack.error, symbols, error_texts(code))
+
+
+def _is_test(path: str) -> bool:
+    name = Path(path).name
+    return "tests/" in path or name.startswith("test_") or name.endswith("_test.py")
+
+
+def defined_names(mirror: Path, commit: str) -> Callable[[str], frozenset[str]]:
+    """``path`` -> the top-level and nested def/class names upstream's file holds at ``commit`` (empty when
+    the mirror lacks the file)."""
+    def names(path: str) -> frozenset[str]:
+        res = git.call(mirror, "show", f"{commit}:{path}")
+        if not res.ok:
+            return frozenset()
+        return frozenset(m.group(1) for line in res.stdout.splitlines() if (m := _DEF.match(line)) is not None)
+    return names
 
 
 def series_diff_text(path: Path) -> str:
@@ -251,10 +324,33 @@ def _neg_date(text: str) -> float:
 # ---------------------------------------------------------------------------------------------- git history
 
 @dataclass(frozen=True)
+class View:
+    """How old one source's view of upstream is: a mirror's newest commit, recorded answers, or the live API."""
+
+    source: str  # mirror, recorded, api
+    where: str  # the mirror path and ref, the recorded directory, the API root
+    as_of: str  # ISO date: the mirror's newest commit, the newest activity among the recorded items, today
+    recorded: str = ""  # recorded answers: the day they were recorded (their ``recorded.json``), when known
+
+    def describe(self) -> str:
+        if self.source == "mirror":
+            return f"mirror {self.where}: newest commit {self.as_of}"
+        if self.source == "recorded":
+            made = f", recorded {self.recorded}" if self.recorded else ""
+            return f"recorded answers {self.where}: newest thread activity {self.as_of or 'unknown'}{made}"
+        return f"live API {self.where}: {self.as_of}"
+
+    def as_json(self) -> dict:
+        return {"source": self.source, "where": self.where, "as_of": self.as_of or None,
+                "recorded": self.recorded or None}
+
+
+@dataclass(frozen=True)
 class HistoryScan:
     candidates: tuple[Candidate, ...]
     note: str  # what was compared, or why nothing was
     complete: bool = False  # every commit since the base was looked at (not just two trees)
+    view: View | None = None  # the newest commit the mirror holds (its date is how old the view is)
 
 
 def find_mirror(repo_url: str, mirrors: tuple[Path, ...]) -> Path | None:
@@ -295,10 +391,11 @@ def history(mirror: Path, slug: str, base_commit: str, fp: Footprint, ref: str |
     if head is None:
         return HistoryScan((), f"{mirror}: no branch heads")
     newest, when, ref = head
+    view = View("mirror", f"{mirror.name} {ref.removeprefix('refs/heads/')} {newest[:9]}", when[:10])
     if newest == base_commit:
-        return HistoryScan((), f"the base {base_commit[:9]} is the newest commit reachable ({ref})", True)
+        return HistoryScan((), f"the base {base_commit[:9]} is the newest commit reachable ({ref})", True, view)
     if not git.call(mirror, "cat-file", "-e", f"{base_commit}^{{commit}}").ok:
-        return HistoryScan((), f"{mirror} does not hold the base commit {base_commit[:9]}")
+        return HistoryScan((), f"{mirror} does not hold the base commit {base_commit[:9]}", view=view)
     files = list(fp.files)
     if git.call(mirror, "merge-base", "--is-ancestor", base_commit, newest).ok and _has_history(mirror, newest):
         log = git.run(mirror, "log", "--format=%H%x1f%cI%x1f%s", f"{base_commit}..{newest}", "--", *files)
@@ -309,15 +406,16 @@ def history(mirror: Path, slug: str, base_commit: str, fp: Footprint, ref: str |
             overlap, where = fp.describe(hunks)
             if overlap is not None:
                 out.append(Candidate(f"{slug}@{sha}", "commit", subject, cdate, "", overlap, where, str(mirror)))
-        return HistoryScan(tuple(out), f"history {base_commit[:9]}..{newest[:9]} ({ref}) in {mirror}", True)
+        return HistoryScan(tuple(out), f"history {base_commit[:9]}..{newest[:9]} ({ref}) in {mirror}", True, view)
     # A shallow mirror: two trees, no commits between them. The change is one candidate named by the newest.
     hunks = parse_diff(git.run(mirror, "diff", "-U0", base_commit, newest, "--", *files))
     overlap, where = fp.describe(hunks)
     note = f"trees {base_commit[:9]} and {newest[:9]} ({ref}) of {mirror}; the commits between are not there"
     if overlap is None:
-        return HistoryScan((), note)
+        return HistoryScan((), note, view=view)
     title = f"the pack's files changed between {base_commit[:9]} and {ref.removeprefix('refs/heads/')}"
-    return HistoryScan((Candidate(f"{slug}@{newest}", "tree", title, when, "", overlap, where, str(mirror)),), note)
+    return HistoryScan((Candidate(f"{slug}@{newest}", "tree", title, when, "", overlap, where, str(mirror)),), note,
+                       view=view)
 
 
 def _has_history(mirror: Path, commit: str) -> bool:
@@ -373,13 +471,29 @@ def api_history(get: Get, slug: str, base_commit: str, fp: Footprint, source: st
 Get = Callable[[str], Any]  # a JSON answer: a dict or a list
 
 
+# Names too common to search for: every module has them, so they find everything and rank nothing.
+GENERIC_NAMES = frozenset({"forward", "backward", "apply", "setup", "main", "run", "call", "module", "build",
+                           "update", "reset", "init", "step", "load", "save", "get", "set"})
+_SPELLED = {"bwd": "backward", "fwd": "forward"}  # how a thread spells what a file stem abbreviates
+
+
+def file_phrase(path: str) -> str:
+    """How people name a file's subject in prose: the last two words of its stem, abbreviations spelled out
+    (``mamba3_siso_bwd.py`` -> "siso backward"); "" for a stem of one word (the stem itself is searched)."""
+    words = [_SPELLED.get(w, w) for w in Path(path).stem.split("_") if w]
+    return " ".join(words[-2:]) if len(words) >= 2 else ""
+
+
 def search_terms(fp: Footprint) -> list[str]:
-    """What to search upstream threads for: our functions, our files' names, the error message."""
-    terms = sorted(n for n in fp.functions if not n.startswith("__"))
+    """What to search upstream threads for: our functions and the upstream symbols the series uses, our files'
+    names and the phrase a thread would use for them, and the error messages (the pack's own and those
+    raised in lines the series removes)."""
+    terms = sorted(n for n in fp.functions | fp.symbols if not n.startswith("__") and n not in GENERIC_NAMES)
+    code = [f for f in fp.files if not _is_test(f)]
     terms += [Path(f).stem for f in fp.files]  # GitHub's search splits words on '.', so the stem finds the file
-    if fp.error:
-        terms.append(fp.error)
-    return list(dict.fromkeys(terms))
+    terms += [p for f in code if (p := file_phrase(f))]
+    terms += [e.replace('"', " ").strip() for e in fp.error_texts]
+    return list(dict.fromkeys(t for t in terms if t))
 
 
 def github_candidates(get: Get, slug: str, fp: Footprint, source: str, today: date | None = None,
@@ -443,9 +557,12 @@ class Scan:
     base: str
     candidates: tuple[Candidate, ...]  # ranked
     notes: tuple[str, ...] = ()  # what was looked at, and what could not be
+    views: tuple[View, ...] = ()  # how old each source's view of upstream is
+    terms: tuple[str, ...] = ()  # what PRs and issues were searched for
 
     def as_json(self) -> dict:
         return {"pack": self.pack.id, "base": self.base, "notes": list(self.notes),
+                "upstream_as_of": [v.as_json() for v in self.views], "searched_for": list(self.terms),
                 "candidates": [c.as_json() for c in self.candidates],
                 "decisions": [decision_json(d) for d in self.pack.related],
                 "undecided": [c.ref for c in undecided(self.pack, self.candidates)]}
@@ -476,24 +593,62 @@ class Sources:
     today: date | None = None
     days: int = SEARCH_DAYS
     notes: list[str] = field(default_factory=list)
+    recorded: Path | None = None  # set when ``get`` answers from recorded files (their age is read from them)
+
+    def view(self, slug: str) -> View | None:
+        """How old the PR and issue answers for ``slug`` are."""
+        if self.get is None:
+            return None
+        if self.recorded is not None:
+            return recorded_view(self.recorded, slug)
+        return View("api", self.label, (self.today or datetime.now(UTC).date()).isoformat())
+
+
+RECORDED_META = "recorded.json"  # {"recorded": "YYYY-MM-DD", ...}: when the recorded answers were made
+
+
+def recorded_view(directory: Path, slug: str) -> View:
+    """The recorded answers' age for ``slug``: the newest creation or activity among its recorded items, and
+    the day they were recorded (``recorded.json``), when that file says."""
+    import json
+
+    newest = ""
+    file = directory / "search" / "issues" / (slug.replace("/", "+") + ".json")
+    try:
+        items = json.loads(file.read_text(encoding="utf-8")).get("items") or []
+    except (OSError, ValueError):
+        items = []
+    for item in items if isinstance(items, list) else []:
+        for key in ("updated_at", "created_at", "closed_at"):
+            value = str(item.get(key) or "")[:10] if isinstance(item, dict) else ""
+            newest = max(newest, value)
+    made = ""
+    try:
+        meta = json.loads((directory / RECORDED_META).read_text(encoding="utf-8"))
+        made = str(meta.get("recorded") or "") if isinstance(meta, dict) else ""
+    except (OSError, ValueError):
+        pass
+    return View("recorded", str(directory), newest, made)
 
 
 def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
     manifest = pins.load_manifest(root, pack.target)
     base, commit, ref = scan_base(pack, manifest)
-    fp = footprint(root, tracking, pack, base)
     slug = repo_slug(manifest.repo)
     found: list[Candidate] = []
     notes: list[str] = []
+    views: list[View] = []
     if slug is None:
         return Scan(pack, base, (), (f"upstream/{pack.target}.toml: repo is not on github.com; nothing searched",))
+    mirror = find_mirror(manifest.repo, sources.mirrors)
+    fp = footprint(root, tracking, pack, base, defined_names(mirror, commit) if mirror and commit else None)
     if not fp.files:
         notes.append("the pack names no files and has no series: nothing to compare")
     elif not commit:
         notes.append(f"base {base} has no known upstream commit: history not compared")
     else:
         h = None
-        if (mirror := find_mirror(manifest.repo, sources.mirrors)) is None:
+        if mirror is None:
             notes.append(f"no mirror of {slug} ({pins.mirror_name(manifest.repo)})")
         else:
             try:
@@ -502,6 +657,7 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
                 notes.append(f"history not compared: {exc}")
             else:
                 notes.append(h.note)
+                views += [h.view] if h.view is not None else []
         if (h is None or not h.complete) and sources.get is not None:
             api = api_history(sources.get, slug, commit, fp, sources.label,
                               ref.removeprefix("refs/heads/") if ref else None)
@@ -509,12 +665,15 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
             h = api if api.complete else h  # the commits themselves replace the two trees' difference
         if h is not None:
             found += h.candidates
+    terms: list[str] = []
     if sources.get is None:
         notes.append("no GitHub answers (offline, no recorded answers): PRs and issues not searched")
-    elif fp.files or fp.error:
+    elif fp.files or fp.error_texts:
         found += github_candidates(sources.get, slug, fp, sources.label, sources.today, sources.days)
         notes.append(f"PRs and issues of {slug} from {sources.label}")
-    return Scan(pack, base, tuple(rank(found)), tuple(notes))
+        terms = search_terms(fp)
+        views += [v] if (v := sources.view(slug)) is not None else []
+    return Scan(pack, base, tuple(rank(found)), tuple(notes), tuple(views), tuple(terms))
 
 
 # ---------------------------------------------------------------------------------------------- decisions
@@ -601,4 +760,5 @@ def offline_sources(root: Path, mirrors: tuple[Path, ...] = (), today: date | No
 
     d = recorded_dir(root)
     rec = Recorded(d) if d is not None else None
-    return Sources(mirrors=mirrors, get=rec.get if rec else None, label=str(d) if d else "", today=today)
+    return Sources(mirrors=mirrors, get=rec.get if rec else None, label=str(d) if d else "", today=today,
+                   recorded=d)

@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote_plus
 
 import pytest
-from conftest import CORE_BUGGY, REPO, cli
+from conftest import CORE_BUGGY, REPO, cli, make_patch
 
 from harness import decisions, related
 from harness.errors import ConfigError, Exit
@@ -260,6 +260,87 @@ def test_related_command_json_and_text(lane_repo, upstream, tmp_path, capsys):
     assert [c["ref"] for c in scan["candidates"]] == [f"{SLUG}#42"] and scan["undecided"] == [f"{SLUG}#42"]
     assert cli("related", "01", "--offline", "--recorded", str(rec), *lane_repo.args()) == Exit.OK
     assert "UNDECIDED" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- symbols, errors, age
+
+CORE_RAISES = CORE_BUGGY.replace(
+    "    return [x * w[0] for x in xs]\n",
+    "    if len(w) != 1:\n        raise ValueError(f\"scale takes one weight per call, got {len(w)}\")\n"
+    "    return [x * w[0] for x in xs]\n")
+CORE_RAISES_FIXED = CORE_BUGGY.replace("    return [x * w[0] for x in xs]\n",
+                                       "    return [x * wi for x, wi in zip(xs, total(w) and w)]\n")
+
+
+def test_symbols_and_error_texts_come_from_the_changed_lines():
+    diff = ("diff --git a/m.py b/m.py\n--- a/m.py\n+++ b/m.py\n@@ -3,4 +3,4 @@ def pick_arch(cc):\n"
+            "-        raise ValueError(f\"Unsupported architecture: {cc[0]}\")\n"
+            "-    assert n > 0, \"n must be positive\"\n"
+            "+    return fallback_impl(cc)  # comment\n"
+            "+from pkg.utils import mark_keep_in_fp32, other as o\n")
+    hunks = related.parse_diff(diff)
+    # the removed lines' messages, an f-string by its longest literal part; "n must be positive" is short
+    assert related.error_texts(hunks) == ("Unsupported architecture", "n must be positive")
+    assert {"fallback_impl", "mark_keep_in_fp32", "other"} <= related.called_names(hunks)
+    fp = related.Footprint("1.0", ("m.py",), tuple(hunks), "", frozenset({"mark_keep_in_fp32"}),
+                           related.error_texts(hunks))
+    terms = related.search_terms(fp)
+    assert {"pick_arch", "mark_keep_in_fp32", "m", "Unsupported architecture"} <= set(terms)
+    assert fp.mentions("we hit Unsupported architecture: 12 on a 5090") == ["the error message"]
+    assert fp.mentions("mark_keep_in_fp32 loses the tag") == ["mark_keep_in_fp32"]
+    # a file's subject as prose names it, abbreviations spelled out; names every module has are not searched
+    assert related.file_phrase("pkg/ops/mamba3_siso_bwd.py") == "siso backward"
+    assert related.file_phrase("pkg/core.py") == ""
+    generic = related.Footprint("1.0", ("pkg/ops/mamba3_siso_bwd.py",), (related.DiffHunk(
+        "pkg/ops/mamba3_siso_bwd.py", 3, 3, "forward", frozenset(), "-x"),))
+    assert related.search_terms(generic) == ["mamba3_siso_bwd", "siso backward"]
+    assert generic.mentions("the forward pass") == []
+
+
+def test_an_issue_quoting_a_message_the_series_removes_is_found_without_an_error_key(lane_repo, upstream,
+                                                                                       tmp_path, capsys):
+    """No ``error`` key: the message comes from the raise the series deletes; a symbol the changed lines
+    call (``total``, defined upstream in the same file) is searched for too; the output says how old
+    the mirror and the recorded answers are."""
+    assert CORE_RAISES != CORE_BUGGY and CORE_RAISES_FIXED != CORE_BUGGY
+    upstream.commit("src/fakepkg/core.py", CORE_RAISES, "core: check the weights", "2026-01-02T00:00:00+0000")
+    base = _git(upstream.work, "rev-parse", "HEAD").strip()
+    manifest = lane_repo.root / "upstream" / "fake.toml"
+    manifest.write_text(manifest.read_text().replace(upstream.base, base))
+    lane_repo.write_patch(make_patch(tmp_path, CORE_RAISES, CORE_RAISES_FIXED))
+    rec = tmp_path / "recorded"
+    (rec / "search" / "issues").mkdir(parents=True)
+    today = date.today().isoformat()
+    items = [{"number": 90, "title": "scale fails", "state": "open", "created_at": "2026-03-01T00:00:00Z",
+              "updated_at": "2026-03-05T00:00:00Z", "body": "ValueError: scale takes one weight per call, got 3"},
+             {"number": 91, "title": "total() of an empty list", "state": "open",
+              "created_at": "2026-03-02T00:00:00Z", "updated_at": "2026-03-04T00:00:00Z", "body": "see title"},
+             {"number": 92, "title": "unrelated", "state": "open", "created_at": "2026-03-03T00:00:00Z",
+              "updated_at": "2026-03-03T00:00:00Z", "body": "docs"}]
+    (rec / "search" / "issues" / "acme+fake.json").write_text(json.dumps({"total_count": 3, "items": items}))
+    (rec / "recorded.json").write_text(json.dumps({"recorded": "2026-03-06"}))
+    capsys.readouterr()
+    assert cli("related", "01", "--offline", "--recorded", str(rec), "--json", "--days", "100000",
+               "--git-mirrors", str(upstream.mirrors), *lane_repo.args()) == Exit.OK
+    (scan,) = json.loads(capsys.readouterr().out)["packs"]
+    got = {c["ref"]: (c["overlap"], c["where"]) for c in scan["candidates"]}
+    assert got == {f"{SLUG}#90": ("same function", "names scale, the error message"),
+                   f"{SLUG}#91": ("same file", "names total")}
+    assert "scale takes one weight per call, got" in scan["searched_for"] and "total" in scan["searched_for"]
+    views = {v["source"]: v for v in scan["upstream_as_of"]}
+    assert views["mirror"]["as_of"] == "2026-01-02" and "acme+fake.git main" in views["mirror"]["where"]
+    assert (views["recorded"]["as_of"], views["recorded"]["recorded"]) == ("2026-03-05", "2026-03-06")
+    assert cli("related", "01", "--offline", "--recorded", str(rec), "--days", "100000",
+               "--git-mirrors", str(upstream.mirrors), *lane_repo.args()) == Exit.OK
+    text = capsys.readouterr().out
+    assert "upstream as of: mirror acme+fake.git" in text and "newest thread activity 2026-03-05" in text
+    assert today not in text  # the view's age is the recorded items', not today's
+
+
+def test_recorded_answers_without_a_date_say_unknown(tmp_path):
+    (tmp_path / "search" / "issues").mkdir(parents=True)
+    view = related.recorded_view(tmp_path, "acme/fake")
+    assert (view.as_of, view.recorded) == ("", "") and "unknown" in view.describe()
 
 
 # ---------------------------------------------------------------------------------------------- no GitHub
@@ -582,7 +663,9 @@ def test_threads_refresh_without_a_login_or_comments_does_not_guess(lane_repo, u
 
 # ---------------------------------------------------------------------------------------------- this repository
 
-MIRRORS = REPO.parent.parent / "shared" / "mirrors"
+MIRRORS = next((p for p in (Path(os.environ.get("PATCHLANE_GIT_MIRRORS") or "/nonexistent"),
+                             REPO.parent / "shared" / "mirrors", REPO.parent.parent / "shared" / "mirrors")
+                if (p / "NVIDIA+Megatron-LM.git").is_dir()), REPO.parent.parent / "shared" / "mirrors")
 
 
 @pytest.mark.skipif(not (MIRRORS / "NVIDIA+Megatron-LM.git").is_dir() or shutil.which("git") is None,
@@ -594,3 +677,19 @@ def test_this_repository_offline(capsys, tmp_path):
     (scan,) = json.loads(capsys.readouterr().out)["packs"]
     first = scan["candidates"][0]
     assert (first["ref"], first["overlap"]) == ("NVIDIA/Megatron-LM#3345", "same hunk")
+
+
+@pytest.mark.skipif(not (MIRRORS / "state-spaces+mamba.git").is_dir() or shutil.which("git") is None,
+                    reason="needs the shared offline mirrors beside the checkout")
+def test_this_repository_offline_finds_the_siso_retile_and_says_how_old_its_view_is(capsys, tmp_path):
+    """Pack 04: mamba#1025 names no function of ours, only the "SISO backward" its file stem abbreviates;
+    every candidate the scan finds carries a decision; the views are the mirror's main and the recorded day."""
+    assert cli("related", "04", "--offline", "--json", "--git-mirrors", str(MIRRORS), "--root", str(REPO),
+               "--cache", str(tmp_path)) == Exit.OK
+    (scan,) = json.loads(capsys.readouterr().out)["packs"]
+    found = {c["ref"]: c for c in scan["candidates"]}
+    assert found["state-spaces/mamba#1025"]["overlap"] == "same file" and "siso backward" in scan["searched_for"]
+    decided = {d["ref"] for d in scan["decisions"]}
+    assert {r for r, c in found.items() if c["overlap"] != "mention"} <= decided
+    views = {v["source"]: v for v in scan["upstream_as_of"]}
+    assert views["mirror"]["as_of"] == "2026-07-23" and views["recorded"]["recorded"]

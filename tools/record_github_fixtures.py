@@ -63,10 +63,53 @@ THREADS: dict[str, dict[int, dict]] = {
                    updated_at="2026-08-03T00:00:00Z", user="terminator123", base="main",
                    body="Chunks the output layer and uses a fused cross entropy kernel taken from Liger-Kernel to "
                         "lower the logits' peak memory in long-context training (fused_linear_cross_entropy.py)."),
+        1738: dict(kind="issue", title="[ENHANCEMENT] Support for FusedLinear+CrossEntropy Loss", state="open",
+                   created_at="2025-08-11T00:00:00Z", updated_at="2025-08-12T00:00:00Z", user="Skylion007",
+                   body="Feature request: fuse the final linear layer with the cross entropy loss so the logits "
+                        "are never materialized, as Liger-Kernel and Apple's Cut Cross Entropy do."),
+        4825: dict(kind="pull", title="Add opt-in MXFP8 LM-head output projection", state="merged",
+                   created_at="2026-05-15T00:00:00Z", updated_at="2026-05-24T00:00:00Z", user="gdengk", base="main",
+                   files=[],
+                   body="Behind a new fp8_output_proj flag, GPTModel builds its output layer as a TE module that "
+                        "runs under the MXFP8 recipe; the main-branch port of two 26.04-alpha PRs, written as its "
+                        "own module rather than on the alpha-only LinearCrossEntropyModule wrapper."),
+        6252: dict(kind="pull", title="Add mixed-precision (FP32) LM output logits", state="merged",
+                   created_at="2026-08-04T00:00:00Z", updated_at="", user="mkhona-nvidia", base="main", files=[],
+                   body="Lets the language model's output_layer GEMM return float32 logits (a logit_dtype option) "
+                        "instead of rounding them to bf16 before the cross entropy."),
         5929: dict(kind="pull", title="", state="merged", created_at="", updated_at="", user="", base="main",
                    body="Adds mark_keep_in_fp32 and convert_module_to_dtype_except_fp32_marked to "
                         "megatron/core/transformer/module.py so marked parameters keep float32 through "
                         "Float16Module."),
+    },
+    "state-spaces/mamba": {
+        904: dict(kind="issue", title="Mamba3 backward pass (mamba3_siso_bwd_kernel_dqkv) 38.7x slower on GB200 "
+                                      "(SM100) due to ptxas C7907 eliminating autotuner configs", state="open",
+                  created_at="", updated_at="2026-04-10T00:00:00Z", user="",
+                  body="On SM100, ptxas rejects autotune configs of mamba3_siso_bwd_kernel_dqkv and the survivors "
+                       "spill registers, so the SISO backward runs far slower than on Hopper."),
+        905: dict(kind="pull", title="Add maxnreg autotuning to Mamba-3 Triton kernels", state="merged",
+                  created_at="2026-04-07T00:00:00Z", updated_at="", user="caitWW", base="main",
+                  files=[("mamba_ssm/ops/triton/mamba3/mamba3_siso_bwd.py", None)],
+                  body="Adds maxnreg (None, 128, 256) to the autotune configs of the Mamba-3 SISO forward and "
+                       "backward Triton kernels, for SM100 where Triton may pick a low register count."),
+        955: dict(kind="pull", title="Fix mimo_rank OOM on consumer GPUs via TileLang memory aliasing & chunk "
+                                     "dynamic fallback and Jit Cache", state="closed",
+                  created_at="2026-05-27T00:00:00Z", updated_at="", user="DiegoXAI-Shape", base="main",
+                  files=[("mamba_ssm/ops/tilelang/mamba3/mamba3_mimo_bwd.py", None)],
+                  body="Lowers the shared memory of the TileLang MIMO backward in mamba3_mimo_bwd.py by reusing "
+                       "shared buffers, and caps mimo_rank on GPUs with less than 150 KB of shared memory; closed "
+                       "without merge."),
+        1025: dict(kind="pull", title="fix(mamba3): support GH200 256x256 SISO backward", state="open",
+                   created_at="2026-08-29T00:00:00Z", updated_at="2026-08-29T00:00:00Z", user="klokedm",
+                   base="main", files=[("mamba_ssm/ops/triton/mamba3/mamba3_siso_bwd.py", None)],
+                   body="Tiles the SISO backward over value/state rows so 256x256 heads fit on GH200, accumulating "
+                        "the shared gradients in a fixed order in fp32."),
+        1044: dict(kind="issue", title="Mamba3 MIMO backward cannot launch on a lower-shared-memory Blackwell SKU "
+                                       "(220 KB requested vs 99 KB limit)", state="open", created_at="",
+                   updated_at="2026-09-13T00:00:00Z", user="",
+                   body="mamba_mimo_bwd_bwd in mamba3_mimo_bwd.py asks for more shared memory than a 99 KB "
+                        "Blackwell part allows; a follow-up counts every alloc_shared of the kernel."),
     },
     "tile-ai/tilelang": {
         2394: dict(kind="issue", title="[BUG][Fuzzer][ice-on-valid-code] LayoutInference crashes with an internal "
@@ -116,8 +159,16 @@ def pr_files(clone: Path, number: int, branch: str, ours: set[str]) -> list[dict
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--clone", type=Path, required=True, help="full clone of NVIDIA/Megatron-LM with refs/pull/*")
+    ap.add_argument("--clone", type=Path, default=None,
+                    help="full clone of NVIDIA/Megatron-LM with refs/pull/*; without it, the pulls/{n}/files.json "
+                         "computed from a clone earlier are kept as they are")
+    ap.add_argument("--recorded", default="", help="the day these answers are recorded (YYYY-MM-DD), for "
+                                                   "recorded.json; default: keep the day there")
     args = ap.parse_args()
+    meta = OUT / "recorded.json"
+    old = json.loads(meta.read_text()) if meta.is_file() else {}
+    write(meta, {"recorded": args.recorded or old.get("recorded", ""),
+                 "how": "reconstructed by tools/record_github_fixtures.py, not captured (README.md)"})
     ours = pack_files()
     for slug, threads in THREADS.items():
         owner, repo = slug.split("/")
@@ -136,8 +187,12 @@ def main() -> None:
             thread = dict(item, merged=t["state"] == "merged") if t["kind"] == "pull" else item
             write(OUT / "repos" / owner / repo / kind_dir / f"{number}.json", thread)
             if t["kind"] == "pull":
-                files = [{"filename": f, "status": "modified"} for f, _ in t.get("files", [])] or (
-                    pr_files(args.clone, number, t["base"], ours) if slug == "NVIDIA/Megatron-LM" else None)
+                if "files" in t:  # named from the thread text ([] when no file name was read: none recorded)
+                    files = [{"filename": f, "status": "modified"} for f, _ in t["files"]] or None
+                elif args.clone is not None and slug == "NVIDIA/Megatron-LM":
+                    files = pr_files(args.clone, number, t["base"], ours)
+                else:
+                    files = None  # keep what a clone gave earlier
                 if files is not None:
                     write(OUT / "repos" / owner / repo / "pulls" / str(number) / "files.json", files)
         write(OUT / "search" / "issues" / f"{owner}+{repo}.json",

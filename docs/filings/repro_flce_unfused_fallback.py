@@ -1,4 +1,4 @@
-"""FLCE dispatcher raises on every non-Blackwell GPU: a self-contained reproducer.
+"""Fused linear cross entropy: warn and fall back on GPUs without a kernel: a self-contained reproducer.
 
 Needs megatron-core (the package under test) importable, torch, a CUDA GPU. Nothing else: every
 helper it uses is copied in below.
@@ -7,17 +7,17 @@ Run it once per build, from one directory:
 
   1. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CPU is enough):
        python repro_flce_unfused_fallback.py --unpatched --device cpu
-  2. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CPU is enough):
+  2. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CPU is enough):
        python repro_flce_unfused_fallback.py --patched --device cpu
-  3. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CPU is enough):
+  3. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CPU is enough):
        python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --patched --device cpu
-  4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
+  4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CUDA GPU):
        python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --patched --device cuda
   5. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CUDA GPU):
        python repro_flce_unfused_fallback.py --unpatched --device cuda
-  6. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
+  6. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CUDA GPU):
        python repro_flce_unfused_fallback.py --patched --device cuda
-  7. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
+  7. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CUDA GPU):
        python repro_flce_unfused_fallback.py --patched --device cuda --stage memory
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.

@@ -54,7 +54,8 @@ def sources(ctx, args, pack_ids: list[str]) -> related.Sources:
     rec = related.recorded_dir(ctx.root, args.recorded)
     if args.recorded is not None and rec is None:
         raise UsageError(f"--recorded {args.recorded}: no recorded search answers there (search/issues/)")
-    recorded = related.Sources(mirrors, github.Recorded(rec).get, str(rec), days=args.days) if rec else None
+    recorded = (related.Sources(mirrors, github.Recorded(rec).get, str(rec), days=args.days, recorded=rec)
+                if rec else None)
     if args.offline:
         if recorded is None:
             raise related.offline_line(pack_ids)
@@ -111,5 +112,9 @@ def lines(s: related.Scan) -> list[str]:
     for d in pack.related:
         if not any(decisions.decision_for(pack, c.ref) is d for c in s.candidates):
             out.append(f"  decided {d.ref}: {d.relation} ({d.date}): {d.reason}")
+    for v in s.views:
+        out.append(f"  upstream as of: {v.describe()}")
+    if s.terms:
+        out.append("  searched for: " + ", ".join(repr(t) for t in s.terms))
     out += [f"  ({note})" for note in s.notes]
     return out
