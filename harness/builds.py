@@ -37,7 +37,7 @@ from harness import fingerprint, git, guard, interpreters, tarsafe, ui
 from harness import stubs as stubs_mod
 from harness.errors import BuildError, WriteError, cannot_write, write_reason
 from harness.hashing import check_seal, seal, sealed, sha256_file, sha256_text
-from harness.pins import Manifest
+from harness.pins import Manifest, extract_artifact
 from harness.store import Store
 
 RECIPE_VERSION = "1"  # bump when the way builds are made changes
@@ -133,6 +133,26 @@ def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, l
         info["stubs"] = sorted(manifest.stubs)
 
     return _create(key, manifest, store, make, f"unpacking {label} from the bundle", label)
+
+
+def adopt_overlay_wheel(wheel: Path, key: str, manifest: Manifest, store: Store, label: str) -> Build:
+    """Register the overlay build of an unpatched published wheel (an offline bundle carries the wheel, not a
+    second copy of its files) as the build for ``key``: laid out from the wheel as ``build`` lays it out."""
+
+    def make(tmp: Path, info: dict) -> None:
+        info["stubs"] = overlay_from_wheel(wheel, manifest, tmp / "site", label, tmp / ".source")
+
+    return _create(key, manifest, store, make, f"laying out {label} from its wheel in the bundle", label)
+
+
+def overlay_from_wheel(wheel: Path, manifest: Manifest, site: Path, label: str, scratch: Path) -> list[str]:
+    """The overlay of an unpatched wheel base: the wheel unpacked in ``scratch`` as its base's tree is
+    (``pins.extract_artifact``), laid out under ``site`` as ``build`` lays out that tree; the stubbed names."""
+    try:
+        extract_artifact(wheel, "wheel", scratch)
+        return _overlay(scratch, manifest, site, label)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _create(key: str, manifest: Manifest, store: Store, make, what: str, label: str) -> Build:

@@ -810,6 +810,11 @@ def _extract(archive: Path, kind: str, dest: Path) -> None:
         raise PinError(f"cannot unpack {archive.name}: {exc}") from None
 
 
+def extract_artifact(archive: Path, kind: str, dest: Path) -> None:
+    """Unpack a release artefact (``sdist`` or ``wheel``) into ``dest`` as a base's tree is made from it."""
+    _extract(archive, kind, dest)
+
+
 def _check_member(name: str, archive: Path) -> None:
     p = PurePosixPath(name)
     if p.is_absolute() or ".." in p.parts:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from harness import bundle, ui
+import json
+
+from harness import bundle, sweep, ui
 from harness.commands import _args
 from harness.commands._context import context
 
@@ -19,6 +21,13 @@ def register(sub) -> None:
                         f"written to OUTPUT.parts/ (default {bundle.PART_SIZE // 2**20})")
     p.add_argument("--base", action="append", default=[], metavar="NAME",
                    help="only the lanes on this base (repeatable); run them there with 'run PACK --lane NAME'")
+    p.add_argument("--lane", "--lanes", action="append", default=[], metavar="PATTERN", dest="lanes",
+                   help="only lanes whose name matches, as 'harness sweep --lane' selects them (a name or a shell "
+                        "pattern such as 'minimal-*'; PACK:PATTERN for one pack's lanes, e.g. 11:minimal-*; "
+                        "repeatable): the bundle carries what those lanes need and what the sweep brings along "
+                        "with them (a patched lane's baseline lanes)")
+    p.add_argument("--json", action="store_true",
+                   help="the bundle's size, each member's size and the carry estimate as one JSON object on stdout")
     p.add_argument("--kernel-cache", action="store_true",
                    help="also carry the store's kernel-compile caches of the bundle's builds, so the GPU host starts "
                         "warm (one whose driver, GPU or compilers differ there is not used: its key decides); "
@@ -29,11 +38,23 @@ def register(sub) -> None:
 
 def main(args) -> int:
     ctx = context(args)
+    only: dict[str, list[str]] | None = None
+    if args.lanes:  # exactly the lanes the sweep would run for this selection, paired baselines included
+        plan = sweep.make_plan(ctx, sweep.Selection(packs=tuple(args.packs), bases=tuple(args.base),
+                                                    lanes=tuple(args.lanes)), rerun=True)
+        only = {}
+        for task in plan.tasks:
+            only.setdefault(task.pack, []).extend(task.lanes)
     index = bundle.make(ctx, args.packs, args.output, python_version=args.python_version, deps_dir=args.wheels,
-                         bases=args.base or None, kernel_caches=args.kernel_cache,
-                         part_size=args.part_size * 2**20)
+                        bases=args.base or None, kernel_caches=args.kernel_cache,
+                        part_size=args.part_size * 2**20, only=only)
     size = args.output.stat().st_size
-    ui.data(str(args.output))
+    checkout = bundle.checkout_bytes(ctx.root)
+    carry = None if checkout is None else checkout + size
+    fits = None if carry is None else carry <= bundle.CARRY_LIMIT
+    for row in index["sizes"]:
+        ui.info(f"  {row['file']}: {ui.human_bytes(row['bytes'])} in the archive, about "
+                f"{ui.human_bytes(row['xz_bytes'])} of its xz ({row['for'] or '-'})")
     carried = index.get("kernel_caches")
     kernels = "" if carried is None else f", {len(carried)} kernel-cache entr{'y' if len(carried) == 1 else 'ies'}"
     ui.info(f"{args.output}: {size / 2**20:.1f} MiB, {len(index['builds'])} build(s) for "
@@ -44,6 +65,23 @@ def main(args) -> int:
                 f"stage it: python3 -m harness.bootstrap {args.output} --parts DIR --stage PARTS_DIR --")
     ui.info(f"on the GPU host: python3 -m harness.bootstrap {args.output}"
             f"{' --parts DIR' if index.get('payloads') else ''} -- run {' '.join(index['packs'][:1])}")
-    if size > 64 * 2**20:
-        ui.warn("over 64 MiB: too large for one device-tool carry; split the packs over several bundles")
+    limit = f"{bundle.CARRY_LIMIT / 2**20:.0f} MiB"
+    if checkout is None or carry is None:
+        ui.warn(f"cannot measure the checkout {ctx.root} (no git, or not a checkout): the bundle alone is "
+                f"{size / 2**20:.1f} MiB of the {limit} one device call carries with the checkout")
+    elif not fits:
+        ui.warn(f"{args.output} ({size / 2**20:.1f} MiB) and the checkout ({checkout / 2**20:.1f} MiB of tracked "
+                f"and untracked files) make {carry / 2**20:.1f} MiB: over the {limit} one device call carries; "
+                "select fewer lanes (--lane) or split the packs over several bundles")
+    else:
+        ui.info(f"carry: {carry / 2**20:.1f} MiB of {limit} (checkout {checkout / 2**20:.1f} MiB + bundle)")
+    if args.json:
+        ui.data(json.dumps({"output": str(args.output), "bytes": size, "packs": index["packs"],
+                            "lanes": index.get("lanes", {}), "members": index["sizes"],
+                            "payload_parts": [{"name": e["name"], "parts": len(e["parts"]),
+                                               "bytes": e["packed"]["size"]} for e in index.get("payloads", [])],
+                            "checkout_bytes": checkout, "carry_bytes": carry, "carry_limit": bundle.CARRY_LIMIT,
+                            "fits_one_carry": fits}, indent=1))
+    else:
+        ui.data(str(args.output))
     return 0
