@@ -2,7 +2,7 @@
 
     python bench/sweep.py --lane 02:lower-bug-main-cpu --lane 07:tma-probe-baseline-main ...   # a chosen set
     python bench/sweep.py --set cpu-2targets                          # a named set (SETS below)
-    python bench/sweep.py --set gpu-1host --bundle-dir DIR            # on a GPU host, from an unpacked bundle
+    python3 bench/sweep.py --set gpu-1host --bundle dist/bundle-gpu-1host.tar.xz   # a GPU host without network
 
 Arms, in this order, each over the same lanes:
 
@@ -14,11 +14,14 @@ Arms, in this order, each over the same lanes:
 Builds, runtime sites and import checks are made once before the arms (``harness prepare``, untimed), so
 the arms time the lanes and their kernel compiles, not wheel builds. The caches are pointed at with
 ``PATCHLANE_KERNEL_CACHE`` (docs/kernel-cache.md); receipts go to a temporary directory per arm and
-``tracking.toml`` is not touched. Every lane must end as it expects (pass) in every arm, else the run stops:
-a faster arm that failed proves nothing. The result file (JSON) and its text summary are written under
-``bench/results/`` as they are, with the host's facts: wall seconds per arm, the ratios of each sweep to the
-serial arm, and the GPU busy fraction (GPU-seconds the lanes held over wall seconds times the host's GPUs;
-none on a host without GPUs).
+``tracking.toml`` is not touched. ``--bundle ARCHIVE`` runs every harness command from an offline bundle
+(docs/gpu-hosts.md): unpacked and its dependency wheels installed once, as ``python -m harness.bootstrap`` does,
+then each command with ``--bundle-dir``; ``--sweep-cache DIR`` keeps the sweep arms' cache (empty at the start,
+so the cold arm is cold) for ``harness cache export``. Every lane must end as it expects (pass) in every arm,
+else the run stops: a faster arm that failed proves nothing. The result file (JSON) and its text summary are
+written under ``bench/results/`` (or ``--out-dir``) as they are, with the host's facts: wall seconds per arm, the
+ratios of each sweep to the serial arm, and the GPU busy fraction (GPU-seconds the lanes held over wall seconds
+times the host's GPUs; none on a host without GPUs).
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ SETS: dict[str, list[str]] = {
     "cpu-2targets": ["02:lower-bug-main-cpu", "02:lower-fix-main-cpu", "14:lower-bug-0.19.2-cpu",
                      "14:lower-fix-0.19.2-cpu", "22:cpu-gloo-tp2", "10:bug-dev-cpu", "10:fix-dev-cpu",
                      "10:fix-dev-cpu-tp2", "07:tma-probe-baseline-main", "07:tma-probe-patched-main"],
-    # one GPU host: JIT-heavy GPU lanes of mamba and megatron-lm (not yet run: no device time was left for it)
-    "gpu-1host": ["04:baseline-main", "04:equivalence-main", "02:bug-main", "02:fix-main",
-                  "11:minimal-bug-dev", "11:minimal-fix-dev"],
+    # one GPU host in one 10-minute call: mamba, liger-kernel and megatron-lm lanes that passed on an H200, about
+    # 130 s run one after another by their receipts. 23's two lanes, 21:parity and 01:guard declare
+    # gpu_memory_gib and share the GPU; 04's pair and 09:bug-0.8.1 record timing figures and keep it to
+    # themselves. Bundle: docs/sweep.md.
+    "gpu-1host": ["04:baseline-2.3.2.post1", "04:equivalence-2.3.2.post1", "23:identity-drift",
+                  "23:prenorm-parity", "09:bug-0.8.1", "21:parity", "01:guard-0.19.2"],
 }
 
 
@@ -77,6 +83,8 @@ def run(cmd: list[str], env: dict[str, str], what: str) -> subprocess.CompletedP
 
 def common(args) -> list[str]:
     out = ["--quiet"]
+    if args.root:
+        out += ["--root", args.root]
     if args.bundle_dir:
         out += ["--bundle-dir", args.bundle_dir]
     return out
@@ -185,6 +193,29 @@ def serial_gpu_busy(arm: dict, gpus: int) -> float | None:
     return round(held / (arm["wall_s"] * gpus), 3)
 
 
+def from_bundle(args) -> dict[str, str]:
+    """The environment of harness commands run from the bundle ``args.bundle`` (harness.bootstrap's own, with
+    the bundle's dependency wheels installed once); sets ``args.bundle_dir`` to the unpacked bundle."""
+    if args.bundle_dir:
+        raise BenchError("--bundle and --bundle-dir: give one")
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from harness import bootstrap  # the standard library only, as on a host where nothing is installed yet
+    from harness.errors import BundleError
+
+    unpacked = bootstrap.unpacked_dir(Path(args.bundle))
+    if isinstance(unpacked, int):
+        raise BenchError(f"--bundle {args.bundle}: cannot unpack it (exit {unpacked})")
+    mismatch = bootstrap.python_mismatch(json.loads((unpacked / "bundle.json").read_text()))
+    if mismatch:
+        raise BenchError(mismatch)
+    args.bundle_dir = str(unpacked)
+    try:
+        return bootstrap.harness_env(unpacked)
+    except BundleError as exc:
+        raise BenchError(str(exc)) from None
+
+
 def host_facts() -> dict:
     facts = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(),
              "load_average": [round(x, 2) for x in os.getloadavg()]}
@@ -226,8 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", choices=sorted(SETS), help="a named lane set")
     p.add_argument("--jobs", type=int, help="the sweep's CPU slots (default: its own, the host's cores)")
     p.add_argument("--bundle-dir", help="run from an unpacked offline bundle (the GPU host)")
+    p.add_argument("--bundle", metavar="ARCHIVE",
+                   help="run from this offline bundle (unpacked and its wheels installed once, as harness.bootstrap "
+                        "does): what a GPU host without network uses")
+    p.add_argument("--sweep-cache", metavar="DIR",
+                   help="the kernel-compile cache of the two sweep arms, kept after the run (default: a temporary "
+                        "one); it must be empty or absent, so the cold arm starts cold")
     p.add_argument("--lane-python", action="append", default=[], metavar="TARGET=PYTHON",
                    help="run TARGET's lanes with this interpreter's environment, in every arm (repeatable)")
+    p.add_argument("--root", help="the repository whose lanes run (default: the one found from the working directory)")
     p.add_argument("--tag", default="", help="a word for the result file's name (e.g. the host kind)")
     p.add_argument("--out-dir", default=str(REPO / "bench" / "results"), help="where the result files go")
     args = p.parse_args(argv)
@@ -235,17 +273,21 @@ def main(argv: list[str] | None = None) -> int:
         lanes = parse_lanes(args.lane + (SETS[args.set] if args.set else []))
         if not lanes:
             raise BenchError("no lanes: give --lane PACK:LANE or --set NAME")
+        environ = from_bundle(args) if args.bundle else dict(os.environ)
+        if args.sweep_cache and Path(args.sweep_cache).exists() and any(Path(args.sweep_cache).iterdir()):
+            raise BenchError(f"--sweep-cache {args.sweep_cache}: not empty; the cold arm must start from nothing")
         started = datetime.now(UTC)
         host = host_facts()
         with tempfile.TemporaryDirectory(prefix="patchlane-bench-") as tmp_s:
             tmp = Path(tmp_s)
-            base_env = dict(os.environ, PATCHLANE_KERNEL_CACHE=str(tmp / "kc-prepare"))
+            base_env = dict(environ, PATCHLANE_KERNEL_CACHE=str(tmp / "kc-prepare"))
             args.targets = plan_targets(lanes, base_env, args)
             prepare_s = prepare(lanes, base_env, args)
-            serial = serial_arm(lanes, dict(os.environ, PATCHLANE_KERNEL_CACHE=str(tmp / "kc-serial")),
+            serial = serial_arm(lanes, dict(environ, PATCHLANE_KERNEL_CACHE=str(tmp / "kc-serial")),
                                 tmp / "r-serial", args)
             serial["gpu_busy_fraction"] = serial_gpu_busy(serial, len(host["gpus"]))
-            sweep_env = dict(os.environ, PATCHLANE_KERNEL_CACHE=str(tmp / "kc-sweep"))
+            sweep_cache = Path(args.sweep_cache).resolve() if args.sweep_cache else tmp / "kc-sweep"
+            sweep_env = dict(environ, PATCHLANE_KERNEL_CACHE=str(sweep_cache))
             cold = sweep_arm(lanes, sweep_env, tmp / "r-cold", args, "sweep-cold")
             warm = sweep_arm(lanes, sweep_env, tmp / "r-warm", args, "sweep-warm")
     except BenchError as exc:

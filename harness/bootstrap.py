@@ -207,12 +207,10 @@ def main(argv: list[str]) -> int:
     stage_from = options.get("--stage")
     if stage_from is not None and not stage_from.is_dir():
         return _fail(f"--stage {stage_from}: not a directory")
-    dest = default_root() / "bundles" / sha256_file(archive)[:16]
-    bundle_dir = dest / TOP
-    if not (dest / ".complete").exists():
-        code = unpack(archive, dest)
-        if code:
-            return code
+    unpacked = unpacked_dir(archive)
+    if isinstance(unpacked, int):
+        return unpacked
+    bundle_dir, dest = unpacked, unpacked.parent
     if not harness_args and not json.loads((bundle_dir / "bundle.json").read_text()).get("payloads"):
         print("harness.bootstrap: error: nothing after '--' to run, and the bundle has no payload parts to stage",
               file=sys.stderr)
@@ -226,17 +224,36 @@ def main(argv: list[str]) -> int:
     code = host_step(bundle_dir, dest, options.get("--host-wheels"))
     if code:
         return code
-    site = dest / f"site-{sys.implementation.cache_tag}"
     try:
-        install_site(bundle_dir, site)
+        env = harness_env(bundle_dir)
     except BundleError as exc:
         return _fail(str(exc))
+    cmd = [sys.executable, "-m", "harness", *harness_args, "--bundle-dir", str(bundle_dir)]
+    return subprocess.call(cmd, env=env)
+
+
+def unpacked_dir(archive: Path) -> Path | int:
+    """The bundle directory of ``archive`` under the cache, unpacked and checked once (a later call with the
+    same archive finds it complete); or the exit code of what went wrong."""
+    dest = default_root() / "bundles" / sha256_file(archive)[:16]
+    if not (dest / ".complete").exists():
+        code = unpack(archive, dest)
+        if code:
+            return code
+    return dest / TOP
+
+
+def harness_env(bundle_dir: Path) -> dict[str, str]:
+    """The environment that runs ``python -m harness ... --bundle-dir BUNDLE_DIR`` with this interpreter: this
+    checkout and the bundle's dependency wheels, installed once per interpreter beside the bundle directory,
+    first on ``PYTHONPATH``. A script that starts harness commands itself (bench/sweep.py) uses it too."""
+    site = bundle_dir.parent / f"site-{sys.implementation.cache_tag}"
+    install_site(bundle_dir, site)
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent.parent)
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([here, str(site), *inherited])
-    cmd = [sys.executable, "-m", "harness", *harness_args, "--bundle-dir", str(bundle_dir)]
-    return subprocess.call(cmd, env=env)
+    return env
 
 
 if __name__ == "__main__":

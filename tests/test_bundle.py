@@ -331,3 +331,30 @@ def test_two_bundles_on_one_cache_at_once_both_succeed(lane_repo, tmp_path):
         OpenBundle.open(unpack(out, tmp_path / f"unpacked-{out.name}"))  # every member as bundle.json says
     assert not list((lane_repo.cache / "tmp").glob("bundle-*"))  # each call's scratch is gone
     assert not list(outs[0].parent.glob("*.partial*"))
+
+
+def test_the_sweep_benchmark_runs_from_a_bundle_on_a_bare_host(lane_repo, bundled, tmp_path):
+    # what the GPU host runs: bench/sweep.py --bundle, with a store that has nothing but what the bundle brings
+    from pathlib import Path
+
+    device = tmp_path / "device-cache"
+    lane_repo.sdist.unlink()  # no artefact, no network: only the bundle can provide builds
+    kept, out = tmp_path / "kc-sweep", tmp_path / "out"
+    bench = Path(__file__).resolve().parent.parent / "bench" / "sweep.py"
+    proc = subprocess.run([sys.executable, str(bench), "--lane", "01:bug", "--lane", "01:fix", "--bundle", str(bundled),
+                           "--root", str(lane_repo.root), "--sweep-cache", str(kept), "--out-dir", str(out),
+                           "--tag", "test"], capture_output=True, text=True,
+                          env={**os.environ, "PATCHLANE_HOME": str(device)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [result] = out.glob("*-test-sweep-lanes.json")
+    doc = json.loads(result.read_text())
+    assert set(doc["arms"]) == {"serial", "sweep-cold", "sweep-warm"}
+    assert {(ln["lane"], ln["verdict"]) for ln in doc["arms"]["sweep-warm"]["sweep"]["lanes"]} == {
+        ("bug", "pass"), ("fix", "pass")}
+    assert list((device / "bundles").iterdir())  # unpacked where harness.bootstrap unpacks it
+    assert not (device / "bases").exists()  # every build from the bundle
+    assert list(kept.glob("*/kernel-cache.json"))  # the sweep arms' kernel-cache entries stay, to export
+    proc = subprocess.run([sys.executable, str(bench), "--lane", "01:bug", "--bundle", str(bundled), "--root",
+                           str(lane_repo.root), "--sweep-cache", str(kept), "--out-dir", str(out)],
+                          capture_output=True, text=True, env={**os.environ, "PATCHLANE_HOME": str(device)})
+    assert proc.returncode == 1 and "not empty" in proc.stderr  # a second run on that cache would not start cold
