@@ -34,6 +34,7 @@ from harness import (
     builds,
     fatbin,
     git,
+    guard,
     hashing,
     interpreters,
     kernel_cache,
@@ -156,11 +157,29 @@ def make(ctx: Context, pack_ids: list[str], output: Path, python_version: str = 
     """
     selected = chosen_lanes(ctx, pack_ids, bases, only)
     ctx = builder(ctx, python_version, selected)
-    work = Path(tempfile.mkdtemp(prefix=f"bundle-{os.getpid()}-", dir=ctx.store.area("tmp")))
+    scratch = ctx.store.area("tmp")
+    sweep_stale_scratch(scratch)
+    work = Path(tempfile.mkdtemp(prefix=f"{_SCRATCH}{os.getpid()}-", dir=scratch))
     try:
         return _make(ctx, selected, output, python_version, deps_dir, kernel_caches, part_size, Members(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_SCRATCH = "bundle-"  # the scratch directory of one make: bundle-<pid>-<random>, under the store's tmp/
+
+
+def sweep_stale_scratch(tmp: Path) -> list[Path]:
+    """Remove the scratch directories of ``make`` calls whose process is gone (killed outright: no cleanup ran);
+    return them. A live process's is kept, whoever's it is."""
+    removed = []
+    for entry in tmp.glob(_SCRATCH + "*"):
+        pid = entry.name[len(_SCRATCH):].split("-", 1)[0]
+        if not pid.isdigit() or not entry.is_dir() or entry.is_symlink() or guard.process_exists(int(pid)):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
 
 
 def _make(ctx: Context, selected: list[tuple[Pack, list[Lane]]], output: Path, python_version: str,

@@ -333,6 +333,31 @@ def test_two_bundles_on_one_cache_at_once_both_succeed(lane_repo, tmp_path):
     assert not list(outs[0].parent.glob("*.partial*"))
 
 
+def test_a_killed_bundles_scratch_is_removed_by_the_next(lane_repo, tmp_path):
+    # a bundle killed outright (SIGKILL) leaves its scratch directory; the next call removes it, never a live one's
+    import signal
+    import time
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel_file(wheels / "pad-1.0-py3-none-any.whl", "pad", "1.0", {"blob.bin": os.urandom(8 * 2**20)})
+    env = {**os.environ, "PATCHLANE_HOME": str(lane_repo.cache)}
+    out = tmp_path / "dist" / "b.tar.xz"
+    victim = subprocess.Popen([sys.executable, "-m", "harness", "bundle", "01", "-o", str(out), "--wheels",
+                               str(wheels), "--quiet", *lane_repo.args()], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not list((lane_repo.cache / "tmp").glob(f"bundle-{victim.pid}-*/stored/*.whl")):
+        assert victim.poll() is None and time.monotonic() < deadline, "the bundle ended before it could be killed"
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    [left] = (lane_repo.cache / "tmp").glob(f"bundle-{victim.pid}-*")
+    live = lane_repo.cache / "tmp" / f"bundle-{os.getpid()}-live"  # this test's own process: alive
+    live.mkdir()
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
+    assert not left.exists() and live.is_dir()
+
+
 def test_the_sweep_benchmark_runs_from_a_bundle_on_a_bare_host(lane_repo, bundled, tmp_path):
     # what the GPU host runs: bench/sweep.py --bundle, with a store that has nothing but what the bundle brings
     from pathlib import Path
