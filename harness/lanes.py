@@ -28,6 +28,7 @@ from harness import (
     runs,
     runtime,
     series,
+    suite,
     ui,
     upstream_tests,
 )
@@ -108,6 +109,38 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
     build = builds.build(tree_path, tree_key, manifest, ctx.store, label, ctx.python)
     assert build.key == key
     return build
+
+
+@dataclass(frozen=True)
+class SuiteSource:
+    """What a suite selection is derived from: the base's tree with the pack's series applied."""
+
+    pack: Pack
+    base: str
+    tree: Path
+    own: tuple[series.Patch, ...]  # the pack's own patches (a dependency's are under it, not selected for)
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        return [(p.name, p.path.read_text(encoding="utf-8", errors="replace")) for p in self.own]
+
+    def derive(self) -> list[suite.Derived]:
+        return suite.derive(self.tree, suite.touched_files(self.pairs))
+
+    def added(self) -> dict[str, set[str]]:
+        return suite.added_tests(self.pairs)
+
+
+def suite_source(ctx: Context, pack: Pack, base_name: str) -> SuiteSource:
+    """The tree a suite selection of ``pack`` at ``base_name`` is derived from (materialized, series applied)."""
+    manifest = ctx.manifest(pack.target)
+    base = manifest.base(base_name)
+    patches = series_for(ctx, pack, base.name)
+    own = tuple(p for p in patches if p.pack == pack.id)
+    if not own:
+        raise ConfigError(f"pack {pack.id}: no series at {base.name}; a suite is derived from what a series touches")
+    checkout = ctx.materialize(manifest, base.name)
+    return SuiteSource(pack, base.name, series.apply(checkout, patches, ctx.store).path, own)
 
 
 def tests_tree_key(manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch], lane: Lane) -> str:
@@ -251,6 +284,10 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         assert prep.tests_tree_key is not None  # prepare sets it for every upstream-test lane
         args = upstream_tests.runner_args(lane.upstream_tests, lane.expect_failed, prep.manifest.distribution,
                                           prep.manifest.import_names[0], requires, lane.timeout, prep.tests_tree_key)
+        if lane.shard is not None:  # a suite lane: its shard and the recorded exclusions go before the ids
+            cut = args.index("--")
+            args[cut:cut] = ["--shard", f"{lane.shard[0]}/{lane.shard[1]}",
+                             *(a for node in lane.deselect for a in ("--deselect", node))]
     started = receipts.utc_now()
     env = runtime.with_library_path(dict(os.environ), prep.runtime_site)
     env.update({
@@ -384,3 +421,68 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
             shutil.rmtree(run_dir, ignore_errors=True)
     return results
 
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """The suite verdict of a pack at a base, computed from its suite lanes' latest receipts."""
+
+    pack: str
+    base: str
+    comparison: suite.Comparison
+    collected: int | None  # M: cases of the selection pytest collected at the base (None: no receipt says)
+    ran: int  # N: cases with an outcome on the base build
+    missing: tuple[str, ...]  # suite lanes without a receipt, or whose shard did not run to its end
+    receipts: tuple[str, ...]  # the receipts read (paths)
+
+    @property
+    def ok(self) -> bool:
+        return self.comparison.ok and not self.missing and self.collected is not None and self.ran >= self.collected
+
+    def line(self) -> str:
+        counts = self.comparison.counts()
+        cover = f"{self.ran} of {self.collected if self.collected is not None else '?'} upstream cases run"
+        return (f"pack {self.pack} suite at {self.base}: {cover}; "
+                f"{len(self.comparison.patched_only)} fail only when patched, "
+                f"{counts.get('base-only failure', 0) + counts.get('fails on both', 0)} fail on the base"
+                + (f"; {len(self.missing)} lane(s) without a complete receipt: {', '.join(self.missing)}"
+                   if self.missing else ""))
+
+    def as_json(self) -> dict:
+        return {"pack": self.pack, "base": self.base, "ok": self.ok, "collected": self.collected, "ran": self.ran,
+                "missing": list(self.missing), "receipts": list(self.receipts), **self.comparison.as_json()}
+
+
+# classes whose tests the series adds must fail on the base (a perf or refactor change keeps behaviour)
+CLAIMS_FIX = ("crash-fix", "precision", "feature")
+
+
+def suite_lanes(pack: Pack, base: str) -> list[Lane]:
+    return [lane for lane in pack.lanes if lane.suite and lane.base == base]
+
+
+def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
+    """Merge the cases of every suite lane's latest receipt per side and compare base with patched."""
+    chosen = suite_lanes(pack, base)
+    if not chosen:
+        raise ConfigError(f"pack {pack.id} declares no [[packs.{pack.id}.suites]] at base {base}")
+    latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir)
+    sides: dict[bool, dict[str, str]] = {False: {}, True: {}}
+    missing, read, collected = [], [], []
+    for lane in chosen:
+        rec = latest.get(lane.name)
+        details = rec.sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN) if rec is not None else None
+        if rec is None or details is None:
+            missing.append(lane.name)
+            continue
+        read.append(receipts.display_path(rec.path, ctx.root) if rec.path is not None else lane.name)
+        sides[lane.patched].update(details.get("cases") or {})
+        if not lane.patched:
+            collected.append(int(details.get("collected", 0)))
+    sel = suite.load_for(ctx.root, pack.id, base)
+    added = suite.added_tests([(p.name, p.path.read_text(encoding="utf-8", errors="replace"))
+                               for p in series_for(ctx, pack, base) if p.pack == pack.id])
+    comparison = suite.compare(sides[False], sides[True], added, claims_fix=pack.cls in CLAIMS_FIX)
+    ran = sum(1 for o in sides[False].values() if o != "not run")
+    return SuiteResult(pack.id, base, comparison, max(collected) if collected else (sel.cases if sel else None), ran,
+                       tuple(missing), tuple(read))
