@@ -61,11 +61,12 @@ class SuiteDrift(ConfigError):
 
 # ---------------------------------------------------------------------------------------------- the tree
 
-def _matches(name: str, targets: Iterable[str]) -> str | None:
-    for target in sorted(targets):
-        if name == target or name.startswith(target + "."):
-            return target
-    return None
+def _matches(name: str, targets: Iterable[str], below: Iterable[str] = ()) -> str | None:
+    """The most specific target ``name`` is, or lies below where the target is in ``below`` (a touched module or
+    package: its submodules run it; a package that only re-exports matches by its own name)."""
+    below = set(below)
+    hits = [t for t in targets if name == t or (t in below and name.startswith(t + "."))]
+    return max(hits, key=len) if hits else None
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
         while grew:  # a package whose __init__ imports touched code re-exports it
             grew = False
             for pkg, names in inits.items():
-                if pkg not in exposing and any(_matches(n, exposing) for n in names):
+                if pkg not in exposing and any(_matches(n, exposing, library) for n in names):
                     exposing.add(pkg)
                     grew = True
         files = sorted(p.relative_to(tree).as_posix() for top in TEST_TOPS if (tree / top).is_dir()
@@ -141,7 +142,8 @@ def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
                 mod = module_name(rel)
                 if mod is None or mod in helpers:
                     continue
-                hit = next((n for n in sorted(imports[rel]) if _matches(n, exposing) or _matches(n, helpers)), None)
+                hit = next((n for n in sorted(imports[rel], key=lambda n: (-len(n), n))  # the most specific first
+                            if _matches(n, exposing, library) or _matches(n, helpers, helpers)), None)
                 if hit:
                     helpers[mod] = hit
                     grew = True
@@ -149,7 +151,7 @@ def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
             if not is_test_file(rel):
                 continue
             for n in sorted(imports[rel]):
-                direct = _matches(n, exposing)
+                direct = _matches(n, exposing, library)
                 if direct:
                     why = f"imports {direct}"
                     if direct not in library:
@@ -157,10 +159,10 @@ def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
                     if why not in reasons.get(rel, []):
                         reasons.setdefault(rel, []).append(why)
                     continue
-                helper = _matches(n, helpers)
+                helper = _matches(n, helpers, helpers)
                 if helper:
                     via = helpers[helper]
-                    why = f"imports helper {helper}, which imports {_matches(via, exposing) or via}"
+                    why = f"imports helper {helper}, which imports {_matches(via, exposing, library) or via}"
                     if why not in reasons.get(rel, []):
                         reasons.setdefault(rel, []).append(why)
     return [Derived(path, tuple(r)) for path, r in sorted(reasons.items())]
