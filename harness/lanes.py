@@ -20,6 +20,7 @@ from pathlib import Path
 from harness import (
     __version__,
     builds,
+    fingerprint,
     git,
     guard,
     kernel_cache,
@@ -227,6 +228,16 @@ def _pack_modules(pack: Pack, packages: Sequence[str]) -> list[str]:
     return mods
 
 
+def suite_state(ctx: Context, prep: Prepared, fresh: bool | None = None) -> Path:
+    """The per-case progress file of a suite lane (see repros/upstream_suite.py): one per lane, test tree and
+    build, in the store; removed first when ``fresh`` (``$PATCHLANE_SUITE_RERUN=1``: decide every case again)."""
+    key = fingerprint.digest("suite-state", prep.pack.id, prep.lane.name, prep.tests_tree_key or "", *prep.build_keys)
+    path = ctx.store.area("suite-state") / f"{prep.pack.id}-{prep.lane.name}-{key[:16]}.jsonl"
+    if fresh if fresh is not None else os.environ.get(upstream_tests.SUITE_RERUN_ENV) == "1":
+        path.unlink(missing_ok=True)
+    return path
+
+
 def run_dir_for(pack: Pack) -> Path:
     """The directory the lanes of one ``run_pack`` share (``HARNESS_RUN_DIR`` in their environment).
 
@@ -307,6 +318,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
     if prep.tests_tree is not None:
         env[upstream_tests.ROOT_ENV] = str(prep.tests_tree)
+    if lane.suite:  # per-case progress, kept across runs of the same shard, tree and build: a killed run resumes
+        env[upstream_tests.SUITE_STATE_ENV] = str(suite_state(ctx, prep))
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
     nccl = runs.nccl_version(ctx.python, env) if lane.nproc > 1 and requires == "cuda" else None

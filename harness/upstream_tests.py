@@ -45,6 +45,8 @@ PYTEST_REQUIRES = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "packag
 ROOT_CONFIG = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "conftest.py")
 TREE_VERSION = "2"  # bump when what export_tree copies changes (2: the selected files and what they need)
 LOCK_DIR_ENV = "PATCHLANE_GPU_LOCK_DIR"
+SUITE_STATE_ENV = "HARNESS_SUITE_STATE"  # a suite lane's per-case progress file (repros/upstream_suite.py reads it)
+SUITE_RERUN_ENV = "PATCHLANE_SUITE_RERUN"  # 1: forget the progress of suite lanes, decide every case again
 ROOT_ENV = "HARNESS_UPSTREAM_TESTS_ROOT"  # where the runner finds the test tree (repros/upstream_tests.py reads it)
 SENTINEL_ALL_PASSED = "UPSTREAM_TESTS_PASSED"
 SENTINEL_FAILED_AS_EXPECTED = "UPSTREAM_TESTS_FAILED_AS_EXPECTED"

@@ -196,3 +196,45 @@ def test_a_dropped_file_fails_check(suite_repo, capsys):
     assert cli("check", "--apply", *args) == Exit.USAGE
     assert "derived (imports fakepkg.core) but not recorded" in capsys.readouterr().err
     assert cli("suite", "select", "01", "--base", "1.0", "--check", *args) == Exit.USAGE
+
+
+def _runner():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(REPO / "repros"))
+    spec = importlib.util.spec_from_file_location("upstream_suite_under_test", REPO / "repros" / "upstream_suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_progress_resumes_decided_cases_and_a_case_that_hangs_twice_is_timed_out(tmp_path):
+    runner = _runner()
+    state = tmp_path / "state.jsonl"
+    lines = [{"id": "t.py::a", "started": True}, {"id": "t.py::a", "outcome": "passed", "when": "call"},
+             {"id": "t.py::a", "done": True},
+             {"id": "t.py::b", "started": True}, {"id": "t.py::b", "outcome": "error", "when": "setup"},
+             {"id": "t.py::slow", "started": True}]
+    state.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"id": "t.py::c", "sta')  # cut by a kill
+    assert runner.read_state(state) == {"t.py::a": "passed", "t.py::b": "error"}  # slow: run once more
+    with state.open("a") as fh:
+        fh.write("\n" + json.dumps({"id": "t.py::slow", "started": True}) + "\n")
+    assert runner.read_state(state)["t.py::slow"] == "timed out"
+    assert runner.shard_of(list("abcdefg"), 1, 3) == ["a", "b"] and runner.shard_of(list("abcdefg"), 3, 3) == \
+        ["e", "f", "g"]
+
+
+def test_a_second_run_of_a_shard_resumes_and_rerun_forgets(suite_repo, monkeypatch):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    lane = ["--lane", "suite-1.0-base-1of2"]
+    assert cli("run", "01", "--quiet", *args, *lane) == Exit.OK
+    assert cli("run", "01", "--quiet", *args, *lane) == Exit.OK
+    monkeypatch.setenv(upstream_tests.SUITE_RERUN_ENV, "1")
+    assert cli("run", "01", "--quiet", *args, *lane) == Exit.OK
+    first, second, third = [r.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN]
+                            for r in find(suite_repo.root, "fake", "01")]
+    assert first["resumed"] == 0 and second["resumed"] == first["shard_cases"] > 0 and third["resumed"] == 0
+    assert first["cases"] == second["cases"] == third["cases"]
