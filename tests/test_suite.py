@@ -238,3 +238,26 @@ def test_a_second_run_of_a_shard_resumes_and_rerun_forgets(suite_repo, monkeypat
                             for r in find(suite_repo.root, "fake", "01")]
     assert first["resumed"] == 0 and second["resumed"] == first["shard_cases"] > 0 and third["resumed"] == 0
     assert first["cases"] == second["cases"] == third["cases"]
+
+
+def test_every_commit_is_checked_and_a_commit_that_breaks_a_passing_case_fails(suite_repo, tmp_path, capsys):
+    args = suite_repo.args()
+    broken = CORE_BUGGY.replace("def total(xs):\n    return sum(xs)", "def total(xs):\n    return 0")
+    assert broken != CORE_BUGGY
+    (suite_repo.root / "patches" / "fake" / "01" / "0001-use-own-weight.patch").unlink()
+    suite_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, broken, subject="core: break total"),
+                           name="0001-break-total.patch")
+    suite_repo.write_patch(make_patch(tmp_path, broken, CORE_FIXED, subject="core: mend total, fix scale"),
+                           name="0002-mend.patch")
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    capsys.readouterr()
+    assert cli("suite", "commits", "01", "--base", "1.0", "--json", *args) == Exit.MISMATCH
+    [check] = json.loads(capsys.readouterr().out)["checks"]
+    assert [s["broken"] for s in check["steps"]] == [[], ["tests/test_core.py::test_total"], []]
+    assert check["steps"][0]["cases"]["tests/test_core.py::test_total"] == "passed"
+    # reordered (mend first), every commit passes what the base passes
+    (suite_repo.root / "patches" / "fake" / "01" / "0001-break-total.patch").unlink()
+    (suite_repo.root / "patches" / "fake" / "01" / "0002-mend.patch").unlink()
+    suite_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED), name="0001-use-own-weight.patch")
+    assert cli("suite", "commits", "01", "--base", "1.0", *args) == Exit.OK

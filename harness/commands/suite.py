@@ -25,6 +25,18 @@ def register(sub) -> None:
                                         "patched) and compare each case. Exit 1 when a case that passes on the base "
                                         "fails, errors or is missing when patched, or an added test passes on the "
                                         "base of a pack that claims a fix.")
+    com = verbs.add_parser("commits", help="every commit of the series: the suite's CPU part vs the base",
+                           description="Apply each commit of each pack's series in order on its base and run the "
+                                       "part of its recorded suite that runs without a GPU (collection included) "
+                                       "at the base and at every commit. Exit 1 when a case that passes at the base "
+                                       "fails, errors or goes missing at a commit, or a run does not finish.")
+    com.add_argument("packs", nargs="*", metavar="PACK",
+                     help="pack ids (default: every PR pack with a recorded selection at its filing base)")
+    com.add_argument("--base", default=None, help="the upstream base (default: each pack's filing base)")
+    com.add_argument("--timeout", type=int, default=900, help="seconds one commit's run may take (default 900)")
+    com.add_argument("--json", action="store_true", help="print every step's cases as JSON")
+    _args.artifacts(com)
+    _args.common(com)
     for q in (sel, cmp_):
         q.add_argument("pack")
         q.add_argument("--base", default=None, help="the upstream base (default: the pack's filing base)")
@@ -36,6 +48,8 @@ def register(sub) -> None:
 
 def main(args) -> int:
     ctx = context(args)
+    if args.suite_verb == "commits":
+        return _commits(ctx, args)
     pack = ctx.tracking.pack(args.pack)
     base = args.base or pack.filing_base
     if args.suite_verb == "compare":
@@ -92,3 +106,29 @@ def _compare(ctx, pack, base: str, as_json: bool) -> int:
         ui.note(result.line())
     return Exit.OK if result.ok else Exit.MISMATCH
 
+
+
+def _commits(ctx, args) -> int:
+    import time
+
+    if args.packs:
+        chosen = [(ctx.tracking.pack(p), args.base) for p in args.packs]
+    else:
+        chosen = [(p, args.base) for p in ctx.tracking.packs.values()
+                  if p.kind == "pr" and suite.selection_path(ctx.root, p.id, args.base or p.filing_base).is_file()]
+    started = time.monotonic()
+    results = [lanes.commit_check(ctx, pack, base or pack.filing_base, args.timeout) for pack, base in chosen]
+    if args.json:
+        ui.out.print_json(json.dumps({"ok": all(r.ok for r in results), "checks": [r.as_json() for r in results],
+                                      "duration_s": round(time.monotonic() - started, 1)}))
+    else:
+        for r in results:
+            for s in r.steps:
+                what = f"commit {s.index} ({s.patch})" if s.index else "the base"
+                state = ("does not finish" if not s.complete else f"breaks {len(s.broken)} case(s)" if s.broken
+                         else "ok")
+                ui.data(f"pack {r.pack} at {r.base}, {what}: {len(s.cases)} case(s), {s.summary or '-'}: {state}")
+                for node in s.broken:
+                    ui.data(f"  {node}: passes at the base, not at this commit")
+        ui.note(f"{len(results)} series checked commit by commit in {time.monotonic() - started:.0f} s")
+    return Exit.OK if all(r.ok for r in results) else Exit.MISMATCH
