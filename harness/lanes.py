@@ -326,7 +326,9 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     cmd = runs.launch_command(ctx.python, lane.nproc, runner, args)
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
     # upstream suites take a GPU over (autotuning, tens of GB): one upstream-test process per GPU at a time
-    gpus = upstream_tests.visible_gpus(env) if lane.upstream_tests and requires == "cuda" else []
+    # (a suite lane that declares gpu_memory_gib shares its GPU as the sweep placed it: no lock)
+    exclusive_tests = lane.upstream_tests and requires == "cuda" and not (lane.suite and lane.gpu_memory_gib)
+    gpus = upstream_tests.visible_gpus(env) if exclusive_tests else []
     fd, tmp_log = tempfile.mkstemp(prefix=f"{_LOG_PREFIX}{os.getpid()}-", suffix=".log")
     os.close(fd)
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
