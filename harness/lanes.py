@@ -233,7 +233,7 @@ def suite_state(ctx: Context, prep: Prepared, fresh: bool | None = None) -> Path
     build, in the store; removed first when ``fresh`` (``$PATCHLANE_SUITE_RERUN=1``: decide every case again)."""
     key = fingerprint.digest("suite-state", prep.pack.id, prep.lane.name, prep.tests_tree_key or "", *prep.build_keys)
     path = ctx.store.area("suite-state") / f"{prep.pack.id}-{prep.lane.name}-{key[:16]}.jsonl"
-    if fresh if fresh is not None else os.environ.get(upstream_tests.SUITE_RERUN_ENV) == "1":
+    if fresh if fresh is not None else os.environ.get("PATCHLANE_SUITE_RERUN") == "1":
         path.unlink(missing_ok=True)
     return path
 
@@ -444,28 +444,34 @@ class SuiteResult:
 
     pack: str
     base: str
+    merged: suite.Merged
     comparison: suite.Comparison
-    collected: int | None  # M: cases of the selection pytest collected at the base (None: no receipt says)
-    ran: int  # N: cases with an outcome on the base build
-    missing: tuple[str, ...]  # suite lanes without a receipt, or whose shard did not run to its end
     receipts: tuple[str, ...]  # the receipts read (paths)
 
     @property
+    def collected(self) -> int | None:
+        return self.merged.collected
+
+    @property
+    def ran(self) -> int:
+        return self.merged.ran
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        return self.merged.missing
+
+    @property
     def ok(self) -> bool:
-        return self.comparison.ok and not self.missing and self.collected is not None and self.ran >= self.collected
+        return (self.comparison.ok and not self.missing and self.collected is not None
+                and self.ran >= self.collected)
 
     def line(self) -> str:
-        counts = self.comparison.counts()
-        cover = f"{self.ran} of {self.collected if self.collected is not None else '?'} upstream cases run"
-        return (f"pack {self.pack} suite at {self.base}: {cover}; "
-                f"{len(self.comparison.patched_only)} fail only when patched, "
-                f"{counts.get('base-only failure', 0) + counts.get('fails on both', 0)} fail on the base"
-                + (f"; {len(self.missing)} lane(s) without a complete receipt: {', '.join(self.missing)}"
-                   if self.missing else ""))
+        return f"pack {self.pack} suite at {self.base}: " + suite.summary_line(self.merged, self.comparison)
 
     def as_json(self) -> dict:
         return {"pack": self.pack, "base": self.base, "ok": self.ok, "collected": self.collected, "ran": self.ran,
-                "missing": list(self.missing), "receipts": list(self.receipts), **self.comparison.as_json()}
+                "skipped": self.merged.skipped, "missing": list(self.missing), "receipts": list(self.receipts),
+                "line": self.line(), **self.comparison.as_json()}
 
 
 # classes whose tests the series adds must fail on the base (a perf or refactor change keeps behaviour)
@@ -482,25 +488,15 @@ def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
     if not chosen:
         raise ConfigError(f"pack {pack.id} declares no [[packs.{pack.id}.suites]] at base {base}")
     latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir)
-    sides: dict[bool, dict[str, str]] = {False: {}, True: {}}
-    missing, read, collected = [], [], []
-    for lane in chosen:
-        rec = latest.get(lane.name)
-        details = rec.sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN) if rec is not None else None
-        if rec is None or details is None:
-            missing.append(lane.name)
-            continue
-        read.append(receipts.display_path(rec.path, ctx.root) if rec.path is not None else lane.name)
-        sides[lane.patched].update(details.get("cases") or {})
-        if not lane.patched:
-            collected.append(int(details.get("collected", 0)))
-    sel = suite.load_for(ctx.root, pack.id, base)
+    details = {lane.name: latest[lane.name].sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN)
+               for lane in chosen if lane.name in latest}
+    merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
     added = suite.added_tests([(p.name, p.path.read_text(encoding="utf-8", errors="replace"))
                                for p in series_for(ctx, pack, base) if p.pack == pack.id])
-    comparison = suite.compare(sides[False], sides[True], added, claims_fix=pack.cls in CLAIMS_FIX)
-    ran = sum(1 for o in sides[False].values() if o != "not run")
-    return SuiteResult(pack.id, base, comparison, max(collected) if collected else (sel.cases if sel else None), ran,
-                       tuple(missing), tuple(read))
+    comparison = suite.compare(merged.base, merged.patched, added, claims_fix=pack.cls in CLAIMS_FIX)
+    read = tuple(receipts.display_path(latest[lane.name].path, ctx.root) for lane in chosen
+                 if lane.name in latest and latest[lane.name].path is not None)
+    return SuiteResult(pack.id, base, merged, comparison, read)
 
 
 @dataclass(frozen=True)

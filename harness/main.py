@@ -28,6 +28,7 @@ ENVIRONMENT = (
     ("PATCHLANE_RECHECK", "1: ignore every remembered import check and CUDA device count"),
     ("PATCHLANE_GPU_LOCK_DIR", "where upstream-test lanes keep their one-process-per-GPU locks (default: the temp "
                                "directory; host-wide, so every store on the host shares them)"),
+    ("PATCHLANE_SUITE_RERUN", "1: suite lanes forget their per-case progress and decide every case again"),
     ("PATCHLANE_PYPI_URL", "PyPI JSON API root for 'rebase --to-version' (default https://pypi.org/pypi)"),
     ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh', 'related', 'threads refresh' (sent only in the "
                                "request header)"),

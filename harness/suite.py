@@ -396,3 +396,50 @@ def compare(base: Mapping[str, str], patched: Mapping[str, str], added: Mapping[
             reasons.append(f"{node}: {verdict} (base {b}, patched {p})")
         cases.append(Case(node, b, p, new, verdict))
     return Comparison(tuple(cases), not reasons, tuple(reasons))
+
+
+RECORDED = "UPSTREAM_SUITE_RECORDED"  # the suite runner's sentinel (harness/upstream_tests.py SENTINEL_SUITE_RAN)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The cases of a suite's lanes, merged per build from their latest receipts' sentinel details."""
+
+    base: dict[str, str]
+    patched: dict[str, str]
+    collected: int | None  # M: what pytest collected from the selection on the base build (the most any shard saw)
+    missing: tuple[str, ...]  # lanes without a receipt that holds the recorded cases
+
+    @property
+    def ran(self) -> int:
+        """N: the cases with an outcome on the base build (a skip counts: pytest ran it and said why not)."""
+        return sum(1 for o in self.base.values() if o != "not run")
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for o in self.base.values() if o == "skipped")
+
+
+def merge(lanes: Iterable[tuple[str, bool]], details: Mapping[str, Mapping | None]) -> Merged:
+    """``lanes``: (name, patched) of the suite's lanes; ``details``: each lane's latest ``RECORDED`` details."""
+    sides: dict[bool, dict[str, str]] = {False: {}, True: {}}
+    missing, collected = [], []
+    for name, patched in lanes:
+        d = details.get(name)
+        if d is None:
+            missing.append(name)
+            continue
+        sides[patched].update(d.get("cases") or {})
+        if not patched:
+            collected.append(int(d.get("collected") or 0))
+    return Merged(sides[False], sides[True], max(collected) if collected else None, tuple(missing))
+
+
+def summary_line(merged: Merged, comparison: Comparison) -> str:
+    """The suite's result in one line, as the body's evidence row and ``harness status`` state it."""
+    counts = comparison.counts()
+    total = merged.collected if merged.collected is not None else "?"
+    both = counts.get("base-only failure", 0) + counts.get("fails on both", 0)
+    return (f"{merged.ran} of {total} cases run ({merged.skipped} skipped); {len(comparison.patched_only)} fail only "
+            f"with the change; {both} fail without it too"
+            + (f"; {len(merged.missing)} run(s) missing" if merged.missing else ""))
