@@ -192,7 +192,7 @@ def suite_commits(session: nox.Session) -> None:
         if pack not in specs:
             session.error(f"suite_commits: no pack {pack} in tracking.toml")
         by_target.setdefault(specs[pack].target, []).append(pack)
-    for target, chosen in sorted(by_target.items()):
+    for _target, chosen in sorted(by_target.items()):
         envdir = _lane_env(session, specs[chosen[0]])
         env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
         session.run(str(envdir / "bin" / "harness"), "suite", "commits", *chosen, env=env, external=True)

@@ -494,8 +494,8 @@ def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
     added = suite.added_tests([(p.name, p.path.read_text(encoding="utf-8", errors="replace"))
                                for p in series_for(ctx, pack, base) if p.pack == pack.id])
     comparison = suite.compare(merged.base, merged.patched, added, claims_fix=pack.cls in CLAIMS_FIX)
-    read = tuple(receipts.display_path(latest[lane.name].path, ctx.root) for lane in chosen
-                 if lane.name in latest and latest[lane.name].path is not None)
+    paths = [latest[lane.name].path for lane in chosen if lane.name in latest]
+    read = tuple(receipts.display_path(path, ctx.root) for path in paths if path is not None)
     return SuiteResult(pack.id, base, merged, comparison, read)
 
 

@@ -139,13 +139,13 @@ def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
                 name = Path(rel).name
                 if is_test_file(rel) or name in ("conftest.py", "__init__.py"):
                     continue
-                mod = module_name(rel)
-                if mod is None or mod in helpers:
+                helper = module_name(rel)
+                if helper is None or helper in helpers:
                     continue
                 hit = next((n for n in sorted(imports[rel], key=lambda n: (-len(n), n))  # the most specific first
                             if _matches(n, exposing, library) or _matches(n, helpers, helpers)), None)
                 if hit:
-                    helpers[mod] = hit
+                    helpers[helper] = hit
                     grew = True
         for rel in files:
             if not is_test_file(rel):

@@ -23,7 +23,8 @@ LAYERS: dict[int, set[str]] = {
         "payloads", "fatbin",  # stdlib + layer 0: the bootstrap uses them before any dependency is installed
         "git",  # git: raises the GitError family of errors
         "kernel_cache"},  # kernel-compile caches per key in the store: facts probed, entries sealed
-    2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap", "suite"},  # suite: selection + verdict  # bootstrap: stdlib + layers 0-1
+    2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap",  # bootstrap: stdlib + layers 0-1
+        "suite"},  # suite: a pack's upstream-suite selection (data) and its verdict
     3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree
     4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data
     5: {"context"},

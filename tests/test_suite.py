@@ -261,3 +261,13 @@ def test_every_commit_is_checked_and_a_commit_that_breaks_a_passing_case_fails(s
     (suite_repo.root / "patches" / "fake" / "01" / "0002-mend.patch").unlink()
     suite_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED), name="0001-use-own-weight.patch")
     assert cli("suite", "commits", "01", "--base", "1.0", *args) == Exit.OK
+
+
+def test_select_records_case_counts_from_the_suite_receipts(suite_repo):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    assert suite.load(suite_repo.root / "suites" / "01" / "1.0.toml").files[0].cases is None
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base")) == Exit.OK
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    assert suite.load(suite_repo.root / "suites" / "01" / "1.0.toml").files[0].cases == 5

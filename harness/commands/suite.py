@@ -69,7 +69,7 @@ def main(args) -> int:
                                    hint=f"harness suite select {pack.id} --base {base} (and commit the file)")
         sel = old
     else:
-        sel = suite.refreshed(old, pack.id, base, names, derived)
+        sel = suite.refreshed(old, pack.id, base, names, derived, _collected_cases(ctx, pack, base))
         path.parent.mkdir(parents=True, exist_ok=True)
         text = suite.dump(sel)
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
@@ -93,6 +93,23 @@ def main(args) -> int:
     ui.note(f"pack {pack.id} at {base}: {len(sel.files)} file(s); {path.relative_to(ctx.root)}"
             + (" matches the derivation" if args.check else " written"))
     return 0
+
+
+def _collected_cases(ctx, pack, base: str) -> dict[str, int] | None:
+    """Cases per file that the suite lanes' latest receipts on the base build collected, when every shard has one
+    (else None: the counts recorded before stay)."""
+    chosen = lanes.suite_lanes(pack, base)
+    if not chosen:
+        return None
+    result = lanes.suite_verdict(ctx, pack, base)
+    base_missing = [lane.name for lane in chosen if not lane.patched and lane.name in result.missing]
+    if base_missing or result.collected is None or len(result.merged.base) < result.collected:
+        return None
+    out: dict[str, int] = {}
+    for node in result.merged.base:
+        path = node.split("::", 1)[0]
+        out[path] = out.get(path, 0) + 1
+    return out
 
 
 def _compare(ctx, pack, base: str, as_json: bool) -> int:
