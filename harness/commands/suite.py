@@ -44,10 +44,13 @@ def register(sub) -> None:
         _args.artifacts(q)
         _args.common(q)
     sel.add_argument("--check", action="store_true", help="compare with the recorded selection; write nothing")
+    for q in (sel, cmp_):
+        q.add_argument("--receipts-dir", type=_args.path, default=None,
+                       help="read the suite lanes' receipts here (default: receipts/), e.g. a GPU host's")
 
 
 def main(args) -> int:
-    ctx = context(args)
+    ctx = context(args, receipts_dir=getattr(args, "receipts_dir", None))
     if args.suite_verb == "commits":
         return _commits(ctx, args)
     pack = ctx.tracking.pack(args.pack)
