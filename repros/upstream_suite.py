@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from _lane import parser, skip, start
@@ -150,8 +151,10 @@ def main() -> int:
     root = Path(os.environ.get(ROOT_ENV, ""))
     if not (root / args.ids[0].split("::")[0]).is_file():
         raise SystemExit(f"{ROOT_ENV}={root!s}: not an upstream test tree holding {args.ids[0]}")
-    budget = args.timeout
-    nodes, errors, collect_exit = collect(root, args.ids, args.deselect, max(30, budget // 3))
+    began = time.monotonic()
+    nodes, errors, collect_exit = collect(root, args.ids, args.deselect, max(30, args.timeout // 3))
+    # what is left for the run: the runner itself ends within --timeout, so the harness's kernel cache is sealed
+    budget = max(10, int(args.timeout - (time.monotonic() - began)))
     mine = shard_of(nodes, int(index), int(count))
     details = {"shard": args.shard, "collected": len(nodes), "collection_errors": errors,
                "collect_exit": collect_exit, "deselected": args.deselect, "selected": args.ids,

@@ -296,6 +296,8 @@ def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str
         return None
     details = {lane.name: latest[lane.name].sentinel_details.get(suite.RECORDED) for lane in chosen
                if lane.name in latest}
+    if not any(details.values()):  # never run: no row (readiness says why, reason 'suite')
+        return None
     merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
     comparison = suite.compare(merged.base, merged.patched, {}, claims_fix=False)
     files = sorted({node.split("::", 1)[0] for node in chosen[0].upstream_tests})
