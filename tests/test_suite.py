@@ -271,3 +271,19 @@ def test_select_records_case_counts_from_the_suite_receipts(suite_repo):
     assert cli("run", "01", "--quiet", *args, *_lanes("base")) == Exit.OK
     assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
     assert suite.load(suite_repo.root / "suites" / "01" / "1.0.toml").files[0].cases == 5
+
+
+def test_an_excluded_id_is_deselected_and_recorded(suite_repo):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    path = suite_repo.root / "suites" / "01" / "1.0.toml"
+    path.write_text(path.read_text() + '\n[[exclude]]\nid = "tests/test_core.py::test_total"\n'
+                                       'reason = "needs 8 GPUs"\n')
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base")) == Exit.OK
+    details = [r.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN] for r in find(suite_repo.root, "fake", "01")]
+    assert all(d["deselected"] == ["tests/test_core.py::test_total"] for d in details)
+    cases = {node for d in details for node in d["cases"]}
+    assert "tests/test_core.py::test_total" not in cases and sum(d["collected"] for d in details[:1]) == 4
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK  # a refresh keeps the exclusion
+    assert [e.reason for e in suite.load(path).exclude] == ["needs 8 GPUs"]
