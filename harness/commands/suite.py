@@ -35,13 +35,13 @@ def register(sub) -> None:
     com.add_argument("--base", default=None, help="the upstream base (default: each pack's filing base)")
     com.add_argument("--timeout", type=int, default=900, help="seconds one commit's run may take (default 900)")
     com.add_argument("--json", action="store_true", help="print every step's cases as JSON")
-    _args.artifacts(com)
+    _args.source(com)
     _args.common(com)
     for q in (sel, cmp_):
         q.add_argument("pack")
         q.add_argument("--base", default=None, help="the upstream base (default: the pack's filing base)")
         q.add_argument("--json", action="store_true", help="print the result as JSON")
-        _args.artifacts(q)
+        _args.source(q)
         _args.common(q)
     sel.add_argument("--check", action="store_true", help="compare with the recorded selection; write nothing")
     for q in (sel, cmp_):
