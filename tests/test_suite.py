@@ -185,6 +185,17 @@ def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path
     assert out["counts"]["patched-only failure"] == 1
     assert [c["id"] for c in out["cases"] if c["verdict"] == "patched-only failure"] == \
         ["tests/test_core.py::test_total"]
+    from harness import readiness
+    from harness.context import Context
+    from harness.store import Store
+    from harness.tracking import Tracking
+
+    ctx = Context(root=suite_repo.root, tracking=Tracking.load(suite_repo.root), store=Store(suite_repo.cache))
+    state = readiness.readiness(ctx, ctx.tracking.pack("01"))
+    suite_reasons = [r.text for r in state.reasons if r.code == readiness.ReasonCode.SUITE]
+    assert suite_reasons == ["suite at 1.0: tests/test_core.py::test_total: patched-only failure (base passed, "
+                             "patched failed)"]
+    assert state.suite is not None and len(state.suite.comparison.patched_only) == 1
 
 
 def test_a_dropped_file_fails_check(suite_repo, capsys):
