@@ -180,6 +180,24 @@ def sweep(session: nox.Session) -> None:
     session.run("harness", "sweep", *pythons, *session.posargs, success_codes=[int(Exit.OK), int(Exit.SKIPPED)])
 
 
+@nox.session(venv_backend="none", default=False)
+def suite_commits(session: nox.Session) -> None:
+    """Every commit of the PR series with a recorded suite (``suites/NN/BASE.toml``; posargs: pack ids, default all),
+    applied in order on the filing base: the suite's CPU part at each vs the base (``harness suite commits``), in
+    each target's lane environment. Fails on a commit that breaks a case that passes at the base."""
+    specs = {spec.pack: spec for spec in pack_sessions(ROOT)}
+    packs = session.posargs or sorted({p.parent.name for p in (ROOT / "suites").glob("*/*.toml")})
+    by_target: dict[str, list[str]] = {}
+    for pack in packs:
+        if pack not in specs:
+            session.error(f"suite_commits: no pack {pack} in tracking.toml")
+        by_target.setdefault(specs[pack].target, []).append(pack)
+    for _target, chosen in sorted(by_target.items()):
+        envdir = _lane_env(session, specs[chosen[0]])
+        env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
+        session.run(str(envdir / "bin" / "harness"), "suite", "commits", *chosen, env=env, external=True)
+
+
 @nox.session(default=False)
 def bench_sweep(session: nox.Session) -> None:
     """Serial lanes vs ``harness sweep`` with empty and warm kernel caches, in one run (bench/sweep.py; posargs go to

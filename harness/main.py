@@ -30,6 +30,7 @@ ENVIRONMENT = (
     ("PATCHLANE_RECHECK", "1: ignore every remembered import check and CUDA device count"),
     ("PATCHLANE_GPU_LOCK_DIR", "where upstream-test lanes keep their one-process-per-GPU locks (default: the temp "
                                "directory; host-wide, so every store on the host shares them)"),
+    ("PATCHLANE_SUITE_RERUN", "1: suite lanes forget their per-case progress and decide every case again"),
     ("PATCHLANE_PYPI_URL", "PyPI JSON API root for 'rebase --to-version' (default https://pypi.org/pypi)"),
     ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh', 'related', 'threads refresh' (sent only in the "
                                "request header)"),
@@ -55,7 +56,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 COMMANDS = ["run", "sweep", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
             "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "related",
-            "threads", "new", "cache"]
+            "threads", "new", "cache", "suite"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

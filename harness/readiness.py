@@ -37,6 +37,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from harness import decisions, filing, git, pins, rebase, receipts, related, series, upstream_tests
+from harness import lanes as lanes_mod
 from harness.errors import ConfigError, HarnessError, PinError
 from harness.github import thread_label
 from harness.hashing import sha256_file
@@ -77,6 +78,7 @@ class ReasonCode(StrEnum):
     RELATED = "related-undecided"
     SUPERSEDED = "superseded"
     ALREADY_THERE = "already-there"
+    SUITE = "suite"
 
 
 REASON_CODES = {
@@ -100,6 +102,8 @@ REASON_CODES = {
                         "(harness related PACK; decide it in [[packs.NN.related]])",
     ReasonCode.SUPERSEDED: "a decision says upstream work supersedes the pack (relation supersedes-us)",
     ReasonCode.ALREADY_THERE: "our comment or PR is already on the thread (threads refresh found it)",
+    ReasonCode.SUITE: "a PR without a complete upstream-suite run at the filing base that shows no patched-only "
+                      "failure ([[packs.NN.suites]]; harness suite compare)",
 }
 # codes that mean the pack is not to be filed at all (nothing else is worth checking)
 NOT_FILEABLE = frozenset({ReasonCode.STATE, ReasonCode.KIND, ReasonCode.FILING_BASE})
@@ -177,6 +181,7 @@ class Readiness:
     reasons: tuple[Reason, ...]  # why it is not ready; empty when ready
     apply: ApplyCheck | None = None
     related: related.Scan | None = None  # the upstream work found overlapping it (None: not looked for)
+    suite: lanes_mod.SuiteResult | None = None  # the upstream suite at the filing base (None: none declared)
 
     @property
     def ready(self) -> bool:
@@ -360,6 +365,31 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
     return None
 
 
+def suite_reasons(ctx, pack: Pack, fbase: str) -> tuple[list[Reason], lanes_mod.SuiteResult | None]:
+    """Why the pack's upstream suite at ``fbase`` does not yet vouch for it (each suite lane's currency is a
+    ``lane`` reason already): none declared, a shard without a complete receipt, a case short of full
+    coverage, or a case that fails only when patched."""
+    recorded = (ctx.root / "suites" / pack.id / f"{fbase}.toml").is_file()
+    if not lanes_mod.suite_lanes(pack, fbase):
+        if not recorded:  # not yet required of a pack without a recorded selection (docs/upstream-tests.md)
+            return [], None
+        return [Reason(ReasonCode.SUITE, f"no [[packs.{pack.id}.suites]] at {fbase}: the upstream's own tests of "
+                                         "the touched code never ran base vs patched")], None
+    try:
+        result = lanes_mod.suite_verdict(ctx, pack, fbase)
+    except HarnessError as exc:
+        return [Reason(ReasonCode.SUITE, f"suite at {fbase}: {exc}")], None
+    out = []
+    if result.missing:
+        out.append(Reason(ReasonCode.SUITE, f"suite at {fbase}: {len(result.missing)} lane(s) without a complete "
+                                            f"receipt, first {result.missing[0]}"))
+    elif result.collected is None or result.ran < result.collected:
+        out.append(Reason(ReasonCode.SUITE, f"suite at {fbase}: {result.ran} of {result.collected} cases run on "
+                                            "the base"))
+    out += [Reason(ReasonCode.SUITE, f"suite at {fbase}: {why}") for why in result.comparison.reasons[:3]]
+    return out, result
+
+
 def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None = None) -> Readiness:
     """Why ``pack`` is not ready to file (``ctx``: harness.lanes.Context), computed from receipts and the base."""
     memo = {} if _memo is None else _memo
@@ -430,6 +460,10 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     elif fileable and pack.kind == "pr" and base is not None:
         reasons.append(Reason(ReasonCode.SERIES, f"a PR with no series for {fbase} "
                                         f"({series.series_dir(root, pack.target, pack.id, fbase).relative_to(root)}/)"))
+    suite_result = None
+    if fileable and pack.kind == "pr" and base is not None:
+        found_suite, suite_result = suite_reasons(ctx, pack, fbase)
+        reasons += found_suite
     if fileable:
 
         try:
@@ -456,6 +490,6 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
             continue
         if not readiness(ctx, dp, allow_download, memo).ready:
             reasons.append(Reason(ReasonCode.DEPENDENCY, f"depends on {dep}, which is not ready"))
-    result = Readiness(pack, fbase, tuple(lanes), tuple(reasons), check, scan)
+    result = Readiness(pack, fbase, tuple(lanes), tuple(reasons), check, scan, suite_result)
     memo[pack.id] = result
     return result

@@ -9,6 +9,7 @@ unknown sentinels.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib.util
 import os
@@ -26,7 +27,7 @@ from typing import Any
 import tomlkit
 from filelock import FileLock
 
-from harness import pins, ui, upstream_tests
+from harness import pins, suite, ui, upstream_tests
 from harness.errors import ConfigError, WriteError
 from harness.tomlutil import choice, field, load_document, str_list
 
@@ -55,6 +56,7 @@ PACK_KEYS = frozenset({
     "filing_base", "reproducer", "lanes", "threads", "validation", "absorbed", "mitigation", "blocked", "held",
     "filing", "performance", "evidence", "evidence_note", "minimal_repro",
     "related",  # [[packs.NN.related]]: a decision per upstream thread or commit that overlaps the pack
+    "suites",  # [[packs.NN.suites]]: the upstream suite at a base, run unpatched and patched (suites/NN/BASE.toml)
     "error",  # the error message the pack fixes, as users see it (harness related searches upstream for it)
     # free-text notes people keep next to the data
     "note", "notes", "base_note", "patch_note", "contract_note",
@@ -66,6 +68,10 @@ LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "
                        "test_requires",
                        # how `harness sweep` may place the lane on a GPU (docs/sweep.md)
                        "exclusive", "gpu_memory_gib"})
+# [[packs.NN.suites]]: where and how the recorded selection (suites/NN/BASE.toml) runs; expanded into suite lanes
+SUITE_KEYS = frozenset({"base", "requires", "with_builds", "test_requires", "timeout", "shards", "exclusive",
+                        "gpu_memory_gib", "note"})
+SUITE_SIDES = (("base", False), ("patched", True))
 # The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
 # script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
 MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
@@ -119,6 +125,13 @@ class Lane:
     # None, decided from the lane (a performance row, a MEMORY_* sentinel, a timing/memory argument); False, not
     exclusive: bool | None = None
     gpu_memory_gib: float | None = None  # the most GPU memory one rank uses: lanes within it may share a GPU
+    # a suite lane (expanded from [[packs.NN.suites]]): shard I of N of the collected cases, ids excluded with reason
+    shard: tuple[int, int] | None = None
+    deselect: tuple[str, ...] = ()
+
+    @property
+    def suite(self) -> bool:
+        return self.shard is not None
 
 
 # How an evidence row picks among the figures it matches (see EvidenceRow).
@@ -244,14 +257,14 @@ class Pack:
         """The script a lane runs and its receipt pins: the upstream-test runner, the minimal reproducer, or
         the pack's reproducer."""
         if lane.upstream_tests:
-            return upstream_tests.RUNNER
+            return upstream_tests.SUITE_RUNNER if lane.suite else upstream_tests.RUNNER
         return self.minimal_repro if lane.minimal else self.reproducer
 
     def lane_runner(self, lane: Lane) -> str | None:
         """The script a lane launches (its helper modules are pinned too): the upstream-test runner, the minimal
         kit, or the reproducer."""
         if lane.upstream_tests:
-            return upstream_tests.RUNNER
+            return upstream_tests.SUITE_RUNNER if lane.suite else upstream_tests.RUNNER
         return MINIMAL_RUNNER if lane.minimal else self.reproducer
 
     def lane_requires(self, lane: Lane) -> str:
@@ -441,7 +454,8 @@ def unknown_keys(path: Path, doc) -> list[str]:
         if not isinstance(table, dict):
             continue
         out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
-        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS)):
+        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS),
+                            ("suites", SUITE_KEYS)):
             for i, entry in enumerate(table.get(kind) or []):
                 if isinstance(entry, dict):
                     out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
@@ -479,6 +493,8 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     if reproducer is not None and not (root / reproducer).is_file():
         raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
+    lanes += tuple(lane for i, st in enumerate(t.get("suites", []))
+                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]"))
     if reproducer is None and any(not lane.upstream_tests for lane in lanes):
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
     minimal_repro = field(t, "minimal_repro", str, where, default=None)
@@ -740,7 +756,7 @@ def _check_lanes_fit_kind(kind: str, lanes: tuple[Lane, ...], where: str) -> Non
                               "patched lane can validate a fix (key 'expect')")
 
 
-def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
+def _load_lane(root: Path, manifest: pins.Manifest, t, where: str, suite_lane: bool = False) -> Lane:
     name = field(t, "name", str, where)
     if not _LANE_NAME.match(name):
         raise ConfigError(f"{where}: lane name {name!r} may hold only letters, digits, '.', '_' and '-'")
@@ -762,13 +778,14 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
         for key in ("args", "with_baseline", "nproc"):
             if key in t:
                 raise ConfigError(f"{where}: key '{key}' does not apply to an upstream-test lane")
-        wanted = upstream_tests.expected_sentinel(expect_failed)
+        wanted = upstream_tests.SENTINEL_SUITE_RAN if suite_lane else upstream_tests.expected_sentinel(expect_failed)
         if t.get("expect", wanted) != wanted:
             raise ConfigError(f"{where}: key 'expect' is '{t['expect']}'; an upstream-test lane "
                               + ("with" if expect_failed else "without") + f" 'expect_failed' expects {wanted}")
     elif expect_failed or test_requires:
         raise ConfigError(f"{where}: keys 'expect_failed' and 'test_requires' need 'upstream_tests'")
-    expect = field(t, "expect", str, where) if not upstream else upstream_tests.expected_sentinel(expect_failed)
+    expect = (field(t, "expect", str, where) if not upstream else upstream_tests.SENTINEL_SUITE_RAN if suite_lane
+              else upstream_tests.expected_sentinel(expect_failed))
     known = sentinels(root)
     if expect not in known:
         raise ConfigError(f"{where}: key 'expect' is '{expect}', not a sentinel ({', '.join(known)})")
@@ -807,6 +824,40 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str) -> Lane:
                 with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal,
                 upstream_tests=upstream, expect_failed=expect_failed, test_requires=test_requires,
                 exclusive=exclusive, gpu_memory_gib=float(memory) if memory is not None else None)
+
+
+def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:
+    return f"suite-{base}-{side}" + (f"-{shard}of{shards}" if shards > 1 else "")
+
+
+def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str) -> list[Lane]:
+    """The lanes of one [[packs.NN.suites]] table: every shard, on the unpatched and on the patched build; their ids
+    are the recorded selection's (suites/NN/BASE.toml), their exclusions its [[exclude]] ids."""
+    extra = sorted(set(t) - SUITE_KEYS)
+    if extra:
+        raise ConfigError(f"{where}: unknown key '{extra[0]}' (known: {', '.join(sorted(SUITE_KEYS))})")
+    base = field(t, "base", str, where)
+    if base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name}")
+    sel = suite.load_for(root, normalize_id(pid), base)
+    if sel is None:
+        raise ConfigError(f"{where}: no recorded selection {suite.selection_path(root, normalize_id(pid), base)}",
+                          hint=f"harness suite select {pid} --base {base}")
+    if not sel.ids:
+        raise ConfigError(f"{where}: the selection {sel.path} holds no test file")
+    shards = field(t, "shards", int, where, default=1)
+    if shards < 1:
+        raise ConfigError(f"{where}: key 'shards' must be at least 1")
+    template = {k: t[k] for k in ("requires", "with_builds", "test_requires", "timeout", "exclusive", "gpu_memory_gib")
+                if k in t}
+    out = []
+    for side, patched in SUITE_SIDES:
+        for i in range(1, shards + 1):
+            name = suite_lane_name(base, side, i, shards)
+            lane = _load_lane(root, manifest, {**template, "name": name, "base": base, "patched": patched,
+                                               "upstream_tests": list(sel.ids)}, f"{where} ({name})", suite_lane=True)
+            out.append(dataclasses.replace(lane, shard=(i, shards), deselect=sel.deselected))
+    return out
 
 
 def _check_graph(path: Path, packs: dict[str, Pack]) -> None:

@@ -5,9 +5,11 @@ base -- with the pack's series applied when the lane is patched, so a test the s
 against the lane's installed build, instead of a reproducer of ours. This module owns the pieces the
 lane workflow (``harness/lanes.py``) puts together:
 
-* ``export_tree``: the part of the upstream tree pytest needs (the top directory of every selected id,
-  e.g. ``tests/``, and the root's pytest configuration), copied into the store under the tree's key, so
-  the package source itself is *not* beside the tests and ``import mamba_ssm`` resolves to the build.
+* ``export_tree``: the part of the upstream tree pytest needs (the selected test files, the ``conftest.py``
+  and ``__init__.py`` files from the root down to each, the helper modules of the tests tree they import,
+  found statically by ``harness/pyimports.py``, and the root's pytest configuration), copied into the store
+  under the tree's key, so the package source itself is *not* beside the tests and ``import mamba_ssm``
+  resolves to the build; a bundle carries a few hundred KB rather than a whole ``tests/`` directory.
   Bundles carry it as a tar (``harness/bundle.py``).
 * ``runner_args``: the arguments of the kit's runner (``repros/upstream_tests.py``), which runs pytest
   with ``--junitxml``, reads each id's outcome from that file and prints the verdict sentinel; the
@@ -29,28 +31,35 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from harness import fingerprint, ui
+from harness import fingerprint, pyimports, ui
 from harness.errors import BuildError, ConfigError, GpuBusyError
 from harness.store import Store
 
 # the kit's runner, relative to the repository root; not named _*.py: the kit's helpers are pinned in every
 # receipt (receipts.helper_digests), and adding one would make every reproducer's receipt stale
 RUNNER = "repros/upstream_tests.py"
+SUITE_RUNNER = "repros/upstream_suite.py"  # a suite lane's: collects, runs its shard, records every case
 # pytest and its own dependencies, exactly pinned: the lane's runtime site is installed with --no-deps
 PYTEST_REQUIRES = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "packaging==26.0", "pygments==2.21.0")
 # files at the root of an upstream tree that configure pytest (rootdir, markers, addopts, conftest)
 ROOT_CONFIG = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "conftest.py")
-TREE_VERSION = "1"  # bump when what export_tree copies changes
+TREE_VERSION = "2"  # bump when what export_tree copies changes (2: the selected files and what they need)
 LOCK_DIR_ENV = "PATCHLANE_GPU_LOCK_DIR"
+SUITE_STATE_ENV = "HARNESS_SUITE_STATE"  # a suite lane's per-case progress file (repros/upstream_suite.py reads it)
+SUITE_RERUN_ENV = "PATCHLANE_SUITE_RERUN"  # 1: forget the progress of suite lanes, decide every case again
 ROOT_ENV = "HARNESS_UPSTREAM_TESTS_ROOT"  # where the runner finds the test tree (repros/upstream_tests.py reads it)
 SENTINEL_ALL_PASSED = "UPSTREAM_TESTS_PASSED"
 SENTINEL_FAILED_AS_EXPECTED = "UPSTREAM_TESTS_FAILED_AS_EXPECTED"
+SENTINEL_SUITE_RAN = "UPSTREAM_SUITE_RECORDED"
 # The runner's verdicts, added to the reproducers' vocabulary (tracking.sentinels) here rather than in
 # repros/_lane.py, whose digest every receipt pins. The runner prints them (RUNNER keeps the same names).
 SENTINELS = {
     SENTINEL_ALL_PASSED: "every selected upstream test passed on this build",
     SENTINEL_FAILED_AS_EXPECTED: "the upstream tests expected to fail failed, every other one passed",
     "UPSTREAM_TESTS_UNEXPECTED": "an upstream test failed, errored, was skipped or did not run against expectation",
+    SENTINEL_SUITE_RAN: "pytest ran the suite shard to its end and every case's outcome is recorded "
+                        "(the verdict compares the base's and the patched build's outcomes)",
+    "UPSTREAM_SUITE_INCOMPLETE": "the suite shard did not run to its end (budget, pytest usage error, no junit XML)",
 }
 
 
@@ -81,12 +90,17 @@ def check_ids(ids: tuple[str, ...], where: str) -> None:
 
 
 def tree_key(series_key: str, ids: tuple[str, ...]) -> str:
-    """The store key of the exported test tree: the applied tree's key and the top directories it needs."""
-    return fingerprint.digest("upstream-tests", TREE_VERSION, series_key, sorted(_tops(ids)))
+    """The store key of the exported test tree: the applied tree's key and the test files it holds."""
+    return fingerprint.digest("upstream-tests", TREE_VERSION, series_key, sorted({test_file(n) for n in ids}))
 
 
-def _tops(ids: tuple[str, ...]) -> set[str]:
-    return {Path(test_file(node)).parts[0] for node in ids}
+def tree_files(source: Path, ids: tuple[str, ...]) -> list[str]:
+    """What ``export_tree`` copies from ``source``, relative paths: the selected files, what pytest loads with
+    them (``conftest.py``, ``__init__.py``, helper modules of the tests tree, ``pyimports.helper_files``) and the
+    root's pytest configuration."""
+    files = sorted({test_file(node) for node in ids})
+    return sorted(set(files) | set(pyimports.helper_files(source, files))
+                  | {name for name in ROOT_CONFIG if (source / name).is_file()})
 
 
 def lookup_tree(store: Store, key: str) -> Path | None:
@@ -112,11 +126,9 @@ def export_tree(source: Path, ids: tuple[str, ...], key: str, store: Store, labe
         if found is not None:
             return found
         with store.new_entry(store.area("upstream-tests") / key[:20]) as tmp:
-            for top in sorted(_tops(ids)):
-                shutil.copytree(source / top, tmp / "tree" / top, symlinks=True)
-            for name in ROOT_CONFIG:
-                if (source / name).is_file():
-                    shutil.copy2(source / name, tmp / "tree" / name)
+            for rel in tree_files(source, ids):
+                (tmp / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source / rel, tmp / "tree" / rel)
     made = lookup_tree(store, key)
     if made is None:
         raise BuildError(f"{label}: the upstream test tree {store.root / 'upstream-tests' / key[:20]} vanished")

@@ -17,13 +17,15 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 LAYERS: dict[int, set[str]] = {
-    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint", "tarsafe"},
+    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint", "tarsafe",
+        "pyimports"},  # pyimports: static imports of an upstream tree (ast)
     1: {"tomlutil", "runs", "github", "sessions", "standalone",
         "payloads", "fatbin",  # stdlib + layer 0: the bootstrap uses them before any dependency is installed
         "host_builds",  # stdlib + layer 0 too: the bootstrap compiles a host build with it
         "git",  # git: raises the GitError family of errors
         "kernel_cache"},  # kernel-compile caches per key in the store: facts probed, entries sealed
-    2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap"},  # bootstrap: stdlib + layers 0-1
+    2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap",  # bootstrap: stdlib + layers 0-1
+        "suite"},  # suite: a pack's upstream-suite selection (data) and its verdict
     3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree
     4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data
     5: {"context"},

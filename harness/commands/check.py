@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness import landing, pins, series, tracking, ui
+from harness import landing, lanes, pins, series, suite, tracking, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError
@@ -37,11 +37,35 @@ def main(args) -> int:
                           hint="a misspelt key is ignored by every other command: fix or remove it")
     ui.data(f"tracking.toml: {len(ctx.tracking.packs)} packs; manifests: {len(pins.list_targets(ctx.root))}; "
                  f"patches: {n_patches} with valid Upstream-Status")
+    recorded = suite_selections(ctx)  # schema and reasons: a file that breaks them raises here
     if not args.apply:
         return 0
     for check in landing.apply_checks(ctx, keep_going=False):  # the first failure raises (exit 5)
         ui.data(f"pack {check.pack}: {check.patches} patch(es) apply on {check.target} {check.base}")
+    for sel in recorded:  # derived again from the tree: nobody drops a file silently
+        pack = ctx.tracking.pack(sel.pack)
+        source = lanes.suite_source(ctx, pack, sel.base)
+        diffs = suite.differences(sel, source.derive(), [p.name for p in source.own])
+        if diffs:
+            raise suite.SuiteDrift(f"{sel.path}: " + "; ".join(diffs),
+                                   hint=f"harness suite select {sel.pack} --base {sel.base} (and commit the file)")
+        ui.data(f"pack {sel.pack}: suite selection at {sel.base} matches its derivation ({len(sel.files)} file(s))")
     return 0
+
+
+def suite_selections(ctx) -> list[suite.Selection]:
+    """Every recorded suite selection (suites/NN/BASE.toml), loaded: closed schema, a reason per exclusion, and
+    the pack and base it names match where it lies."""
+    out = []
+    top = ctx.root / suite.SUITES_DIR
+    for path in sorted(top.glob("*/*.toml")) if top.is_dir() else []:
+        sel = suite.load(path)
+        if (sel.pack, sel.base) != (path.parent.name, path.stem):
+            raise suite.SuiteError(f"{path}: names pack {sel.pack} at {sel.base}; it lies where pack "
+                                   f"{path.parent.name} at {path.stem} belongs")
+        ctx.tracking.pack(sel.pack)
+        out.append(sel)
+    return out
 
 
 def unknown_keys(root) -> list[str]:

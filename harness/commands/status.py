@@ -135,6 +135,8 @@ def pack_json(ctx, state: readiness.Readiness) -> dict:
         "related": state.related.as_json() if state.related is not None else None,
         # where it would be filed: closed, merged or stale (no activity in related.STALE_DAYS days) targets
         "targets": [h.as_json() for h in related.target_health(pack)],
+        # the upstream suite at the filing base: N of M cases run, patched-only failures (None: none declared)
+        "suite": None if state.suite is None else {k: v for k, v in state.suite.as_json().items() if k != "cases"},
     }
 
 
@@ -269,6 +271,8 @@ def story(ctx, state: readiness.Readiness) -> None:
                          f"{e.lane.expect}){where}: {seen}" + (f" -- {e.problem}" if e.problem else ""))
     else:
         lines.append("  lanes: none")
+    if state.suite is not None:
+        lines.append(f"  upstream suite: {state.suite.line()}")
     if pack.mitigation:
         m = pack.mitigation
         lines.append(f"  mitigation ({m.get('status', 'active')}): {m.get('what')}")

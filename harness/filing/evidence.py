@@ -9,7 +9,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import pins, receipts
+from harness import pins, receipts, suite
 from harness.github import repo_slug
 from harness.tracking import EvidenceRow, Pack
 
@@ -216,6 +216,11 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
             patched = rec.patched if row.build is None else row.build == "change"
             build = str(rec.base.version or rec.base.name or "?") + (f" + {change_name}" if patched else "")
         results.append(EvidenceRowResult(row, label, result, None, build, rec))
+    suite_row = _suite_row(pack, latest, change_name)
+    if suite_row is not None:
+        results.append(suite_row)
+        if suite_row.receipt is not None and suite_row.receipt.path is not None:
+            used[suite_row.receipt.path] = suite_row.receipt
     # one short name per distinct host, numbered when two distinct hosts share a GPU name
     names: dict[tuple, str] = {}
     for r in results:
@@ -281,6 +286,28 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         text += ("\n\n<details><summary>Hosts and builds</summary>\n\n" + "\n\n".join(notes)
                  + "\n\n</details>")
     return Evidence(text.strip(), problems, list(used.values()))
+
+
+def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str) -> EvidenceRowResult | None:
+    """The row stating the upstream suite's result at the filing base (``[[packs.NN.suites]]``), computed from
+    the suite lanes' latest receipts: N of M cases run, how many fail only with the change."""
+    chosen = [lane for lane in pack.lanes if lane.suite and lane.base == pack.filing_base]
+    if not chosen:
+        return None
+    details = {lane.name: latest[lane.name].sentinel_details.get(suite.RECORDED) for lane in chosen
+               if lane.name in latest}
+    if not any(details.values()):  # never run: no row (readiness says why, reason 'suite')
+        return None
+    merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
+    comparison = suite.compare(merged.base, merged.patched, {}, claims_fix=False)
+    files = sorted({node.split("::", 1)[0] for node in chosen[0].upstream_tests})
+    shown = next((latest[lane.name] for lane in chosen if lane.patched and lane.name in latest), None)
+    row = EvidenceRow(lane=chosen[0].name, figure="@suite", label="", show="")
+    base = str(shown.base.version or shown.base.name) if shown is not None else pack.filing_base
+    return EvidenceRowResult(row, f"the upstream's own tests of the touched code ({len(files)} file(s)), "
+                                  "every case with and without the change",
+                             suite.summary_line(merged, comparison), None, f"{base} and {base} + {change_name}",
+                             shown)
 
 
 def table_cell(text: str) -> str:

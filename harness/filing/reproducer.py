@@ -81,7 +81,7 @@ def _mentions(requirement: str, code: str) -> bool:
 
 def _runs(manifest: pins.Manifest, pack: Pack, base_name: str, name: str, change_name: str) -> list[str]:
     """The commands of the header: one per lane on the filed base, with the flags the script takes."""
-    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal]
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite]
     out = []
     for i, lane in enumerate(lanes, 1):
         env = []
@@ -110,7 +110,7 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
     needs = [f"{manifest.distribution} (the package under test) importable"]
     if re.search(r"^\s*(?:import|from) torch\b", path.read_text(encoding="utf-8"), re.M):
         needs.append("torch")
-    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal]
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite]
     if any(pack.lane_requires(lane) == "cuda" for lane in lanes):
         needs.append("a CUDA GPU")
     for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):

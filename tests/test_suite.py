@@ -1,0 +1,300 @@
+"""A pack's upstream suite: derived from the series, recorded with reasons, run base vs patched, compared."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import CORE_BUGGY, CORE_FIXED, REPO, cli, make_patch
+from test_upstream_tests import upstream_repo  # noqa: F401  (the fixture: a fake upstream with a tests/ tree)
+
+from harness import pyimports, suite, upstream_tests
+from harness.errors import ConfigError, Exit
+from harness.receipts import find
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
+
+
+TREE = {
+    "pkg/__init__.py": "",
+    "pkg/ops/__init__.py": "from .kern import run\n",  # re-exports the touched module
+    "pkg/ops/kern.py": "def run(): return 1\n",
+    "pkg/ops/other.py": "def other(): return 2\n",
+    "pkg/block.py": "from pkg.ops.kern import run\n",  # a library module using it: not followed
+    "tests/__init__.py": "",
+    "tests/conftest.py": "import tests.shared\n",
+    "tests/shared.py": "X = 1\n",
+    "tests/ops/__init__.py": "",
+    "tests/ops/conftest.py": "",
+    "tests/ops/util.py": "from pkg.ops import kern\n",  # a helper of the tests tree
+    "tests/ops/test_direct.py": "import pkg.ops.kern as k\n\ndef test_a():\n    assert k.run() == 1\n",
+    "tests/ops/test_from.py": "def test_b():\n    from pkg.ops.kern import run\n    assert run()\n",
+    "tests/ops/test_package.py": "from pkg.ops import run\n\ndef test_c():\n    assert run()\n",
+    "tests/ops/test_helper.py": "from .util import kern\n\ndef test_d():\n    assert kern.run()\n",
+    "tests/ops/test_other.py": "from pkg.ops.other import other\n\ndef test_e():\n    assert other()\n",
+    "tests/ops/test_block.py": "from pkg.block import run\n\ndef test_f():\n    assert run()\n",
+    "tests/ops/test_top.py": "import pkg\n\ndef test_g():\n    pass\n",
+    "tests/big/test_unrelated.py": "def test_h():\n    pass\n",
+}
+
+
+def test_derivation_follows_direct_imports_reexports_and_test_helpers_only(tmp_path):
+    tree = _tree(tmp_path, TREE)
+    derived = {d.path: d.reasons for d in suite.derive(tree, {"pkg/ops/kern.py": ["0001-x.patch"],
+                                                               "tests/ops/test_other.py": ["0002-t.patch"]})}
+    assert sorted(derived) == ["tests/ops/test_direct.py", "tests/ops/test_from.py", "tests/ops/test_helper.py",
+                               "tests/ops/test_other.py", "tests/ops/test_package.py"]
+    assert derived["tests/ops/test_direct.py"] == ("imports pkg.ops.kern",)
+    assert derived["tests/ops/test_other.py"] == ("changed by the series (0002-t.patch)",)
+    assert "its __init__ imports the touched code" in derived["tests/ops/test_package.py"][0]
+    assert derived["tests/ops/test_helper.py"] == ("imports helper tests.ops.util, which imports pkg.ops.kern",)
+
+
+def test_the_exported_tree_holds_the_files_their_conftest_chain_and_helpers(tmp_path):
+    tree = _tree(tmp_path / "src", TREE)
+    (tree / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    files = upstream_tests.tree_files(tree, ("tests/ops/test_helper.py::test_d",))
+    assert files == ["pyproject.toml", "tests/__init__.py", "tests/conftest.py", "tests/ops/__init__.py",
+                     "tests/ops/conftest.py", "tests/ops/test_helper.py", "tests/ops/util.py", "tests/shared.py"]
+    assert "tests/big/test_unrelated.py" not in files
+
+
+def test_relative_imports_resolve_against_the_files_package():
+    assert pyimports.imported_names("from ..a import b\n", "tests.x.y", False) == {"tests.a", "tests.a.b"}
+    assert pyimports.imported_names("from . import c\n", "tests.x", True) == {"tests.x", "tests.x.c"}
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+GOOD = '''\
+    schema = 1
+    pack = "01"
+    base = "1.0"
+    series = ["0001-a.patch"]
+    [[files]]
+    path = "tests/test_a.py"
+    reasons = ["imports pkg.a"]
+    cases = 3
+    '''
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ('[[exclude]]\nid = "tests/test_a.py::test_x"\n', "has no 'reason'"),
+    ('[[exclude]]\nid = "tests/test_a.py::test_x"\nreason = "  "\n', "has no 'reason'"),
+    ('[[add]]\nid = "tests/test_b.py::test_y"\n', "added only with a recorded reason"),
+    ('[[exclude]]\nid = "tests/test_z.py::test_x"\nreason = "needs 8 GPUs"\n', "not inside a selected file"),
+    ('[[files]]\npath = "tests/test_b.py"\nreasons = []\n', "must list how the file was derived"),
+    ('colour = "red"\n', "unknown key 'colour'"),
+])
+def test_a_selection_refuses_ids_without_reasons_and_unknown_keys(tmp_path, extra, message):
+    text = GOOD.replace('series = ["0001-a.patch"]\n', f'series = ["0001-a.patch"]\n{extra}') \
+        if extra.startswith("colour") else GOOD + textwrap.indent(extra, "    ")
+    path = _write(tmp_path / "suites" / "01" / "1.0.toml", text)
+    with pytest.raises(ConfigError, match=message):
+        suite.load(path)
+
+
+def test_a_selection_round_trips_and_keeps_what_a_person_recorded(tmp_path):
+    path = _write(tmp_path / "s.toml", GOOD + '    [[exclude]]\n    id = "tests/test_a.py::test_x[8]"\n'
+                                              '    reason = "needs 8 GPUs"\n')
+    sel = suite.load(path)
+    again = suite.refreshed(sel, "01", "1.0", ["0001-a.patch"], sel.derived())
+    assert suite.dump(again) == suite.dump(sel) and again.exclude == sel.exclude and again.cases == 3
+    assert suite.differences(sel, sel.derived(), ["0001-a.patch"]) == []
+    dropped = suite.differences(sel, [suite.Derived("tests/test_a.py", ("imports pkg.a",)),
+                                      suite.Derived("tests/test_b.py", ("imports pkg.a",))], ["0001-a.patch"])
+    assert dropped == ["tests/test_b.py: derived (imports pkg.a) but not recorded"]
+
+
+def test_compare_blames_only_what_fails_when_patched():
+    base = {"t.py::test_ok": "passed", "t.py::test_broken": "passed", "t.py::test_old": "failed",
+            "t.py::test_both": "error", "t.py::test_new[1]": "failed", "t.py::test_hang": "passed"}
+    patched = {"t.py::test_ok": "passed", "t.py::test_broken": "failed", "t.py::test_old": "failed",
+               "t.py::test_both": "error", "t.py::test_new[1]": "passed", "t.py::test_hang": "not run"}
+    result = suite.compare(base, patched, {"t.py": {"test_new"}}, claims_fix=True)
+    verdicts = {c.id: c.verdict for c in result.cases}
+    assert verdicts == {"t.py::test_ok": "ok", "t.py::test_broken": "patched-only failure",
+                        "t.py::test_old": "fails on both", "t.py::test_both": "fails on both",
+                        "t.py::test_new[1]": "fixed", "t.py::test_hang": "patched-only failure"}
+    assert not result.ok and len(result.patched_only) == 2
+    clean = suite.compare({"t.py::test_new[1]": "passed"}, {"t.py::test_new[1]": "passed"}, {"t.py": {"test_new"}},
+                          claims_fix=True)
+    assert not clean.ok and clean.cases[0].verdict == "added test passes on the base"
+
+
+SUITE = '''
+[[packs.01.suites]]
+base = "1.0"
+requires = "cpu"
+shards = 2
+timeout = 120
+'''
+
+
+@pytest.fixture
+def suite_repo(upstream_repo, monkeypatch):  # noqa: F811
+    shutil.copy(REPO / "repros" / "upstream_suite.py", upstream_repo.root / "repros" / "upstream_suite.py")
+    return upstream_repo
+
+
+def _lanes(side: str) -> list[str]:
+    return [a for i in (1, 2) for a in ("--lane", f"suite-1.0-{side}-{i}of2")]
+
+
+def test_suite_lanes_run_base_and_patched_and_compare_every_case(suite_repo, capsys):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    sel = suite.load(suite_repo.root / "suites" / "01" / "1.0.toml")
+    assert [f.path for f in sel.files] == ["tests/test_core.py"]  # test_broken.py imports no touched module
+    suite_repo.write_tracking(SUITE)
+    assert cli("check", "--apply", *args) == Exit.OK
+    assert cli("run", "01", "--quiet", *args, *_lanes("base"), *_lanes("patched")) == Exit.OK
+    recs = {r.lane: r for r in find(suite_repo.root, "fake", "01")}
+    assert len(recs) == 4 and {r.reproducer.path for r in recs.values()} == {upstream_tests.SUITE_RUNNER}
+    capsys.readouterr()
+    assert cli("suite", "compare", "01", "--base", "1.0", "--json", *args) == Exit.OK
+    out = json.loads(capsys.readouterr().out)
+    cases = {c["id"]: (c["base"], c["patched"], c["verdict"]) for c in out["cases"]}
+    assert out["collected"] == 5 and out["ran"] == 5 and out["missing"] == []  # a skip ran (and is recorded)
+    assert cases["tests/test_core.py::test_scale_uses_each_weight"] == ("failed", "passed", "fixed")
+    assert cases["tests/test_core.py::test_total"] == ("passed", "passed", "ok")
+
+
+def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path, capsys):
+    args = suite_repo.args()
+    broken = CORE_FIXED + "\n\ndef total(xs):\n    return 0\n"
+    suite_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, broken))
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base"), *_lanes("patched")) == Exit.OK
+    capsys.readouterr()
+    assert cli("suite", "compare", "01", "--base", "1.0", "--json", *args) == Exit.MISMATCH
+    out = json.loads(capsys.readouterr().out)
+    assert out["counts"]["patched-only failure"] == 1
+    assert [c["id"] for c in out["cases"] if c["verdict"] == "patched-only failure"] == \
+        ["tests/test_core.py::test_total"]
+    from harness import readiness
+    from harness.context import Context
+    from harness.store import Store
+    from harness.tracking import Tracking
+
+    ctx = Context(root=suite_repo.root, tracking=Tracking.load(suite_repo.root), store=Store(suite_repo.cache))
+    state = readiness.readiness(ctx, ctx.tracking.pack("01"))
+    suite_reasons = [r.text for r in state.reasons if r.code == readiness.ReasonCode.SUITE]
+    assert suite_reasons == ["suite at 1.0: tests/test_core.py::test_total: patched-only failure (base passed, "
+                             "patched failed)"]
+    assert state.suite is not None and len(state.suite.comparison.patched_only) == 1
+
+
+def test_a_dropped_file_fails_check(suite_repo, capsys):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    path = suite_repo.root / "suites" / "01" / "1.0.toml"
+    text = path.read_text()
+    path.write_text(text[:text.index("[[files]]")])
+    assert cli("check", "--apply", *args) == Exit.USAGE
+    assert "derived (imports fakepkg.core) but not recorded" in capsys.readouterr().err
+    assert cli("suite", "select", "01", "--base", "1.0", "--check", *args) == Exit.USAGE
+
+
+def _runner():
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(REPO / "repros"))
+    spec = importlib.util.spec_from_file_location("upstream_suite_under_test", REPO / "repros" / "upstream_suite.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_progress_resumes_decided_cases_and_a_case_that_hangs_twice_is_timed_out(tmp_path):
+    runner = _runner()
+    state = tmp_path / "state.jsonl"
+    lines = [{"id": "t.py::a", "started": True}, {"id": "t.py::a", "outcome": "passed", "when": "call"},
+             {"id": "t.py::a", "done": True},
+             {"id": "t.py::b", "started": True}, {"id": "t.py::b", "outcome": "error", "when": "setup"},
+             {"id": "t.py::slow", "started": True}]
+    state.write_text("".join(json.dumps(x) + "\n" for x in lines) + '{"id": "t.py::c", "sta')  # cut by a kill
+    assert runner.read_state(state) == {"t.py::a": "passed", "t.py::b": "error"}  # slow: run once more
+    with state.open("a") as fh:
+        fh.write("\n" + json.dumps({"id": "t.py::slow", "started": True}) + "\n")
+    assert runner.read_state(state)["t.py::slow"] == "timed out"
+    assert runner.shard_of(list("abcdefg"), 1, 3) == ["a", "b"] and runner.shard_of(list("abcdefg"), 3, 3) == \
+        ["e", "f", "g"]
+
+
+def test_a_second_run_of_a_shard_resumes_and_rerun_forgets(suite_repo, monkeypatch):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    lane = ["--lane", "suite-1.0-base-1of2"]
+    assert cli("run", "01", "--quiet", *args, *lane) == Exit.OK
+    assert cli("run", "01", "--quiet", *args, *lane) == Exit.OK
+    monkeypatch.setenv(upstream_tests.SUITE_RERUN_ENV, "1")
+    assert cli("run", "01", "--quiet", *args, *lane) == Exit.OK
+    first, second, third = [r.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN]
+                            for r in find(suite_repo.root, "fake", "01")]
+    assert first["resumed"] == 0 and second["resumed"] == first["shard_cases"] > 0 and third["resumed"] == 0
+    assert first["cases"] == second["cases"] == third["cases"]
+
+
+def test_every_commit_is_checked_and_a_commit_that_breaks_a_passing_case_fails(suite_repo, tmp_path, capsys):
+    args = suite_repo.args()
+    broken = CORE_BUGGY.replace("def total(xs):\n    return sum(xs)", "def total(xs):\n    return 0")
+    assert broken != CORE_BUGGY
+    (suite_repo.root / "patches" / "fake" / "01" / "0001-use-own-weight.patch").unlink()
+    suite_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, broken, subject="core: break total"),
+                           name="0001-break-total.patch")
+    suite_repo.write_patch(make_patch(tmp_path, broken, CORE_FIXED, subject="core: mend total, fix scale"),
+                           name="0002-mend.patch")
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    capsys.readouterr()
+    assert cli("suite", "commits", "01", "--base", "1.0", "--json", *args) == Exit.MISMATCH
+    [check] = json.loads(capsys.readouterr().out)["checks"]
+    assert [s["broken"] for s in check["steps"]] == [[], ["tests/test_core.py::test_total"], []]
+    assert check["steps"][0]["cases"]["tests/test_core.py::test_total"] == "passed"
+    # reordered (mend first), every commit passes what the base passes
+    (suite_repo.root / "patches" / "fake" / "01" / "0001-break-total.patch").unlink()
+    (suite_repo.root / "patches" / "fake" / "01" / "0002-mend.patch").unlink()
+    suite_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED), name="0001-use-own-weight.patch")
+    assert cli("suite", "commits", "01", "--base", "1.0", *args) == Exit.OK
+
+
+def test_select_records_case_counts_from_the_suite_receipts(suite_repo):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    assert suite.load(suite_repo.root / "suites" / "01" / "1.0.toml").files[0].cases is None
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base")) == Exit.OK
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    assert suite.load(suite_repo.root / "suites" / "01" / "1.0.toml").files[0].cases == 5
+
+
+def test_an_excluded_id_is_deselected_and_recorded(suite_repo):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    path = suite_repo.root / "suites" / "01" / "1.0.toml"
+    path.write_text(path.read_text() + '\n[[exclude]]\nid = "tests/test_core.py::test_total"\n'
+                                       'reason = "needs 8 GPUs"\n')
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base")) == Exit.OK
+    details = [r.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN] for r in find(suite_repo.root, "fake", "01")]
+    assert all(d["deselected"] == ["tests/test_core.py::test_total"] for d in details)
+    cases = {node for d in details for node in d["cases"]}
+    assert "tests/test_core.py::test_total" not in cases and sum(d["collected"] for d in details[:1]) == 4
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK  # a refresh keeps the exclusion
+    assert [e.reason for e in suite.load(path).exclude] == ["needs 8 GPUs"]
