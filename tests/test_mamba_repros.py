@@ -317,3 +317,87 @@ def test_end_to_end_production_without_cuda_is_skipped(p05, monkeypatch, capsys)
                            ["--production-timing", "--groups", "2", "--batch", "1", "--repeat", "1",
                             "--profile-repeat", "1", "--warmup", "0"])
     assert tag == "BUG_REPRODUCED" and details["symptom"] == "raises"
+
+
+# --------------------------------------------------------------------------- pack 07 upstream grid
+
+
+@pytest.fixture(scope="module")
+def p07(load_reproducer):
+    sys.path.insert(0, str(MAMBA))
+    try:
+        return load_reproducer(MAMBA / "pack07_mimo_bwd_flat_smem.py", "pack07_mimo_bwd_flat_smem")
+    finally:
+        sys.path.remove(str(MAMBA))
+
+
+def test_grid_names_every_backward_test_id_once(p07):
+    variants = p07.grid_variants()
+    ids = [t for v in variants for t in v["tests"]]
+    assert len(ids) == len(set(ids)) == 40  # 11 x 2 dense + 2 fused norm + 2 grouped + 6 x 2 varlen + 2 fused norm
+    assert len(variants) == 40  # no two tests drive one build: the flags differ
+    prefix = p07.UPSTREAM_TEST_FILE + "::"
+    r1 = sorted(t[len(prefix):] for t in ids if "_R1_" in t)
+    assert r1 == [f"{name}[N128_P64_R1_C64_BB256]" for name in (
+        "test_bwd_varlen_prereduce_relative_errors_lt_10pct", "test_bwd_varlen_relative_errors_lt_10pct",
+        "test_mamba_mimo_bwd_combined_prereduce_relative_errors_lt_10pct",
+        "test_mamba_mimo_bwd_combined_relative_errors_lt_10pct")]
+    grouped = [v for v in variants if any("grouped_heads" in t for t in v["tests"])]
+    assert sorted((v["R"], v["G"]) for v in grouped) == [(2, 4), (4, 2)]
+    fused = [v for v in variants if v["packed_dout"]]
+    assert len(fused) == 4 and not any(v["hasZ"] or v["reduceO"] for v in fused)
+
+
+def _stub_kernels(monkeypatch, fail_at_rank):
+    """Stand-in tilelang and bwd_bwd factories (dense and varlen) whose TIR build raises at one rank."""
+    import types
+
+    calls = []
+
+    class Factory:
+        pass_configs: dict = {}
+
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def get_tir(self, *args, **kwargs):
+            rank = args[6] if self.kernel == "dense" else args[5]  # dense: B, S, H, G, N, P, R; varlen: no S
+            calls.append((self.kernel, rank, kwargs.get("isVarlen")))
+            if rank == fail_at_rank:
+                raise RuntimeError("Immutable variable `r_in` is used outside its defining region!")
+            return object()
+
+    tilelang = types.ModuleType("tilelang")
+    tilelang.tvm = types.SimpleNamespace()
+    monkeypatch.setitem(sys.modules, "tilelang", tilelang)
+    dense = "mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd"
+    for name, kernel in ((dense, "dense"), (dense + "_varlen", "varlen")):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(mamba_mimo_bwd_bwd=Factory(kernel)))
+    return calls
+
+
+def _grid_verdict(p07, capsys):
+    import types
+
+    p07.upstream_grid(types.SimpleNamespace(grid_stage="tir", jobs=1))
+    out = capsys.readouterr().out.splitlines()
+    verdicts = [line for line in out if line.split(" ", 1)[0] in ("CONTRACT_HELD", "CONTRACT_BROKEN")]
+    assert len(verdicts) == 1, out[-3:]
+    tag, payload = verdicts[0].split(" ", 1)
+    return tag, json.loads(payload), out
+
+
+def test_grid_holds_when_every_variant_builds(p07, monkeypatch, capsys):
+    calls = _stub_kernels(monkeypatch, fail_at_rank=None)
+    tag, details, out = _grid_verdict(p07, capsys)
+    assert tag == "CONTRACT_HELD" and details["variants"] == 40 and details["test_ids"] == 40
+    assert len(calls) == 40 and all(varlen is True for kernel, _, varlen in calls if kernel == "varlen")
+    assert sum('"bwd_bwd_variant_builds"' in line for line in out) == 40
+
+
+def test_grid_breaks_naming_the_failing_ids(p07, monkeypatch, capsys):
+    _stub_kernels(monkeypatch, fail_at_rank=1)  # the fault the first flattening had: only R = 1 fails to build
+    tag, details, _ = _grid_verdict(p07, capsys)
+    assert tag == "CONTRACT_BROKEN" and details["n_failed"] == 4 and details["of"] == 40
+    assert all(f["variant"]["R"] == 1 and "Immutable variable" in f["error"] for f in details["failed"])
+    assert sorted(f["variant"]["kernel"] for f in details["failed"]) == ["dense", "dense", "varlen", "varlen"]

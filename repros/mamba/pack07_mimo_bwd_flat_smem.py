@@ -36,6 +36,17 @@ TMA-eligible: baseline build -> BUG_REPRODUCED when the TMA-on lowering has no t
 falls back); patched build -> FIX_VALIDATED when the TMA-on lowering emits tma_load (and the
 TMA-off one, if probed, succeeds), FIX_FAILED otherwise (the exception is a figure, never a crash).
 
+Upstream grid (``--upstream-grid``, CPU lanes at main). Lowers ``mamba_mimo_bwd_bwd`` (dense and varlen, the
+kernels the series edits) for sm_90 with the kernel's own pass configs (TMA off, as it ships) at every
+parametrization of mamba's ``tests/ops/tilelang/test_mamba3_mimo.py`` that reaches that kernel: the tables
+below are copied from the test file at e9594ce (CASE_GRID, FUSED_NORM_CASE_GRID, VARLEN_CASE_GRID) plus
+the grouped-heads grid that 07's series adds, with the test's fixed B/S/H and bf16. Each (kernel,
+N, P, R, chunk, threads, G, hasZ, reduceO, packed_dout) variant is built once and names the test ids that
+use it. CONTRACT_HELD when every variant lowers, CONTRACT_BROKEN (naming the variants and ids) otherwise;
+the baseline lane shows that main builds them all, so a patched-only failure is the series' fault (an
+R=1 loop-variable clash did exactly that). ``--grid-stage tir`` stops after building the TIR (seconds per
+variant) instead of lowering it (about a minute each); ``--jobs`` lowers variants in parallel processes.
+
 Builds. The same reproducer runs at 2.3.2.post1 and at main (e9594ce). The entry point
 ``mamba3_mimo`` keeps its arguments at main (the gated-norm fusion it added defaults to off);
 main's ``mamba_mimo_bwd_bwd`` factory gained a ``packed_dout`` parameter after ``reduceO``, so the
@@ -69,6 +80,29 @@ from pack05_mimo_gqa_backward import call, fwd_bwd, make_dout, make_inputs, mimo
 BWD_MODULE = "mamba_ssm.ops.tilelang.mamba3.mamba3_mimo_bwd"
 MAX_SLOWDOWN = 1.05  # a refactor of the staging: kernel time may move within run-to-run spread, not more
 
+# mamba's tests/ops/tilelang/test_mamba3_mimo.py at e9594ce: (N, P, R, chunk, bb_threads) per grid, fixed B/S/H/G.
+UPSTREAM_TEST_FILE = "tests/ops/tilelang/test_mamba3_mimo.py"
+UPSTREAM_FIXED = {"B": 4, "S": 2048, "H": 16, "G": 1}
+CASE_GRID = ((16, 64, 4, 8, 128), (32, 64, 4, 16, 256), (64, 64, 4, 16, 256), (128, 64, 4, 16, 256),
+             (256, 64, 4, 8, 256), (64, 128, 4, 16, 256), (128, 32, 4, 16, 256), (128, 128, 4, 8, 256),
+             (128, 64, 8, 8, 256), (128, 64, 2, 32, 256), (128, 64, 1, 64, 256))
+FUSED_NORM_CASE_GRID = ((32, 64, 4, 16, 256), (128, 64, 4, 16, 256))
+VARLEN_CASE_GRID = ((16, 64, 4, 8, 128), (32, 64, 4, 16, 256), (64, 64, 4, 16, 256), (128, 64, 4, 16, 256),
+                    (128, 64, 2, 32, 256), (128, 64, 1, 64, 256))
+GROUPED_CASE_GRID = ((64, 64, 4, 16, 256, 2), (128, 64, 2, 32, 256, 4))  # added by 07's own series
+# test function -> (grid, kernel, hasZ, reduceO, packed_dout): how the test drives mamba_mimo_bwd_bwd
+# (mamba_mimo_bwd_combined(_varlen): prereduce passes no z and no mimo_o; the fused norm packs dO, no z/reduce)
+UPSTREAM_BWD_TESTS = {
+    "test_mamba_mimo_bwd_combined_relative_errors_lt_10pct": (CASE_GRID, "dense", True, True, False),
+    "test_mamba_mimo_bwd_combined_prereduce_relative_errors_lt_10pct": (CASE_GRID, "dense", False, False, False),
+    "test_fused_norm_bwd_relative_errors_lt_10pct": (FUSED_NORM_CASE_GRID, "dense", False, False, True),
+    "test_mamba_mimo_bwd_combined_grouped_heads_relative_errors_lt_10pct": (GROUPED_CASE_GRID, "dense", True, True,
+                                                                           False),
+    "test_bwd_varlen_relative_errors_lt_10pct": (VARLEN_CASE_GRID, "varlen", True, True, False),
+    "test_bwd_varlen_prereduce_relative_errors_lt_10pct": (VARLEN_CASE_GRID, "varlen", False, False, False),
+    "test_fused_norm_bwd_varlen_relative_errors_lt_10pct": (FUSED_NORM_CASE_GRID, "varlen", False, False, True),
+}
+
 
 def parse_args() -> argparse.Namespace:
     p = parser(__doc__)
@@ -94,6 +128,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--probe-dims", choices=("symbolic", "static"), default="symbolic",
                    help="probe: lower with symbolic B/S/H/G (the variant 2.3.2.post1 runs) or with the concrete "
                         "--batch/--seqlen/--heads/--groups (the variant main runs)")
+    p.add_argument("--upstream-grid", action="store_true",
+                   help="lower bwd_bwd at every parametrization of the upstream MIMO test file that reaches it")
+    p.add_argument("--grid-stage", choices=("tir", "lower"), default="lower",
+                   help="grid: stop after building the TIR, or lower it for sm_90 (default)")
+    p.add_argument("--jobs", type=int, default=1, help="grid: variants lowered in parallel processes")
+    p.add_argument("--grid-variant", help=argparse.SUPPRESS)  # internal: one grid variant (JSON), one process
     p.add_argument("--prewarm-jobs", type=int, default=0,
                    help="parallel compile children for the dense and varlen cases (0: both at once; 1: none)")
     p.add_argument("--warm-case", help=argparse.SUPPRESS)  # internal: a prewarm child's case (JSON)
@@ -200,6 +240,8 @@ def equivalence(a) -> None:
     is_patched = patched()
     # one baseline file per base, so lanes of two bases can share one HARNESS_RUN_DIR
     saved = "pack07-baseline" + (f"-{os.environ['HARNESS_BASE']}" if os.environ.get("HARNESS_BASE") else "")
+    if (a.rank, a.chunk) != (4, 16):  # a second lane pair at the same base (R = 1) keeps its own baseline file
+        saved += f"-R{a.rank}-C{a.chunk}"
     figure("problem", meta(a), lane=lane())
     prewarm([{"groups": a.groups, "batch": a.batch, "seqlen": a.seqlen, "lengths": None},
              {"groups": a.groups, "batch": 1, "seqlen": sum(a.varlen), "lengths": a.varlen}], jobs=a.prewarm_jobs)
@@ -299,13 +341,114 @@ def tma_probe(a) -> None:
         verdict("FIX_FAILED", tma_on=on, tma_off=off)
 
 
+def grid_variants() -> list[dict]:
+    """Every distinct bwd_bwd build the upstream test file's backward tests ask for, with the ids using it."""
+    variants: dict[tuple, dict] = {}
+    for test, (grid, kernel, has_z, reduce_o, packed) in UPSTREAM_BWD_TESTS.items():
+        for case in grid:
+            n, p, r, c, threads = case[:5]
+            g = case[5] if len(case) > 5 else UPSTREAM_FIXED["G"]
+            case_id = f"N{n}_P{p}_R{r}_C{c}_BB{threads}" + (f"_G{g}" if len(case) > 5 else "")
+            key = (kernel, n, p, r, c, threads, g, has_z, reduce_o, packed)
+            v = variants.setdefault(key, {"kernel": kernel, "N": n, "P": p, "R": r, "chunk": c, "threads": threads,
+                                          "G": g, "hasZ": has_z, "reduceO": reduce_o, "packed_dout": packed,
+                                          "tests": []})
+            v["tests"].append(f"{UPSTREAM_TEST_FILE}::{test}[{case_id}]")
+    return list(variants.values())
+
+
+def build_variant(v: dict, stage: str) -> dict:
+    """Build one variant's TIR and (stage "lower") lower it for sm_90 with the kernel's own pass configs."""
+    import importlib
+
+    import tilelang
+    from tilelang import tvm
+
+    name = BWD_MODULE + ("_varlen" if v["kernel"] == "varlen" else "")
+    factory = importlib.import_module(name).mamba_mimo_bwd_bwd
+    flags = (v["N"], v["P"], v["R"], v["hasZ"], True, v["reduceO"], v["packed_dout"])
+    kw = {"chunk_size": v["chunk"], "rotary_dim_divisor": 4, "dtype": "bfloat16", "threads": v["threads"],
+          "num_stages": 0}
+    began = time.monotonic()
+    out: dict = {"ok": False, "stage": "tir"}
+    try:
+        if v["kernel"] == "varlen":  # the varlen factory takes no S (packed batch of one), isVarlen after the flags
+            prim = factory.get_tir(1, UPSTREAM_FIXED["H"], v["G"], *flags, isVarlen=True, **kw)
+        else:
+            prim = factory.get_tir(UPSTREAM_FIXED["B"], UPSTREAM_FIXED["S"], UPSTREAM_FIXED["H"], v["G"], *flags,
+                                   **kw)
+        if stage == "lower":
+            out["stage"] = "lower"
+            own = {str(getattr(k, "value", k)): x for k, x in (getattr(factory, "pass_configs", None) or {}).items()}
+            target = "cuda -arch=sm_90"
+            with tvm.transform.PassContext(opt_level=3, config=own), tvm.target.Target(target):
+                tilelang.lower(prim, target=target)
+        out["ok"] = True
+    except Exception as exc:  # the exception is the observation
+        text = f"{type(exc).__name__}: {exc}"
+        out["error"] = text if len(text) <= 600 else f"{text[:300]} ... {text[-300:]}"
+    out["seconds"] = round(time.monotonic() - began, 1)
+    return out
+
+
+def grid_child(a) -> None:
+    """A grid child process: one variant, its outcome as the last stdout line (a crash is the parent's to see)."""
+    v = json.loads(a.grid_variant)
+    print(json.dumps(build_variant(v, a.grid_stage)), flush=True)
+
+
+def run_child(a, v: dict) -> dict:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, __file__, "--grid-variant", json.dumps(v), "--grid-stage", a.grid_stage]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    return {"ok": False, "stage": a.grid_stage, "error": f"child exited {proc.returncode}: {proc.stderr[-600:]}"}
+
+
+def upstream_grid(a) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    variants = grid_variants()
+    figure("problem", {"mode": "upstream-grid", "stage": a.grid_stage, "target": "cuda -arch=sm_90",
+                       "upstream_test_file": UPSTREAM_TEST_FILE, "fixed": UPSTREAM_FIXED, "dtype": "bfloat16",
+                       "variants": len(variants), "test_ids": sum(len(v["tests"]) for v in variants)}, lane=lane())
+    if a.jobs > 1:
+        with ThreadPoolExecutor(max_workers=a.jobs) as pool:
+            results = list(pool.map(lambda v: run_child(a, v), variants))
+    else:
+        results = [build_variant(v, a.grid_stage) for v in variants]
+    failed = []
+    for v, r in zip(variants, results, strict=True):
+        label = {k: v[k] for k in v if k != "tests"}
+        figure("bwd_bwd_variant_builds", r["ok"], variant=label, tests=v["tests"], stage=r["stage"],
+               seconds=r.get("seconds"), error=r.get("error"))
+        if not r["ok"]:
+            failed.append({"variant": label, "tests": v["tests"], "error": r.get("error", "")[:300]})
+    contract = (f"mamba_mimo_bwd_bwd builds ({a.grid_stage}, sm_90, the kernel's pass configs) at every "
+                f"parametrization of {UPSTREAM_TEST_FILE} that reaches it")
+    if failed:
+        verdict("CONTRACT_BROKEN", contract=contract, failed=failed, n_failed=len(failed), of=len(variants))
+    else:
+        verdict("CONTRACT_HELD", contract=contract, variants=len(variants),
+                test_ids=sum(len(v["tests"]) for v in variants))
+
+
 def main() -> None:
     a = parse_args()
     if a.warm_case:  # prewarm child: no protocol lines, one forward+backward, exit
         warm_case(a, json.loads(a.warm_case))
         return
+    if a.grid_variant:  # grid child: no protocol lines
+        grid_child(a)
+        return
     start(a, "mamba-ssm", "mamba_ssm")
-    if a.tma_probe:
+    if a.upstream_grid:
+        upstream_grid(a)
+    elif a.tma_probe:
         tma_probe(a)
     elif a.timing:
         timing(a)
