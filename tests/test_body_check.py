@@ -417,3 +417,30 @@ def test_check_ready_selects_packs_ready_but_for_their_body_and_fails_on_theirs(
         (ran.root / "repros" / "fake" / "pack01.py").read_text() + "# changed\n")  # now a lane is stale too
     assert cli("body", "--check", "--ready", "--json", *ran.args()) == Exit.OK
     assert json.loads(capsys.readouterr().out) == []  # not ready for another reason: not selected
+
+
+def test_a_pr_that_files_its_linked_issue_lists_related_work_only_there(tmp_path, monkeypatch):
+    """A PR filed after the issue it links (the upstream's template asks for one) names each related thread once, in
+    that issue, which the PR closes: the PR body keeps the change and its evidence within its word budget."""
+    from harness import filing
+
+    if not all(Path(d).is_dir() for d in MIRRORS.split(os.pathsep)):
+        pytest.skip(f"no upstream mirrors at {MIRRORS} (the PR template is read from them)")
+    monkeypatch.setenv("PATCHLANE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATCHLANE_GIT_MIRRORS", MIRRORS)
+    tracking = Tracking.load(REPO)
+    pack = tracking.pack("10")
+    rendered = filing.render(REPO, tracking, pack)
+    assert rendered.companion is not None
+    lines = [ln for ln in rendered.companion[1].splitlines() if ln.startswith("- NVIDIA/Megatron-LM#")]
+    assert {ln.split(" ", 2)[1] for ln in lines} >= {d.ref for d in pack.related if d.ref.startswith("NVIDIA/")}
+    assert not any(ln in rendered.body for ln in lines) and "Related upstream work:" not in rendered.body
+    assert filing.prose_words(rendered.body) <= filing.BUDGETS["pr"]
+    # without a linked issue of its own (a thread with role 'fixes' recorded), the PR body lists them itself
+    path = tmp_path / "tracking.toml"
+    path.write_text((REPO / "tracking.toml").read_text().replace(
+        '[[packs.10.threads]]', '[[packs.10.threads]]\nurl = "https://github.com/NVIDIA/Megatron-LM/issues/1738"\n'
+        'role = "fixes"\nstate = "open"\n\n[[packs.10.threads]]', 1))
+    changed = Tracking.load(REPO, path)
+    alone = filing.render(REPO, changed, changed.pack("10"))
+    assert alone.companion is None and all(ln in alone.body for ln in lines)
