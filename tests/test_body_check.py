@@ -258,6 +258,12 @@ def test_docs_filings_re_render_unchanged_from_the_receipts(tmp_path, monkeypatc
     assert sorted(got) == sorted(want), "docs/filings/ has files a render does not write, or misses some"
     drifted = [name for name in want if got[name] != want[name]]
     assert drifted == [], f"re-run `harness body --all-docs`: {', '.join(drifted)} differ from a fresh render"
+    # only bodies to be filed: a held, retired, blocked, absorbed or filed pack has no body there, and the index
+    # names it as left out
+    for pack in ctx.tracking.packs.values():
+        if pack.kind in ("pr", "issue", "comment", "bug-report") and pack.state in readiness.NOT_FILED:
+            assert not [n for n in got if n.startswith(f"{pack.id}-")], pack.id
+            assert f"{pack.id} ({pack.state})" in got["README.md"], pack.id
 
 
 # ---------------------------------------------------------------------------------------------- upstream's PR template
