@@ -258,6 +258,12 @@ def test_docs_filings_re_render_unchanged_from_the_receipts(tmp_path, monkeypatc
     assert sorted(got) == sorted(want), "docs/filings/ has files a render does not write, or misses some"
     drifted = [name for name in want if got[name] != want[name]]
     assert drifted == [], f"re-run `harness body --all-docs`: {', '.join(drifted)} differ from a fresh render"
+    # only bodies to be filed: a held, retired, blocked, absorbed or filed pack has no body there, and the index
+    # names it as left out
+    for pack in ctx.tracking.packs.values():
+        if pack.kind in ("pr", "issue", "comment", "bug-report") and pack.state in readiness.NOT_FILED:
+            assert not [n for n in got if n.startswith(f"{pack.id}-")], pack.id
+            assert f"{pack.id} ({pack.state})" in got["README.md"], pack.id
 
 
 # ---------------------------------------------------------------------------------------------- upstream's PR template
@@ -417,3 +423,30 @@ def test_check_ready_selects_packs_ready_but_for_their_body_and_fails_on_theirs(
         (ran.root / "repros" / "fake" / "pack01.py").read_text() + "# changed\n")  # now a lane is stale too
     assert cli("body", "--check", "--ready", "--json", *ran.args()) == Exit.OK
     assert json.loads(capsys.readouterr().out) == []  # not ready for another reason: not selected
+
+
+def test_a_pr_that_files_its_linked_issue_lists_related_work_only_there(tmp_path, monkeypatch):
+    """A PR filed after the issue it links (the upstream's template asks for one) names each related thread once, in
+    that issue, which the PR closes: the PR body keeps the change and its evidence within its word budget."""
+    from harness import filing
+
+    if not all(Path(d).is_dir() for d in MIRRORS.split(os.pathsep)):
+        pytest.skip(f"no upstream mirrors at {MIRRORS} (the PR template is read from them)")
+    monkeypatch.setenv("PATCHLANE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATCHLANE_GIT_MIRRORS", MIRRORS)
+    tracking = Tracking.load(REPO)
+    pack = tracking.pack("10")
+    rendered = filing.render(REPO, tracking, pack)
+    assert rendered.companion is not None
+    lines = [ln for ln in rendered.companion[1].splitlines() if ln.startswith("- NVIDIA/Megatron-LM#")]
+    assert {ln.split(" ", 2)[1] for ln in lines} >= {d.ref for d in pack.related if d.ref.startswith("NVIDIA/")}
+    assert not any(ln in rendered.body for ln in lines) and "Related upstream work:" not in rendered.body
+    assert filing.prose_words(rendered.body) <= filing.BUDGETS["pr"]
+    # without a linked issue of its own (a thread with role 'fixes' recorded), the PR body lists them itself
+    path = tmp_path / "tracking.toml"
+    path.write_text((REPO / "tracking.toml").read_text().replace(
+        '[[packs.10.threads]]', '[[packs.10.threads]]\nurl = "https://github.com/NVIDIA/Megatron-LM/issues/1738"\n'
+        'role = "fixes"\nstate = "open"\n\n[[packs.10.threads]]', 1))
+    changed = Tracking.load(REPO, path)
+    alone = filing.render(REPO, changed, changed.pack("10"))
+    assert alone.companion is None and all(ln in alone.body for ln in lines)

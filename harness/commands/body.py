@@ -189,12 +189,19 @@ def render_docs(ctx, out_dir: Path) -> int:
             (out_dir / file_name).write_text(text, encoding="utf-8")
         written_names.update(texts)
         used = "<br>".join(f"`{r.dir.relative_to(ctx.root)}`" for r in rendered.receipts) or "-"
-        index.append(f"| {pack.id} | {pack.kind} | {rendered.filing_base} | [{name}]({name}) | "
+        linked = linked_issue_name(pack) if rendered.companion is not None else ""
+        index.append(f"| {pack.id} | {pack.kind} | {rendered.filing_base} | [{name}]({name})"
+                     + (f", after [{linked}]({linked})" if linked else "") + " | "
                      + (f"[{script}]({script})" if script else "-") + f" | {used} |")
         for problem in rendered.problems:
             ui.warn(f"pack {pack.id}: {problem}")
         written = out_dir / name
         ui.data(str(written.relative_to(ctx.root) if written.is_relative_to(ctx.root) else written))
+    shown = {p.id for p in docs_packs(ctx)}
+    left = [f"{p.id} ({p.state})" for p in ctx.tracking.packs.values()
+            if p.kind in filing.TEMPLATES and p.id not in shown and p.state in readiness.NOT_FILED]
+    if left:
+        index += ["", "Only bodies to be filed are here. Not filed, so not rendered: " + ", ".join(left) + "."]
     (out_dir / "README.md").write_text("\n".join(index) + "\n", encoding="utf-8")
     for stale in sorted(set(out_dir.glob("[0-9][0-9]-*.md")) | set(out_dir.glob("repro_*.py"))):
         if stale.name not in written_names:  # a pack that is no longer filed (absorbed, retired): its body goes

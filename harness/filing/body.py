@@ -145,8 +145,10 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         "base": base_label(manifest, base),
         "repo": manifest.repo,
     }
-    try:
-        body = template.substitute(values)
+    template_text = pr_template.read_template(manifest, base).text if pack.kind == "pr" else None
+    companion = _linked_issue(manifest, base, pack, values, template_text, problems) if pack.kind == "pr" else None
+    try:  # a PR filed after the issue it links lists the related work once, in that issue (its alternatives)
+        body = template.substitute(dict(values, related="") if companion is not None else values)
     except (KeyError, ValueError) as exc:
         raise ConfigError(f"{path}: bad placeholder {exc} (known: {', '.join(sorted(values))})") from None
     body = _outside_code(body, lambda text: re.sub(r"\n{3,}", "\n\n", text))
@@ -155,14 +157,11 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     own_diff = "".join(patch_diff(p.path) for p in own)
     sections: tuple[str, ...] = ()
     form_path = ""
-    companion = None
     if pack.kind in forms.ISSUE_KINDS:
         filled = _in_issue_form(root, manifest, base, pack, values, diff, problems)
         if filled is not None:
             body, form_path, sections = filled
     elif pack.kind == "pr":
-        template_text = pr_template.read_template(manifest, base).text
-        companion = _linked_issue(manifest, base, pack, values, template_text, problems)
         body = _upstream_template(manifest, base, body, own_diff, pack, problems, companion is not None)
         sections = tuple(pr_template.section_lines(template_text or ""))
     findings = lint(body)

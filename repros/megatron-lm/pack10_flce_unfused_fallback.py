@@ -12,7 +12,8 @@ Stage ``numerics`` (default):
 
 * unpatched build (``HARNESS_PATCHED=0``): the first call raises ``ValueError`` naming the architecture ->
   BUG_REPRODUCED; a result instead -> BUG_ABSENT; any other exception crashes the lane.
-* patched build (``HARNESS_PATCHED=1``): exactly one RuntimeWarning over the whole run, naming the compute capability
+* patched build (``HARNESS_PATCHED=1``): the dispatcher still raising ``ValueError`` -> FIX_FAILED;
+  otherwise exactly one RuntimeWarning over the whole run, naming the compute capability
   and the device and saying that the fallback materializes the logits; then, in float32 and
   bfloat16, for reductions mean / sum / none (none: weighted by a random upstream gradient),
   with ~20 % ``ignore_index`` tokens and targets at the vocab partition edges, through
@@ -37,7 +38,8 @@ Devices (``--device``):
   get_device_name`` report a compute capability 9.0 device (``--simulate-cc``); every tensor
   stays on the CPU. This exercises the real dispatcher's decision and the real fallback
   numerics; it is not hardware evidence (the cuda lanes are). Patched CPU lanes also check
-  that 8.0 and 12.1 take the fallback and warn. Under torchrun (WORLD_SIZE = TP > 1, gloo) the
+  that on 8.0 and 12.1 the dispatcher no longer raises, warns once, and the mean loss matches
+  a float64 reference. Under torchrun (WORLD_SIZE = TP > 1, gloo) the
   sequence-parallel case is left out: megatron's sequence-parallel all-gather allocates on
   ``torch.cuda.current_device()``.
 
@@ -124,6 +126,17 @@ def reset_platform(mod) -> None:
     """Forget the dispatcher's singleton so the next call decides again."""
     mod.Platform._instance = None
     mod._get_platform.cache_clear()
+
+
+def dispatch(torch, mod, cc: tuple[int, int], simulated: bool) -> str | None:
+    """Let the real dispatcher decide for compute capability ``cc``: None when it returned a platform (it has a
+    kernel or falls back), else the message of the ValueError it raised (what the unpatched build does)."""
+    with simulated_gpu(torch, cc, simulated):
+        try:
+            mod._get_platform()
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def fallback_warnings(caught) -> list[str]:
@@ -324,9 +337,15 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
     failures: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with simulated_gpu(torch, cc, simulate is not None):
-            platform = mod._get_platform()  # the dispatcher decides (and warns) here, on the real or simulated GPU
-        figure("has_native_kernel", bool(getattr(platform, "has_native_kernel", True)), None, rank=rank)
+        raised = dispatch(torch, mod, cc, simulate is not None)  # decides (and warns) on the real or simulated GPU
+        figure("dispatcher_raised", raised is not None, None, rank=rank, error=raised)
+        if raised is not None:  # the build in hand still raises: nothing falls back, so nothing to compare
+            dist.destroy_process_group()
+            if rank == 0:
+                verdict("FIX_FAILED", lane=lane(), observed=f"the dispatcher raised ValueError: {raised}",
+                        compute_capability=f"{cc[0]}.{cc[1]}", simulated=simulate is not None,
+                        failures=[f"dispatcher raised ValueError: {raised}"], n_failures=1)
+            return 0
         paths = ["no_tp_group", "tp_group", "module"]
         if tp == 1 or device == "cuda":
             paths.insert(2, "tp_group_sp")
@@ -341,15 +360,26 @@ def stage_numerics(args, device: str, simulate: tuple[int, int] | None) -> int:
     if simulate is not None and rank == 0:  # other architectures without a kernel take the same path
         for other in EXTRA_SIMULATED:
             reset_platform(mod)
-            with warnings.catch_warnings(record=True) as caught, simulated_gpu(torch, other, True):
+            where = f"simulated {other[0]}.{other[1]}"
+            with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                plat = mod._get_platform()
-                mod._get_platform()
-                native = bool(getattr(plat, "has_native_kernel", True))
-            check_warning(fallback_warnings(caught), other, f"simulated sm_{other[0]}{other[1]}", failures,
-                          f"simulated {other[0]}.{other[1]}")
-            if native:
-                failures.append(f"simulated {other[0]}.{other[1]}: platform claims a native kernel")
+                raised = dispatch(torch, mod, other, True)
+                if raised is None:
+                    dispatch(torch, mod, other, True)  # decided once per process: a second call warns no more
+            if raised is not None:
+                failures.append(f"{where}: the dispatcher raised ValueError: {raised}")
+                continue
+            check_warning(fallback_warnings(caught), other, f"simulated sm_{other[0]}{other[1]}", failures, where)
+            with simulated_gpu(torch, other, True):  # the loss itself, through whatever the dispatcher chose
+                loss = mod.linear_cross_entropy(x.clone().requires_grad_(True), w, t, tp_group=None,
+                                                reduction="mean", ignore_index=IGNORE)
+            want = F.cross_entropy(x.reshape(-1, h).double() @ w.double().t(), t.reshape(-1), ignore_index=IGNORE)
+            plain = F.cross_entropy(x.reshape(-1, h) @ w.t(), t.reshape(-1), ignore_index=IGNORE)
+            err, noise = rel_fro(loss.detach().double(), want), rel_fro(plain.double(), want)
+            tol = tolerance(noise, K_NOISE * torch.finfo(torch.float32).eps)
+            figure("fallback_loss_rel_err", err, None, where=where, plain_rel_err=noise, tolerance=tol)
+            if not err <= tol:
+                failures.append(f"{where}: mean loss {float(loss):.6g}, float64 reference {float(want):.6g}")
     gathered = [None] * tp
     dist.all_gather_object(gathered, failures)
     dist.destroy_process_group()
