@@ -8,6 +8,7 @@ real ``git format-patch`` file, and a reproducer prints the protocol lines.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
@@ -229,6 +230,11 @@ def _base_toml(version: str, sdist: Path) -> str:
 
 @pytest.fixture
 def lane_repo(tmp_path: Path) -> LaneRepo:
+    return make_lane_repo(tmp_path)
+
+
+def make_lane_repo(tmp_path: Path) -> LaneRepo:
+    """The fake pack 01 under ``tmp_path``: repository, sdist (dist/) and an empty cache path."""
     root = tmp_path / "repo"
     (root / "upstream").mkdir(parents=True)
     (root / "repros" / "fake").mkdir(parents=True)
@@ -241,6 +247,30 @@ def lane_repo(tmp_path: Path) -> LaneRepo:
     repo.write_tracking()
     repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED))
     return repo
+
+
+def copy_lane_repo(template: LaneRepo, tmp_path: Path) -> LaneRepo:
+    """A private copy of ``template`` (repository, sdists, cache) under ``tmp_path``, for a test to change freely.
+
+    Runs are the slow part of many tests (an overlay build and two reproducer runs: seconds each on a shared
+    host); a session-scoped fixture runs once and every test gets its own copy. The manifest keeps pointing at
+    the template's sdist until a test rewrites it (``add_base``): same bytes, same sha256."""
+    root, cache, dist = tmp_path / "repo", tmp_path / "cache", tmp_path / "dist"
+    shutil.copytree(template.root, root, symlinks=True)
+    if template.cache.exists():
+        shutil.copytree(template.cache, cache, symlinks=True)
+    shutil.copytree(template.sdist.parent, dist, symlinks=True, dirs_exist_ok=True)
+    extra = {version: dist / sdist.name for version, sdist in template.extra_bases.items()}
+    return LaneRepo(root=root, sdist=dist / template.sdist.name, cache=cache, extra_bases=extra)
+
+
+@contextlib.contextmanager
+def isolated_env():
+    """What the autouse fixtures below set, for session-scoped fixtures (which run outside them)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATCHLANE_HOME", "/dev/null/patchlane-cache-not-for-tests")
+        mp.delenv("PATCHLANE_GIT_MIRRORS", raising=False)
+        yield mp
 
 
 def alive(pid: int) -> bool:

@@ -9,17 +9,29 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli
+from conftest import REPO, cli, isolated_env, make_lane_repo
 
 from harness import receipts
 from harness.errors import Exit
 from harness.tracking import Tracking
 
 
+@pytest.fixture(scope="session")
+def _ran_once(tmp_path_factory):
+    """Both lanes of pack 01 run once for the whole session (a real CPU run)."""
+    with isolated_env():
+        repo = make_lane_repo(tmp_path_factory.mktemp("receipts-ran"))
+        assert cli("run", "01", "--quiet", *repo.args()) == Exit.OK
+    return repo
+
+
 @pytest.fixture
-def ran(lane_repo):
-    """Both lanes of pack 01 run once; their receipts."""
-    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+def ran(_ran_once, lane_repo):
+    """Both lanes of pack 01 run once; their receipts (the shared run, copied over this test's repository)."""
+    shutil.rmtree(lane_repo.root)
+    shutil.copytree(_ran_once.root, lane_repo.root, symlinks=True)
+    shutil.rmtree(lane_repo.cache, ignore_errors=True)
+    shutil.copytree(_ran_once.cache, lane_repo.cache, symlinks=True)
     return {r.lane: r for r in receipts.find(lane_repo.root, "fake", "01")}
 
 

@@ -545,7 +545,7 @@ def test_threads_refresh_without_a_login_or_comments_does_not_guess(lane_repo, u
 
 # ---------------------------------------------------------------------------------------------- this repository
 
-MIRRORS = REPO.parent.parent / "shared" / "mirrors"
+MIRRORS = REPO.parent / "shared" / "mirrors"  # ../shared/mirrors beside the checkout
 
 
 @pytest.mark.skipif(not (MIRRORS / "NVIDIA+Megatron-LM.git").is_dir() or shutil.which("git") is None,
