@@ -24,7 +24,8 @@ ENVIRONMENT = (
     ("XDG_CACHE_HOME", "see PATCHLANE_HOME"),
     ("PATCHLANE_REPO_COMMIT", "the repository commit receipts name when the copy has no .git (a GPU host)"),
     ("PATCHLANE_GIT_MIRRORS", "directories (':'-separated) of bare mirrors <owner>+<name>.git that git bases are "
-                              "fetched from before GitHub (also --git-mirrors)"),
+                              "fetched from before GitHub (also --git-mirrors); unset: ../shared/mirrors beside "
+                              "the checkout when it exists, as in nox; set empty: none"),
     ("PATCHLANE_RECHECK", "1: ignore every remembered import check and CUDA device count"),
     ("PATCHLANE_GPU_LOCK_DIR", "where upstream-test lanes keep their one-process-per-GPU locks (default: the temp "
                                "directory; host-wide, so every store on the host shares them)"),
