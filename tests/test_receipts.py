@@ -95,7 +95,15 @@ def test_committed_legacy_receipts_verify_as_log_only_and_an_edit_still_shows(la
     shutil.copytree(src, dest)
     code, out = _verify(lane_repo, capsys)
     assert code == Exit.OK, out
-    assert len([line for line in out.splitlines() if line.startswith("legacy: log-only")]) == 3
+    # counted in the summary, one line; listed one per receipt only with -v (on stderr: detail, not data)
+    [summary] = out.splitlines()
+    assert summary.endswith(", 3 legacy: log-only (-v lists them)), 0 bad"), summary
+    assert cli("receipts", "verify", "-v", *lane_repo.args()) == Exit.OK
+    assert len([line for line in capsys.readouterr().err.splitlines() if "legacy: log-only" in line]) == 3
+    assert cli("receipts", "verify", "--json", *lane_repo.args()) == Exit.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["ok"], len(doc["legacy"]), doc["bad"]) == (True, 3, [])
+    assert doc["verified"] == doc["with_manifest"] + 3 == int(summary.split()[0])
     # no digest covers a legacy receipt.json, but what it says must still be what its log says
     [first] = sorted(dest.iterdir())[:1]
     data = json.loads((first / "receipt.json").read_text())
@@ -103,6 +111,9 @@ def test_committed_legacy_receipts_verify_as_log_only_and_an_edit_still_shows(la
     (first / "receipt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     code, out = _verify(lane_repo, capsys)
     assert code == Exit.TAMPERED and "receipt.json: 'sentinels' is" in out
+    assert cli("receipts", "verify", "--json", *lane_repo.args()) == Exit.TAMPERED
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and [b["path"] for b in doc["bad"]] == [str(first.relative_to(lane_repo.root))]
 
 
 # --------------------------------------------------------------------------- import (#8)
