@@ -323,3 +323,20 @@ def no_real_cache(monkeypatch):
     """A test that forgets --cache / Store(path) must fail, not write to the user's real cache."""
     monkeypatch.setenv("PATCHLANE_HOME", "/dev/null/patchlane-cache-not-for-tests")
     monkeypatch.delenv("PATCHLANE_GIT_MIRRORS", raising=False)
+
+
+# The slow end-to-end tests: 'nox -s tests' leaves them out (-m "not slow"), 'nox -s tests_slow' (and CI) runs them.
+# Every test that needs the network (a real pinned artefact) is one; the others are listed here, by node id prefix,
+# rather than marked in their files: whole modules that drive real nox processes, and single tests measured at
+# 10 s or more on a 2-core host (pytest --durations).
+SLOW = (
+    "tests/test_noxfile.py",  # a real nox per test
+    "tests/test_bundle.py::test_a_wheel_bundle_is_built_with_an_interpreter_of_its_python",
+    "tests/test_related.py::test_this_repository_offline",  # scans this repository against the shared mirrors
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("network") or item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
