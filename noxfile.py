@@ -1,4 +1,4 @@
-"""nox sessions: ``tests``, ``tests_slow``, ``tests_torch``, ``lint``, ``typecheck``, and one ``<target>_pack<NN>`` per pack in tracking.toml.
+"""nox sessions: ``tests`` (``tests_slow``, ``tests_torch``), ``lint``, ``typecheck``, one ``<target>_pack<NN>`` a pack.
 
 A pack session runs ``harness run <pack>`` in its target's lane environment: one
 virtualenv per target (``.nox/lane-<target>-py<X.Y>``), shared by all of that
