@@ -264,6 +264,18 @@ def copy_lane_repo(template: LaneRepo, tmp_path: Path) -> LaneRepo:
     return LaneRepo(root=root, sdist=dist / template.sdist.name, cache=cache, extra_bases=extra)
 
 
+def overwrite_with(template: LaneRepo, repo: LaneRepo) -> LaneRepo:
+    """Replace ``repo``'s repository and cache by copies of ``template``'s (a shared run), keeping ``repo``'s
+    paths: for tests that take both ``lane_repo`` and a fixture that ran it."""
+    shutil.rmtree(repo.root)
+    shutil.copytree(template.root, repo.root, symlinks=True)
+    shutil.rmtree(repo.cache, ignore_errors=True)
+    if template.cache.exists():
+        shutil.copytree(template.cache, repo.cache, symlinks=True)
+    shutil.copyfile(template.sdist, repo.sdist)  # the bytes the manifest pins, should a test rewrite it
+    return repo
+
+
 @contextlib.contextmanager
 def isolated_env():
     """What the autouse fixtures below set, for session-scoped fixtures (which run outside them)."""

@@ -40,17 +40,19 @@ def test_mirrors_beside_the_clone_else_the_variable_else_none(lane_repo, tmp_pat
 
 
 def test_the_cli_and_the_noxfile_find_the_same_mirrors(lane_repo, tmp_path, monkeypatch):
-    """The CLI's options carry the mirrors beside the clone (as the noxfile exports them) without the variable."""
+    """Without the variable, the CLI finds the mirrors beside the clone and exports them as the noxfile does, so
+    every reader (bases, the filing template, child processes) sees the same directories."""
+    from harness import pins
+
     clone, mirrors = _clone_beside_shared(tmp_path, lane_repo)
     args = argparse.Namespace(root=clone, cache=lane_repo.cache, git_mirrors=None, artifacts=None)
-    assert _context.context(args).options.git_mirrors == (mirrors,)
     assert _context.sources(args).git_mirrors == (mirrors,)
-    # the noxfile's choice, made the same way, is exported to the lane runs
-    monkeypatch.delenv(settings.MIRRORS_ENV, raising=False)
-    settings.export_mirrors(clone)
-    assert os.environ[settings.MIRRORS_ENV] == str(mirrors)
-    # with the variable set, the CLI adds nothing of its own: pins reads the variable where it fetches
-    assert _context.context(args).options.git_mirrors == ()
+    _context.context(args)
+    assert os.environ[settings.MIRRORS_ENV] == str(mirrors) and pins.mirrors_from_env() == (mirrors,)
+    # a choice already made is kept
+    monkeypatch.setenv(settings.MIRRORS_ENV, "")
+    _context.context(args)
+    assert os.environ[settings.MIRRORS_ENV] == "" and pins.mirrors_from_env() == ()
     noxfile = (REPO / "noxfile.py").read_text()
     assert "settings.export_mirrors(ROOT)" in noxfile
 

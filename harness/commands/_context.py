@@ -65,6 +65,9 @@ def options(args, root: Path | None = None, **overrides) -> Options:
 
 def context(args, **overrides) -> Context:
     root = find_root(getattr(args, "root", None))
+    # the noxfile's defaults, for every reader of the mirrors in this process and its children (the filing
+    # template's reader and the lanes' child processes read $PATCHLANE_GIT_MIRRORS, not these options)
+    settings.export_mirrors(root)
     return Context(root=root, tracking=Tracking.load(root), store=Store(getattr(args, "cache", None)),
                    options=options(args, root, **overrides))
 
