@@ -170,10 +170,9 @@ REASON_BRIEF = 160  # characters of the first reason the overview prints (-v: al
 
 def _brief(text: str, pack: str) -> str:
     """A reason cut to about REASON_BRIEF characters at a word, saying where the rest is (unless -v)."""
-    text = " ".join(text.split())
     if len(text) <= REASON_BRIEF or ui.verbosity >= 1:
         return text
-    cut = text[:REASON_BRIEF].rsplit(" ", 1)[0].rstrip(",;:(")
+    cut = " ".join(text.split())[:REASON_BRIEF].rsplit(" ", 1)[0].rstrip(",;:(")
     return f"{cut} ... (all of it: harness status {pack})"
 
 
@@ -189,7 +188,7 @@ def _related(state: readiness.Readiness) -> str:
     return f"{len(scan.candidates)} ok" if scan.candidates else "none"
 
 
-COLUMNS = (("pack", 4), ("target", 11), ("kind", 8), ("state", 8), ("upstream", 32), ("related", 8),
+COLUMNS = (("pack", 4), ("target", 11), ("kind", 8), ("state", 8), ("upstream", 28), ("related", 8),
            ("latest", 15))
 MIN_REASON = 24
 
