@@ -212,6 +212,9 @@ class _CappedLog:
                                      "again") from None
 
 
+FOLD_TRACES = "fold-traces"  # run(echo=...): echo, with stack traces kept to their head (TraceFolder)
+
+
 class TraceFolder:
     """The console echo of a reproducer, with each stack trace kept to its first lines and its last one.
 
@@ -270,7 +273,7 @@ class TraceFolder:
 
 
 def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
-        echo: bool = True, cap: int | None = None, fold_traces: bool = False) -> Outcome:
+        echo: bool | str = True, cap: int | None = None) -> Outcome:
     """Run ``cmd`` (under ``harness.guard``), teeing its combined output into ``log_path``.
 
     Its whole process group is killed at ``timeout``, on any exception (Ctrl-C, SIGTERM), and by
@@ -278,8 +281,8 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
 
     ``sentinels`` is the vocabulary of verdict lines to look for in the log. The log keeps at most ``cap``
     bytes (default ``LOG_CAP``) of the output, its beginning and its end, with a line that says how much was
-    left out between them (``Outcome.omitted_bytes``); the console still sees everything, but for stack traces
-    with ``fold_traces`` (``TraceFolder``: a lane that expects to reproduce a bug).
+    left out between them (``Outcome.omitted_bytes``); the console (``echo``) sees everything, but for stack
+    traces with ``echo=FOLD_TRACES`` (``TraceFolder``: a lane that expects to reproduce a bug).
     """
     start = time.monotonic()
     timed_out = False
@@ -288,7 +291,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
         sys.stderr.buffer.write(data)
         sys.stderr.flush()
 
-    folder = TraceFolder(console) if fold_traces else None
+    folder = TraceFolder(console) if echo == FOLD_TRACES else None
     show = folder.feed if folder is not None else console
     with open(log_path, "wb") as fh:
         log = _CappedLog(fh, LOG_CAP if cap is None else cap, log_path)

@@ -30,8 +30,8 @@ def _interpreter(python: str | None) -> str | None:
         return None
     found = shutil.which(python)
     if found is None:
-        raise UsageError(f"--python {python}: no such executable file (looked in {Path.cwd()})"
-                         if os.sep in python else f"--python {python}: no such executable on PATH",
+        raise UsageError(f"--python {python}: no such executable file"
+                         + (f" (relative to {Path.cwd()})" if os.sep in python else " on PATH"),
                          hint="give the path of a Python interpreter, e.g. a lane environment's "
                               "(.nox/lane-<target>-py<X.Y>/bin/python, made by 'nox -s <target>_pack<NN>')")
     return os.path.abspath(found)
