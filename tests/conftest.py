@@ -345,6 +345,16 @@ SLOW = (
     "tests/test_noxfile.py",  # a real nox per test
     "tests/test_bundle.py::test_a_wheel_bundle_is_built_with_an_interpreter_of_its_python",
     "tests/test_related.py::test_this_repository_offline",  # scans this repository against the shared mirrors
+    "tests/test_body_check.py::test_docs_filings_re_render_unchanged_from_the_receipts",  # this repository's packs
+    "tests/test_bootstrap.py::test_bootstrap_uses_the_harness_cache_location_and_reuses_the_unpacked_bundle",
+    "tests/test_payloads.py::test_bundle_carries_a_pruned_payload_in_parts_joined_over_several_calls",
+    "tests/test_sweep.py::test_a_sweep_run_again_skips_lanes_whose_receipt_is_current",
+    "tests/test_sweep.py::test_gpu_lanes_run_at_once_on_disjoint_gpus_and_multi_gpu_lanes_wait",
+    "tests/test_kernel_cache.py::test_a_bundle_carries_the_kernel_caches_of_its_builds_and_the_gpu_host_starts_warm",
+    "tests/test_kernel_cache.py::test_a_carried_entry_of_another_driver_is_not_used_on_the_gpu_host",
+    "tests/test_kernel_cache.py::test_another_driver_or_gpu_gets_another_entry",
+    "tests/test_reliability_faults.py::test_a_cached_wheel_truncated_to_nothing_is_never_shipped_in_a_bundle",
+    "tests/test_reliability_faults.py::test_a_relative_cache_builds_wheels",
 )
 
 
