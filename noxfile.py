@@ -62,14 +62,18 @@ PYTEST = ["-q", "-rs", "-n", "auto"]
 def tests(session: nox.Session) -> None:
     """The test suite without the slow end-to-end tests (marker 'slow': 'tests_slow' runs those); a few minutes."""
     session.install("-e", ".[test]")
-    session.run("pytest", *PYTEST, "-m", "not slow", *session.posargs)
+    session.run("pytest", *PYTEST, "-m", "not slow and not serial", *session.posargs)
+    # the tests of process-wide faults (marker 'serial'), in one plain process: no worker thread to take a signal
+    session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "serial and not slow", *session.posargs)
 
 
 @nox.session(default=False)
 def tests_slow(session: nox.Session) -> None:
     """The slow end-to-end tests (marker 'slow': real pinned artefacts, nox sessions, scans of this repository)."""
     session.install("-e", ".[test]")
-    session.run("pytest", *PYTEST, "-m", "slow", *session.posargs)
+    session.run("pytest", *PYTEST, "-m", "slow and not serial", *session.posargs)
+    session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "slow and serial", *session.posargs,
+                success_codes=[0, 5])  # 5: none collected (no test is both today)
 
 
 # The tests that import torch (pytest.importorskip: they skip in 'tests', whose environment has none).

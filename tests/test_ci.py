@@ -192,16 +192,17 @@ def test_ci_runs_the_torch_tests_in_the_megatron_lane_environment_before_droppin
 
 def test_ci_still_runs_the_slow_tests_and_tests_leaves_them_out():
     lines = _ci_lines()
-    assert any(line.endswith("nox -s tests -- -m slow") for line in lines)
+    assert any(line.endswith("nox -s tests_slow") for line in lines)
     noxfile = (REPO / "noxfile.py").read_text()
-    assert '"-m", "not slow"' in noxfile and '"-m", "slow"' in noxfile and '"-rs"' in noxfile
+    assert '"-m", "not slow and not serial"' in noxfile and '"-m", "slow and not serial"' in noxfile
+    assert '"-m", "serial and not slow"' in noxfile and '"-rs"' in noxfile
 
 
 def test_every_slow_entry_names_a_test_that_exists():
     """conftest.SLOW moves tests out of 'nox -s tests' by node id: a renamed test must not fall back in silently."""
-    from conftest import SLOW
+    from conftest import SERIAL, SLOW
 
-    for entry in SLOW:
+    for entry in SLOW + SERIAL:
         path, _, name = entry.partition("::")
         assert (REPO / path).is_file(), entry
         assert not name or f"def {name}(" in (REPO / path).read_text(), entry
