@@ -204,8 +204,9 @@ class _CappedLog:
 
     def _put(self, data: bytes) -> None:
         try:
-            self.fh.write(data)
-            self.fh.flush()
+            view = memoryview(data)
+            while view:  # a raw file may take part of a write (a disk filling up): the rest, or the error
+                view = view[self.fh.write(view):]
         except OSError as exc:  # a full or read-only temporary directory: the run stops, the lane is not judged
             raise WriteError.of(exc, "the reproducer's log", self.path,
                                 hint="free space in the temporary directory (or point TMPDIR elsewhere) and run "
@@ -293,7 +294,9 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
 
     folder = TraceFolder(console) if echo == FOLD_TRACES else None
     show = folder.feed if folder is not None else console
-    with open(log_path, "wb") as fh:
+    # unbuffered: a write that fails (a full disk) leaves nothing pending, so closing the file cannot raise a bare
+    # OSError over the WriteError that _CappedLog raised (exit 74 naming the log, not an internal error)
+    with open(log_path, "wb", buffering=0) as fh:
         log = _CappedLog(fh, LOG_CAP if cap is None else cap, log_path)
         proc = guard.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = proc.stdout

@@ -358,11 +358,10 @@ SLOW = (
 )
 
 
-# Tests of process-wide faults that a pytest-xdist worker disturbs (its execnet thread takes signals, its
-# scheduling changes when a full disk is noticed): 'nox -s tests' runs them after the rest, in one plain process.
+# Tests of process-wide faults that a pytest-xdist worker disturbs (its execnet thread takes signals): 'nox -s tests'
+# runs them after the rest, in one plain process.
 SERIAL = (
     "tests/test_reliability_faults.py::test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree",
-    "tests/test_reliability_faults.py::test_a_full_temporary_directory_is_exit_io_naming_the_log",
 )
 
 
