@@ -1,4 +1,4 @@
-"""nox sessions: ``tests``, ``lint``, ``typecheck``, and one ``<target>_pack<NN>`` per pack in tracking.toml.
+"""nox sessions: ``tests`` (``tests_slow``, ``tests_torch``), ``lint``, ``typecheck``, one ``<target>_pack<NN>`` a pack.
 
 A pack session runs ``harness run <pack>`` in its target's lane environment: one
 virtualenv per target (``.nox/lane-<target>-py<X.Y>``), shared by all of that
@@ -15,7 +15,12 @@ with the harness's code (see ``harness --help``): 0 all lanes as expected, 3 a G
 skipped on this host, others failures. When several sessions are selected (``nox -s a b``,
 ``nox -t mamba``) every one runs and nox prints its summary: a session whose harness exited 3
 is reported "skipped", any other non-zero code "aborted" (nox then exits 1); the harness's code
-is in the "Session ... skipped/aborted: harness exit N (NAME)" line.
+is in the "Session ... skipped/aborted: harness exit N (NAME)" line. When none of the selected pack sessions
+validated anything (all exited 3 or 13), the run exits 3, not nox's 0. A session name that does not exist
+(``nox -s mamba_pack99``) exits 2, naming those that do (nox's own code for it is 3, a skip's).
+
+Tests: ``tests`` (the suite without the slow end-to-end tests, parallel workers: minutes), ``tests_slow`` (marker
+``slow``), ``tests_torch`` (the tests that need torch, in the megatron lane environment).
 
 Tags: each pack session carries its target's name and session prefix (``nox -t mamba``,
 ``nox -t megatron-lm`` or ``-t megatron``).
@@ -28,52 +33,81 @@ import os
 import runpy
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
+from harness import settings  # noqa: E402  (stdlib-only module)
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
 from harness.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
 from harness.sessions import STAMP_FILE, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only module)
 
-# Git bases (upstream main/dev) come from GitHub by default. On this project's hosts the offline mirrors
-# sit beside the clone (../shared/mirrors): use them unless the caller chose a source already.
-_MIRRORS = ROOT.parent / "shared" / "mirrors"
-if "PATCHLANE_GIT_MIRRORS" not in os.environ and _MIRRORS.is_dir():
-    os.environ["PATCHLANE_GIT_MIRRORS"] = str(_MIRRORS)
+# Git bases (upstream main/dev): the same defaults as the CLI (harness/settings.py): $PATCHLANE_GIT_MIRRORS, else
+# ../shared/mirrors beside the clone when it exists, else GitHub. Exported so the lane runs see the same choice.
+settings.export_mirrors(ROOT)
 
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
 
+# pytest's options for the suites: skip reasons shown (-rs), one worker per core (pytest-xdist, pinned in
+# pyproject.toml's "test" extra; each worker builds the session-scoped fixtures once).
+PYTEST = ["-q", "-rs", "-n", "auto"]
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (CI calls this): unit tests plus the real liger-kernel pin integration test."""
+    """The test suite without the slow end-to-end tests (marker 'slow': 'tests_slow' runs those); a few minutes."""
     session.install("-e", ".[test]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *PYTEST, "-m", "not slow and not serial", *session.posargs)
+    # the tests of process-wide faults (marker 'serial'), in one plain process: no worker thread to take a signal
+    session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "serial and not slow", *session.posargs)
+
+
+@nox.session(default=False)
+def tests_slow(session: nox.Session) -> None:
+    """The slow end-to-end tests (marker 'slow': real pinned artefacts, nox sessions, scans of this repository)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *PYTEST, "-m", "slow and not serial", *session.posargs)
+    session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "slow and serial", *session.posargs,
+                success_codes=[0, 5])  # 5: none collected (no test is both today)
 
 
 # The tests that import torch (pytest.importorskip: they skip in 'tests', whose environment has none).
 TORCH_TESTS = ["tests/test_contract22.py", "tests/test_mamba_repros.py", "tests/test_packs10_11.py",
                "tests/test_repro_kit.py", "tests/test_timing_helper.py"]
+TORCH_TARGET = "megatron-lm"  # its lane environment holds the lanes' torch (requirements/lane-megatron-lm.txt)
 
 
-def _torch_pins() -> list[str]:
-    """The lanes' torch and numpy pins (requirements/lane-megatron-lm.txt), so the tests and the lanes import one
-    torch; numpy too, which PyPI's torch does not require but the reproducers' tensor conversions need."""
-    lines = [line.strip() for line in (ROOT / "requirements" / "lane-megatron-lm.txt").read_text().splitlines()]
-    return [line for line in lines if line.startswith(("torch==", "numpy=="))]
+def _test_pins() -> list[str]:
+    """pytest and pytest-xdist at the versions of pyproject.toml's "test" extra."""
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        extra = tomllib.load(fh)["project"]["optional-dependencies"]["test"]
+    return [pin for pin in extra if pin.startswith("pytest")]
 
 
-@nox.session(default=False)
+@nox.session(default=False, venv_backend="none")
 def tests_torch(session: nox.Session) -> None:
-    """The tests that need torch, with it installed. PyPI's Linux x86_64 torch is the CUDA build (the CPU-only
-    wheels are on download.pytorch.org only); it runs these tests on the CPU. CI calls this before 'tests'."""
-    session.install("-e", ".[test]", *_torch_pins())
-    session.run("python", "-c", "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())")
-    session.run("pytest", "-q", "-rs", *TORCH_TESTS, *session.posargs)
+    """The tests that need torch, run by the megatron lane environment's interpreter: the lanes' own torch (PyPI's
+    CUDA build, run on the CPU here), installed once for both. pytest goes into a directory of its own beside it
+    (.nox/tests_torch-pytest), so the lane environment stays exactly what its stamp says. CI runs this while the
+    megatron lane environment exists."""
+    spec = next(s for s in pack_sessions(ROOT) if s.target == TORCH_TARGET)
+    python = _lane_env(session, spec) / "bin" / "python"
+    extra = session.cache_dir.resolve().parent / "tests_torch-pytest"
+    want = sorted(_test_pins())
+    stamp = extra / ".pins.json"
+    if not stamp.is_file() or json.loads(stamp.read_text()) != want:
+        session.run(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--upgrade",
+                    "--target", str(extra), *want, external=True)
+        stamp.write_text(json.dumps(want))
+    env = {"PYTHONPATH": str(extra)}
+    session.run(str(python), "-c", "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())",
+                env=env, external=True)
+    session.run(str(python), "-m", "pytest", *PYTEST, *TORCH_TESTS, *session.posargs, env=env, external=True)
 
 
 @nox.session
@@ -138,6 +172,17 @@ def _selected(session: nox.Session) -> int:
         return 1
 
 
+def _pack_sessions_left(session: nox.Session) -> int:
+    """How many pack sessions nox still has to run after this one (0 when nox does not say)."""
+    queue = getattr(getattr(getattr(session, "_runner", None), "manifest", None), "_queue", None) or []
+    return sum(1 for runner in queue if getattr(runner, "name", None) in _PACK_NAMES)
+
+
+# What this nox invocation's pack sessions came to, by exit name: several sessions that all skipped validated
+# nothing, and must not end in nox's 0 (see _pack_session).
+_OUTCOMES: dict[str, int] = {}
+
+
 def _pack_session(spec):
     def run_pack(session: nox.Session) -> None:
         envdir = _lane_env(session, spec)
@@ -147,10 +192,19 @@ def _pack_session(spec):
             session.run(str(envdir / "bin" / "harness"), "run", spec.pack, "--result-file", str(result),
                         *session.posargs, env=env, external=True, success_codes=[int(c) for c in Exit])
             code = Exit(json.loads(result.read_text())["exit"]) if result.exists() else Exit.USAGE
+        _OUTCOMES[code.name] = _OUTCOMES.get(code.name, 0) + 1
+        several = _selected(session) > 1
+        if several and not _pack_sessions_left(session) and set(_OUTCOMES) <= {Exit.SKIPPED.name, Exit.NO_LANES.name}:
+            # the last of several pack sessions, and none validated anything: not nox's 0 ("all fine")
+            ran = sum(_OUTCOMES.values())
+            session.warn(f"none of the {ran} pack sessions validated anything on this host "
+                         f"({', '.join(f'{n} {name}' for name, n in sorted(_OUTCOMES.items()))}): exit "
+                         f"{int(Exit.SKIPPED)} (SKIPPED)")
+            raise SystemExit(int(Exit.SKIPPED))
         if code == Exit.OK:
             return
         why = f"harness exit {int(code)} ({code.name})"
-        if _selected(session) > 1:  # let nox run the others and print its summary
+        if several:  # let nox run the others and print its summary
             if code == Exit.SKIPPED:
                 session.skip(why)
             session.error(why)
@@ -221,5 +275,42 @@ def _selection(posargs: list[str]) -> list[str]:
     return [a for a in posargs if a not in ("--json", "--plan")]
 
 
+_PACK_NAMES = {spec.name for spec in pack_sessions(ROOT)}
 for _spec in pack_sessions(ROOT):
     globals()[_spec.name] = _pack_session(_spec)
+
+
+def _requested_sessions(argv: list[str]) -> list[str]:
+    """The session names given on nox's command line (-s/-e/--session(s) NAME..., --sessions=NAME) and $NOXSESSION."""
+    names: list[str] = []
+    taking = False
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg in ("-s", "-e", "--session", "--sessions"):
+            taking = True
+        elif arg.startswith(("--session=", "--sessions=")):
+            names += arg.split("=", 1)[1].split(",")
+            taking = False
+        elif arg.startswith("-"):
+            taking = False
+        elif taking:
+            names += arg.split(",")
+    if not names and os.environ.get("NOXSESSION"):
+        names = os.environ["NOXSESSION"].split(",")
+    return [n for n in names if n]
+
+
+def _refuse_unknown_sessions() -> None:
+    """nox exits 3 ("Sessions not found") for a typo, the code of a pack session whose GPU lanes were skipped: a
+    name that no session has is bad input (exit 2, USAGE) here, named, with the pack sessions that do exist."""
+    known = set(nox.registry.get())
+    unknown = [n for n in _requested_sessions(sys.argv[1:]) if n not in known and n.split("(", 1)[0] not in known]
+    if unknown:
+        packs = " ".join(sorted(_PACK_NAMES))
+        print(f"nox: no session named {', '.join(unknown)} (pack sessions: {packs}; 'nox -l' lists every session)",
+              file=sys.stderr)
+        raise SystemExit(int(Exit.USAGE))
+
+
+_refuse_unknown_sessions()

@@ -1,6 +1,7 @@
 # Sourced by .ci/run. expect CODE SESSION [ARGS...]: run a nox session and insist on its exit code.
-# The session must exist first: nox exits 3 for "Sessions not found", which is also the code of a pack
-# session whose GPU lanes were skipped, so a renamed or removed pack would otherwise pass as skipped.
+# The session must exist first: nox exits 3 for "Sessions not found" (the noxfile turns a pack session typo into
+# 2, but not every missing name is one), which is also the code of a pack session whose GPU lanes were skipped,
+# so a renamed or removed pack would otherwise pass as skipped.
 # With CI_RECEIPTS set, the session's receipts go there and tracking.toml is left alone: CI checks the lanes
 # by their exit codes and never rewrites the checkout's receipts, which docs/filings and readiness are read from.
 _ci_sessions=""

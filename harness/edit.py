@@ -33,7 +33,7 @@ from pathlib import Path
 from harness import git, series, ui
 from harness.context import Context
 from harness.errors import ConfigError, EditError, SeriesError
-from harness.hashing import sha256_file
+from harness.hashing import sha256_file, sha256_text
 from harness.tracking import Pack
 
 STATE_FILE = "patchlane-edit.json"
@@ -78,8 +78,17 @@ class EditState:
         return cls(**raw)
 
 
+def checkout_key(root: Path) -> str:
+    """A directory name for one checkout of this repository: its name and a digest of its absolute path, so two
+    clones sharing a cache never share an edit checkout (``regen`` from the other clone saw a series it did not
+    write)."""
+    resolved = Path(root).resolve()
+    return f"{resolved.name}-{sha256_text(str(resolved))[:12]}"
+
+
 def default_dir(ctx: Context, pack: Pack) -> Path:
-    return ctx.store.area("edit") / pack.target / pack.id
+    """``<cache>/edit/<checkout key>/<target>/<pack>``: this checkout's edit of ``pack``."""
+    return ctx.store.area("edit") / checkout_key(ctx.root) / pack.target / pack.id
 
 
 def start(ctx: Context, pack: Pack, base_name: str | None, dest: Path, force: bool = False) -> EditState:

@@ -340,7 +340,9 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         with kernel_cache.lane(ctx.store, kfacts, f"{_RUN_PREFIX}{os.getpid()}-kcache-", seed) as kcache:
             env.update(kcache.env)
             with upstream_tests.gpu_lock(gpus, lane.timeout, f"pack {pack.id} lane {lane.name}"):
-                outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=ctx.echo)
+                # a bug lane's echo keeps the bug's stack trace to its head (all of it is in the log)
+                echo = (runs.FOLD_TRACES if lane.expect == "BUG_REPRODUCED" else True) if ctx.echo else False
+                outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=echo)
             if not outcome.timed_out and outcome.exit_code is not None and outcome.exit_code >= 0:
                 kcache.seal()  # the child ended by itself: what it compiled is whole (killed: nothing is sealed)
         verdict, reason = outcome.verdict(lane.expect)

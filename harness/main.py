@@ -26,7 +26,8 @@ ENVIRONMENT = (
     ("PATCHLANE_HOST_BUILD_TIMEOUT", "seconds a host build may take in the bootstrap, instead of the manifest's "
                                      "timeout (docs/gpu-hosts.md)"),
     ("PATCHLANE_GIT_MIRRORS", "directories (':'-separated) of bare mirrors <owner>+<name>.git that git bases are "
-                              "fetched from before GitHub (also --git-mirrors)"),
+                              "fetched from before GitHub (also --git-mirrors); unset: ../shared/mirrors beside "
+                              "the checkout when it exists, as in nox; set empty: none"),
     ("PATCHLANE_RECHECK", "1: ignore every remembered import check and CUDA device count"),
     ("PATCHLANE_GPU_LOCK_DIR", "where upstream-test lanes keep their one-process-per-GPU locks (default: the temp "
                                "directory; host-wide, so every store on the host shares them)"),

@@ -204,16 +204,77 @@ class _CappedLog:
 
     def _put(self, data: bytes) -> None:
         try:
-            self.fh.write(data)
-            self.fh.flush()
+            view = memoryview(data)
+            while view:  # a raw file may take part of a write (a disk filling up): the rest, or the error
+                view = view[self.fh.write(view):]
         except OSError as exc:  # a full or read-only temporary directory: the run stops, the lane is not judged
             raise WriteError.of(exc, "the reproducer's log", self.path,
                                 hint="free space in the temporary directory (or point TMPDIR elsewhere) and run "
                                      "again") from None
 
 
+FOLD_TRACES = "fold-traces"  # run(echo=...): echo, with stack traces kept to their head (TraceFolder)
+
+
+class TraceFolder:
+    """The console echo of a reproducer, with each stack trace kept to its first lines and its last one.
+
+    A lane that reproduces a bug often prints the bug's trace (a Python traceback, a C++ ``frame #N`` list of 60
+    lines) before its verdict; the log keeps every line, the console says how many it left out and where they
+    are. A trace starts at ``Traceback (most recent call last):`` or ``Exception raised from``; it goes on while
+    lines are indented, blank, ``frame #..`` or another trace header, and ends at the first other line (the
+    exception's message), which is shown."""
+
+    KEEP = 3  # lines shown from the head of a trace
+    STARTS = ("Traceback (most recent call last):", "Exception raised from ")
+    INSIDE = ("frame #", "During handling of the above exception", "The above exception was the direct cause")
+
+    def __init__(self, write):
+        self._write = write
+        self._partial = b""
+        self._block: list[bytes] | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        for line in lines:
+            self._line(line + b"\n")
+
+    def close(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+        self._end_block()
+
+    def _line(self, line: bytes) -> None:
+        text = line.decode("utf-8", errors="replace")
+        if self._block is None:
+            if text.startswith(self.STARTS):
+                self._block = [line]
+            else:
+                self._write(line)
+            return
+        if text[:1] in (" ", "\t") or not text.strip() or text.startswith(self.STARTS + self.INSIDE):
+            self._block.append(line)
+            return
+        self._end_block()
+        self._write(line)
+
+    def _end_block(self) -> None:
+        block, self._block = self._block, None
+        if block is None:
+            return
+        if len(block) <= 2 * self.KEEP:
+            for line in block:
+                self._write(line)
+            return
+        for line in block[:self.KEEP]:
+            self._write(line)
+        self._write(f"  ... {len(block) - self.KEEP} more line(s) of this trace: in the lane's log (receipt)\n"
+                    .encode())
+
+
 def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sentinels: set[str],
-        echo: bool = True, cap: int | None = None) -> Outcome:
+        echo: bool | str = True, cap: int | None = None) -> Outcome:
     """Run ``cmd`` (under ``harness.guard``), teeing its combined output into ``log_path``.
 
     Its whole process group is killed at ``timeout``, on any exception (Ctrl-C, SIGTERM), and by
@@ -221,11 +282,21 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
 
     ``sentinels`` is the vocabulary of verdict lines to look for in the log. The log keeps at most ``cap``
     bytes (default ``LOG_CAP``) of the output, its beginning and its end, with a line that says how much was
-    left out between them (``Outcome.omitted_bytes``); the console still sees everything.
+    left out between them (``Outcome.omitted_bytes``); the console (``echo``) sees everything, but for stack
+    traces with ``echo=FOLD_TRACES`` (``TraceFolder``: a lane that expects to reproduce a bug).
     """
     start = time.monotonic()
     timed_out = False
-    with open(log_path, "wb") as fh:
+
+    def console(data: bytes) -> None:
+        sys.stderr.buffer.write(data)
+        sys.stderr.flush()
+
+    folder = TraceFolder(console) if echo == FOLD_TRACES else None
+    show = folder.feed if folder is not None else console
+    # unbuffered: a write that fails (a full disk) leaves nothing pending, so closing the file cannot raise a bare
+    # OSError over the WriteError that _CappedLog raised (exit 74 naming the log, not an internal error)
+    with open(log_path, "wb", buffering=0) as fh:
         log = _CappedLog(fh, LOG_CAP if cap is None else cap, log_path)
         proc = guard.popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out = proc.stdout
@@ -238,14 +309,15 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
                 if chunk:
                     log.write(chunk)
                     if echo:
-                        sys.stderr.buffer.write(chunk)
-                        sys.stderr.flush()
+                        show(chunk)
                 elif proc.poll() is not None:
                     rest = out.read()
                     if rest:
                         log.write(rest)
                         if echo:
-                            sys.stderr.buffer.write(rest)
+                            show(rest)
+                    if echo and folder is not None:
+                        folder.close()
                     break
                 else:
                     time.sleep(0.05)

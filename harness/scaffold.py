@@ -1,7 +1,9 @@
 """``harness new``: a new pack's first files, as quilt's ``new`` or ``gbp pq`` start a patch.
 
-Three things, all or none: the ``[packs.NN]`` entry of tracking.toml (state planned, a bug lane on the
-base and, for kinds that carry a patch, a fix lane), the pack's empty series directory
+Three things, all or none: the ``[packs.NN]`` entry of tracking.toml (state planned; a bug lane and, for
+kinds that carry a patch, a fix lane, on the base and on the target's filing base when that is another one;
+evidence rows that read the reproducer's example figure from the lanes on the filing base), the pack's empty
+series directory
 ``patches/<target>/<NN>/``, and a reproducer ``repros/<target>/packNN_<slug>.py`` written from the kit
 (``repros/_lane.py``: ``parser``, ``start``, ``observed``) whose check is left for its author; until
 it is written the reproducer stops with an error, so its lanes crash (exit 7) instead of passing.
@@ -40,7 +42,7 @@ def main() -> None:
     args = parser(__doc__).parse_args()
     start(args, {distribution!r}, {module!r})  # prints the host stamp: the first line of every lane
     bad = check()
-    figure("example", 0.0)  # each measured number, before the verdict; it lands in the receipt
+    figure("{figure}", 0.0)  # each measured number, before the verdict; it lands in the receipt
     observed(bad)  # BUG_REPRODUCED / BUG_ABSENT unpatched, FIX_VALIDATED / FIX_FAILED patched
 
 
@@ -54,12 +56,16 @@ if __name__ == "__main__":
 '''
 
 
+EXAMPLE_FIGURE = "example"  # the figure the kit's reproducer prints and the evidence rows read
+
+
 @dataclass(frozen=True)
 class Scaffold:
     pack: str
     reproducer: Path
     series_dir: Path
     lanes: tuple[str, ...]
+    filing_base: str = ""
 
 
 def slug(title: str) -> str:
@@ -88,9 +94,17 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
     reproducer = root / "repros" / target / name
     if reproducer.exists():
         raise UsageError(f"{reproducer.relative_to(root)} exists already")
-    lanes = [("bug-" + base, False, "BUG_REPRODUCED")]
-    if kind not in UNPATCHED_KINDS:
-        lanes.append(("fix-" + base, True, "FIX_VALIDATED"))
+    # Lanes on the base, and on the filing base when it is another one (upstream main or dev): readiness asks for
+    # passing lanes where the filing is made, and the filing body's evidence is read from them.
+    filing = manifest.filing_base or base
+    lanes = []
+    for on in dict.fromkeys((base, filing)):
+        lanes.append(("bug-" + on, on, False, "BUG_REPRODUCED"))
+        if kind not in UNPATCHED_KINDS:
+            lanes.append(("fix-" + on, on, True, "FIX_VALIDATED"))
+    # the evidence rows of the filing body: the kit's example figure, from the lanes on the filing base
+    evidence = [(lane, "the example figure of check(): TODO say what it measures", "TODO {value}")
+                for lane, on, _, _ in lanes if on == filing]
 
     def change(doc) -> None:
         table = tomlkit.table()
@@ -99,10 +113,16 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
                            ("requires", requires), ("base", base),
                            ("reproducer", str(reproducer.relative_to(root)))):
             table[key] = value
+        rows = tomlkit.aot()
+        for lane, label, show in evidence:
+            row = tomlkit.table()
+            row.update({"lane": lane, "figure": EXAMPLE_FIGURE, "label": label, "show": show})
+            rows.append(row)
+        table["evidence"] = rows
         entries = tomlkit.aot()
-        for lane, patched, expect in lanes:
+        for lane, on, patched, expect in lanes:
             entry = tomlkit.table()
-            entry.update({"name": lane, "base": base, "patched": patched, "expect": expect})
+            entry.update({"name": lane, "base": on, "patched": patched, "expect": expect})
             entries.append(entry)
         table["lanes"] = entries
         doc["packs"][pid] = table
@@ -111,7 +131,7 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
     try:
         reproducer.parent.mkdir(parents=True, exist_ok=True)
         reproducer.write_text(REPRODUCER.format(pid=pid, title=title, target=target, name=name,
-                                                distribution=manifest.distribution,
+                                                distribution=manifest.distribution, figure=EXAMPLE_FIGURE,
                                                 module=manifest.import_names[0] if manifest.import_names else ""))
         created.append(reproducer)
         series_dir.mkdir(parents=True)
@@ -123,7 +143,7 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
         for path in reversed(created):
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         raise
-    return Scaffold(pid, reproducer, series_dir, tuple(lane for lane, _, _ in lanes))
+    return Scaffold(pid, reproducer, series_dir, tuple(lane for lane, _, _, _ in lanes), filing)
 
 
 def _check_loads(tracking: Tracking, change) -> None:

@@ -99,7 +99,7 @@ def tabular(columns, rows, *, fmt: str = "auto", title: str | None = None) -> No
 
     table = Table(title=title)
     for col in columns:
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # a long name wraps onto the next line, never cut to "…"
     for r in rows:
         table.add_row(*(c if isinstance(c, Text) else text(c) for c in r))
     out.print(table)

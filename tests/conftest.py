@@ -8,6 +8,7 @@ real ``git format-patch`` file, and a reproducer prints the protocol lines.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
@@ -229,6 +230,11 @@ def _base_toml(version: str, sdist: Path) -> str:
 
 @pytest.fixture
 def lane_repo(tmp_path: Path) -> LaneRepo:
+    return make_lane_repo(tmp_path)
+
+
+def make_lane_repo(tmp_path: Path) -> LaneRepo:
+    """The fake pack 01 under ``tmp_path``: repository, sdist (dist/) and an empty cache path."""
     root = tmp_path / "repo"
     (root / "upstream").mkdir(parents=True)
     (root / "repros" / "fake").mkdir(parents=True)
@@ -241,6 +247,42 @@ def lane_repo(tmp_path: Path) -> LaneRepo:
     repo.write_tracking()
     repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED))
     return repo
+
+
+def copy_lane_repo(template: LaneRepo, tmp_path: Path) -> LaneRepo:
+    """A private copy of ``template`` (repository, sdists, cache) under ``tmp_path``, for a test to change freely.
+
+    Runs are the slow part of many tests (an overlay build and two reproducer runs: seconds each on a shared
+    host); a session-scoped fixture runs once and every test gets its own copy. The manifest keeps pointing at
+    the template's sdist until a test rewrites it (``add_base``): same bytes, same sha256."""
+    root, cache, dist = tmp_path / "repo", tmp_path / "cache", tmp_path / "dist"
+    shutil.copytree(template.root, root, symlinks=True)
+    if template.cache.exists():
+        shutil.copytree(template.cache, cache, symlinks=True)
+    shutil.copytree(template.sdist.parent, dist, symlinks=True, dirs_exist_ok=True)
+    extra = {version: dist / sdist.name for version, sdist in template.extra_bases.items()}
+    return LaneRepo(root=root, sdist=dist / template.sdist.name, cache=cache, extra_bases=extra)
+
+
+def overwrite_with(template: LaneRepo, repo: LaneRepo) -> LaneRepo:
+    """Replace ``repo``'s repository and cache by copies of ``template``'s (a shared run), keeping ``repo``'s
+    paths: for tests that take both ``lane_repo`` and a fixture that ran it."""
+    shutil.rmtree(repo.root)
+    shutil.copytree(template.root, repo.root, symlinks=True)
+    shutil.rmtree(repo.cache, ignore_errors=True)
+    if template.cache.exists():
+        shutil.copytree(template.cache, repo.cache, symlinks=True)
+    shutil.copyfile(template.sdist, repo.sdist)  # the bytes the manifest pins, should a test rewrite it
+    return repo
+
+
+@contextlib.contextmanager
+def isolated_env():
+    """What the autouse fixtures below set, for session-scoped fixtures (which run outside them)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATCHLANE_HOME", "/dev/null/patchlane-cache-not-for-tests")
+        mp.delenv("PATCHLANE_GIT_MIRRORS", raising=False)
+        yield mp
 
 
 def alive(pid: int) -> bool:
@@ -293,3 +335,39 @@ def no_real_cache(monkeypatch):
     """A test that forgets --cache / Store(path) must fail, not write to the user's real cache."""
     monkeypatch.setenv("PATCHLANE_HOME", "/dev/null/patchlane-cache-not-for-tests")
     monkeypatch.delenv("PATCHLANE_GIT_MIRRORS", raising=False)
+
+
+# The slow end-to-end tests: 'nox -s tests' leaves them out (-m "not slow"), 'nox -s tests_slow' (and CI) runs them.
+# Every test that needs the network (a real pinned artefact) is one; the others are listed here, by node id prefix,
+# rather than marked in their files: whole modules that drive real nox processes, and single tests measured at
+# 10 s or more on a 2-core host (pytest --durations).
+SLOW = (
+    "tests/test_noxfile.py",  # a real nox per test
+    "tests/test_bundle.py::test_a_wheel_bundle_is_built_with_an_interpreter_of_its_python",
+    "tests/test_related.py::test_this_repository_offline",  # scans this repository against the shared mirrors
+    "tests/test_body_check.py::test_docs_filings_re_render_unchanged_from_the_receipts",  # this repository's packs
+    "tests/test_bootstrap.py::test_bootstrap_uses_the_harness_cache_location_and_reuses_the_unpacked_bundle",
+    "tests/test_payloads.py::test_bundle_carries_a_pruned_payload_in_parts_joined_over_several_calls",
+    "tests/test_sweep.py::test_a_sweep_run_again_skips_lanes_whose_receipt_is_current",
+    "tests/test_sweep.py::test_gpu_lanes_run_at_once_on_disjoint_gpus_and_multi_gpu_lanes_wait",
+    "tests/test_kernel_cache.py::test_a_bundle_carries_the_kernel_caches_of_its_builds_and_the_gpu_host_starts_warm",
+    "tests/test_kernel_cache.py::test_a_carried_entry_of_another_driver_is_not_used_on_the_gpu_host",
+    "tests/test_kernel_cache.py::test_another_driver_or_gpu_gets_another_entry",
+    "tests/test_reliability_faults.py::test_a_cached_wheel_truncated_to_nothing_is_never_shipped_in_a_bundle",
+    "tests/test_reliability_faults.py::test_a_relative_cache_builds_wheels",
+)
+
+
+# Tests of process-wide faults that a pytest-xdist worker disturbs (its execnet thread takes signals): 'nox -s tests'
+# runs them after the rest, in one plain process.
+SERIAL = (
+    "tests/test_reliability_faults.py::test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("network") or item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli
+from conftest import REPO, cli, isolated_env, make_lane_repo, overwrite_with
 
 from harness import filing, readiness
 from harness.errors import Exit
@@ -42,14 +42,22 @@ Use each element's own weight. The in-place variant follows.
 """
 
 
+@pytest.fixture(scope="session")
+def _ran_once(tmp_path_factory):
+    """One real CPU run of the fake pack on a github.com repository with the filing templates, for every test."""
+    with isolated_env():
+        repo = make_lane_repo(tmp_path_factory.mktemp("body-check-ran"))
+        shutil.copytree(REPO / "templates", repo.root / "templates", dirs_exist_ok=True)
+        m = repo.root / "upstream" / "fake.toml"
+        m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+        assert cli("run", "01", "--quiet", *repo.args()) == Exit.OK
+    return repo
+
+
 @pytest.fixture
-def ran(lane_repo, capsys):
-    shutil.copytree(REPO / "templates", lane_repo.root / "templates", dirs_exist_ok=True)
-    m = lane_repo.root / "upstream" / "fake.toml"
-    m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
-    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+def ran(_ran_once, lane_repo, capsys):
     capsys.readouterr()
-    return lane_repo
+    return overwrite_with(_ran_once, lane_repo)
 
 
 def _rewrite_message(repo, message: str) -> None:

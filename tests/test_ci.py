@@ -159,3 +159,50 @@ def test_with_ci_receipts_a_pack_session_writes_its_receipts_elsewhere(tmp_path,
     assert calls == [f"nox --error-on-missing-interpreters -s mamba_pack05 -- --receipts-dir {r} --no-tracking",
                      f"nox --error-on-missing-interpreters -s mamba_pack05 -- --lane x --receipts-dir {r} "
                      "--no-tracking"]
+
+
+def _ci_lines() -> list[str]:
+    """.ci/run's lines without comments (what runs)."""
+    return [line.split(" #", 1)[0].strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def test_ci_checks_cheapest_first_and_each_once():
+    """Fail fast: subjects, lint and types before any environment is built; nothing run twice."""
+    lines = _ci_lines()
+    first_pack = next(i for i, line in enumerate(lines) if line.startswith("expect "))
+    for check in ("python3 .ci/commit_subjects.py", "nox -s lint", "nox -s typecheck", "nox -s tests"):
+        where = [i for i, line in enumerate(lines) if line.endswith(check)]
+        assert len(where) == 1 and where[0] < first_pack, check
+    workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
+    assert "commit_subjects.py" not in "\n".join(lines[first_pack:])
+    assert "run: python3 .ci/commit_subjects" not in workflow
+
+
+def test_ci_runs_the_torch_tests_in_the_megatron_lane_environment_before_dropping_it():
+    """tests_torch reuses the megatron lane environment's torch (one CUDA torch per run, not two)."""
+    lines = _ci_lines()
+    torch = lines.index("nox -s tests_torch")
+    assert torch < lines.index("drop_lane megatron-lm")
+    assert all(lines.index(f"expect 3 megatron_pack{p}") < torch for p in ("16", "10", "22"))
+    noxfile = (REPO / "noxfile.py").read_text()
+    body = noxfile[noxfile.index("def tests_torch"):noxfile.index("@nox.session", noxfile.index("def tests_torch"))]
+    assert "_lane_env(session, spec)" in body and "session.install" not in body
+
+
+def test_ci_still_runs_the_slow_tests_and_tests_leaves_them_out():
+    lines = _ci_lines()
+    assert any(line.endswith("nox -s tests_slow") for line in lines)
+    noxfile = (REPO / "noxfile.py").read_text()
+    assert '"-m", "not slow and not serial"' in noxfile and '"-m", "slow and not serial"' in noxfile
+    assert '"-m", "serial and not slow"' in noxfile and '"-rs"' in noxfile
+
+
+def test_every_slow_entry_names_a_test_that_exists():
+    """conftest.SLOW moves tests out of 'nox -s tests' by node id: a renamed test must not fall back in silently."""
+    from conftest import SERIAL, SLOW
+
+    for entry in SLOW + SERIAL:
+        path, _, name = entry.partition("::")
+        assert (REPO / path).is_file(), entry
+        assert not name or f"def {name}(" in (REPO / path).read_text(), entry

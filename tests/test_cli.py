@@ -298,7 +298,7 @@ receipt = "receipts/x.json"
     path.write_text(path.read_text().replace('state = "ready"', 'state = "absorbed"'))
     assert cli("rebase", "fake", "--to", "1.1", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr()
-    row = next(line for line in out.out.splitlines() if line.startswith("│ 01"))
+    row = next(line for line in out.out.splitlines() if line.startswith("01\t"))
     assert "superseded" in row and "conflict" in row
     assert "pack 01: superseded on 1.1" in out.err
     # the same conflict on a pack that is not absorbed is a conflict: exit 5
@@ -348,7 +348,10 @@ def test_piped_list_waves_perf_status_print_whole_plain_lines(two_packs, capsys,
     for argv, header, must in ((["list"], "pack", [LONG, "bug: pass", "fix: pass"]),
                                (["waves", "--no-apply"], "wave", [LONG]),
                                (["perf"], "pack", [PERF_CLAIM.split('"')[5], "receipts/fake/01/"]),
-                               (["status", "--no-apply"], "pack", [LONG + " (+1)", "[state] "])):
+                               # a reason past 160 characters is cut at a word, saying where the rest is
+                               (["status", "--no-apply"], "pack", [LONG[:100], "(all of it: harness status 02) (+1)",
+                                                                   "[state] "]),
+                               (["status", "--no-apply", "-v"], "pack", [LONG + " (+1)", "[state] "])):
         code = cli(*argv, *two_packs.args())
         assert code == Exit.OK, argv
         out = capsys.readouterr().out
@@ -363,6 +366,48 @@ def test_piped_list_waves_perf_status_print_whole_plain_lines(two_packs, capsys,
     assert cli("list", "--format", "table", *two_packs.args()) == Exit.OK
     out = capsys.readouterr().out
     assert "┃" in out and LONG not in out
+
+
+def test_piped_run_and_order_print_whole_plain_lines_and_run_has_json(two_packs, capsys, monkeypatch):
+    """run's summary (receipt paths) and order's table (titles) as whole tab-separated lines when piped."""
+    monkeypatch.setattr(ui.out, "width", 80)
+    path = two_packs.root / "tracking.toml"
+    path.write_text(path.read_text().replace('title = "scale uses w[0] for every element"', f'title = "{LONG}"'))
+    assert cli("run", "01", "--quiet", *two_packs.args()) == Exit.OK
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "lane\tverdict\twhy\treceipt"
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[1:]}
+    assert set(rows) == {"bug", "fix"} and all(r[3].startswith("receipts/fake/01/") for r in rows.values())
+    assert all((two_packs.root / r[3] / "receipt.json").is_file() for r in rows.values())  # whole paths, not cut
+    assert cli("run", "01", "--quiet", "--json", *two_packs.args()) == Exit.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["exit"], doc["exit_name"]) == (int(Exit.OK), "OK")
+    assert {lane["lane"]: lane["verdict"] for lane in doc["lanes"]} == {"bug": "pass", "fix": "pass"}
+    assert all((two_packs.root / lane["receipt"] / "receipt.json").is_file() for lane in doc["lanes"])
+    assert cli("order", "--no-apply", *two_packs.args()) == Exit.OK
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("#\tpack\t") and LONG in out and "│" not in out
+
+
+def test_list_is_by_pack_and_a_table_never_cuts_two_lane_names_to_the_same_text(two_packs, capsys, monkeypatch):
+    path = two_packs.root / "tracking.toml"
+    text = path.read_text()
+    head, rest = text.split("[packs.01]", 1)
+    one, two = rest.split("[packs.02]", 1)
+    path.write_text(head + "[packs.02]" + two + "\n[packs.01]" + one)  # 02 first in the file
+    text = path.read_text()
+    for lane in ("bug", "fix"):
+        long = f"a-long-lane-name-that-differs-only-at-the-end-{lane}"
+        text = text.replace(f'name = "{lane}"', f'name = "{long}"').replace(f'lane = "{lane}"', f'lane = "{long}"')
+    path.write_text(text)
+    assert cli("list", "--json", *two_packs.args()) == Exit.OK
+    assert [p["id"] for p in json.loads(capsys.readouterr().out)["packs"]] == ["01", "02"]
+    monkeypatch.setattr(ui.out, "width", 80)
+    assert cli("list", "--format", "table", *two_packs.args()) == Exit.OK
+    out = capsys.readouterr().out
+    assert "…" not in out  # folded onto more lines, never cut
+    flat = "".join(line.split("│")[6].strip() for line in out.splitlines() if line.count("│") >= 7)
+    assert "differs-only-at-the-end-bug" in flat and "differs-only-at-the-end-fix" in flat
 
 
 def test_a_mistyped_command_names_the_closest_ones(capsys):

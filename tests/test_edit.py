@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 from conftest import CORE_BUGGY, CORE_FIXED, cli, git, make_patch
 
 from harness.edit import EditState
@@ -224,3 +227,23 @@ def test_the_backup_is_kept_until_the_new_series_is_verified(lane_repo, tmp_path
     monkeypatch.setattr(series, "replace_series", real)
     assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK  # the checkout still regenerates
     assert len(_series(lane_repo)) == 2
+
+
+
+def test_two_clones_sharing_a_cache_keep_their_own_edit_checkouts(lane_repo, tmp_path, capsys):
+    """Edit state is keyed by the checkout: a second clone's edit and regen never see the first one's work."""
+    other = tmp_path / "clone2"
+    shutil.copytree(lane_repo.root, other)
+    cache = ["--cache", str(lane_repo.cache)]
+    assert cli("edit", "01", "--root", str(lane_repo.root), *cache) == Exit.OK
+    first = Path(capsys.readouterr().out.strip())
+    (first / CORE).write_text(CORE_FIXED + "# the first clone's edit\n")
+    git(first, "commit", "-q", "-a", "--amend", "--no-edit")
+    assert cli("edit", "01", "--root", str(other), *cache) == Exit.OK
+    second = Path(capsys.readouterr().out.strip())
+    assert second != first and (first / CORE).read_text().endswith("# the first clone's edit\n")
+    patch = "patches/fake/01/0001-use-own-weight.patch"
+    assert cli("regen", "01", "--root", str(other), *cache) == Exit.OK  # its own checkout: unchanged
+    assert "first clone" not in (other / patch).read_text()
+    assert cli("regen", "01", "--root", str(lane_repo.root), *cache) == Exit.OK
+    assert "the first clone's edit" in (lane_repo.root / patch).read_text()

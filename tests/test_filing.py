@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import CORE_BUGGY, REPO, cli, make_patch
+from conftest import CORE_BUGGY, REPO, cli, copy_lane_repo, isolated_env, make_lane_repo, make_patch
 
 from harness import filing, readiness, receipts, series, standalone
 from harness.errors import ConfigError, Exit
@@ -45,13 +45,22 @@ def _github_repo(lane_repo):
     m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
 
 
+@pytest.fixture(scope="session")
+def _ran_once(tmp_path_factory):
+    """One real CPU run of both lanes of the fake pack on a github.com repository, shared by the tests below."""
+    with isolated_env():
+        repo = make_lane_repo(tmp_path_factory.mktemp("filing-ran"))
+        _github_repo(repo)
+        assert cli("run", "01", "--quiet", *repo.args()) == Exit.OK
+    return repo
+
+
 @pytest.fixture
-def ran(lane_repo, capsys):
-    """The fake pack with passing receipts for both lanes (a real CPU run), on a github.com repository."""
-    _github_repo(lane_repo)
-    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+def ran(_ran_once, tmp_path, capsys):
+    """The fake pack with passing receipts for both lanes (a real CPU run), on a github.com repository: a private
+    copy of the shared run."""
     capsys.readouterr()
-    return lane_repo
+    return copy_lane_repo(_ran_once, tmp_path)
 
 
 @pytest.fixture

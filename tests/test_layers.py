@@ -23,7 +23,8 @@ LAYERS: dict[int, set[str]] = {
         "payloads", "fatbin",  # stdlib + layer 0: the bootstrap uses them before any dependency is installed
         "host_builds",  # stdlib + layer 0 too: the bootstrap compiles a host build with it
         "git",  # git: raises the GitError family of errors
-        "kernel_cache"},  # kernel-compile caches per key in the store: facts probed, entries sealed
+        "kernel_cache",  # kernel-compile caches per key in the store: facts probed, entries sealed
+        "settings"},  # what the noxfile and the CLI both read (mirrors, cache, Python per target): stdlib + store
     2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap",  # bootstrap: stdlib + layers 0-1
         "suite"},  # suite: a pack's upstream-suite selection (data) and its verdict
     3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree

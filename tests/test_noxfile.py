@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from harness.errors import Exit
 from harness.sessions import STAMP_FILE, lane_env_stamp, pack_sessions
 
 FAKE_HARNESS = textwrap.dedent('''\
@@ -98,8 +99,31 @@ def test_several_sessions_all_run_and_nox_summarizes(nox_repo):
     assert "nox > Session fake_pack01 aborted: harness exit 6 (BUILD)" in proc.stderr
     assert any(line.endswith("fake_pack01: aborted") for line in summary), summary
     assert any("fake_pack02: skipped" in line and "harness exit 3 (SKIPPED)" in line for line in summary), summary
-    codes(root, p01=3)
-    assert nox(root, "-s", "fake_pack01", "fake_pack02").returncode == 0  # skipped is not a failure
+    codes(root, p01=0)
+    assert nox(root, "-s", "fake_pack01", "fake_pack02").returncode == 0  # one validated, one skipped: not a failure
+
+
+def test_several_sessions_that_all_skipped_validated_nothing_and_exit_skipped(nox_repo):
+    """nox folds skipped sessions into its 0; when every pack session skipped, nothing was validated: exit 3."""
+    root, _ = nox_repo
+    codes(root, p01=3, p02=3)
+    proc = nox(root, "-s", "fake_pack01", "fake_pack02")
+    assert proc.returncode == int(Exit.SKIPPED), proc.stderr
+    assert "fake harness: pack 01 exits 3" in proc.stdout + proc.stderr  # both ran
+    assert "none of the 2 pack sessions validated anything" in proc.stderr
+    codes(root, p01=13)  # a pack without lanes validates nothing either
+    assert nox(root, "-s", "fake_pack01", "fake_pack02").returncode == int(Exit.SKIPPED)
+
+
+@pytest.mark.parametrize("argv", [["-s", "fake_pack99"], ["-s", "fake_pack01", "fake_pack9"], ["--session=fake_pck01"]])
+def test_a_session_name_nox_does_not_have_is_bad_input_not_a_skip(nox_repo, argv):
+    """nox's own code for "Sessions not found" is 3, a skip's: a typo must exit 2 (USAGE) and name what exists."""
+    root, _ = nox_repo
+    codes(root, p01=0, p02=0)
+    proc = nox(root, *argv)
+    assert proc.returncode == int(Exit.USAGE), proc.stderr
+    assert "no session named" in proc.stderr and "fake_pack01 fake_pack02" in proc.stderr
+    assert "fake harness" not in proc.stdout + proc.stderr  # nothing ran
 
 
 def test_sessions_carry_their_target_as_a_tag(nox_repo):

@@ -9,17 +9,29 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, cli
+from conftest import REPO, cli, isolated_env, make_lane_repo
 
 from harness import receipts
 from harness.errors import Exit
 from harness.tracking import Tracking
 
 
+@pytest.fixture(scope="session")
+def _ran_once(tmp_path_factory):
+    """Both lanes of pack 01 run once for the whole session (a real CPU run)."""
+    with isolated_env():
+        repo = make_lane_repo(tmp_path_factory.mktemp("receipts-ran"))
+        assert cli("run", "01", "--quiet", *repo.args()) == Exit.OK
+    return repo
+
+
 @pytest.fixture
-def ran(lane_repo):
-    """Both lanes of pack 01 run once; their receipts."""
-    assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
+def ran(_ran_once, lane_repo):
+    """Both lanes of pack 01 run once; their receipts (the shared run, copied over this test's repository)."""
+    shutil.rmtree(lane_repo.root)
+    shutil.copytree(_ran_once.root, lane_repo.root, symlinks=True)
+    shutil.rmtree(lane_repo.cache, ignore_errors=True)
+    shutil.copytree(_ran_once.cache, lane_repo.cache, symlinks=True)
     return {r.lane: r for r in receipts.find(lane_repo.root, "fake", "01")}
 
 
@@ -83,7 +95,15 @@ def test_committed_legacy_receipts_verify_as_log_only_and_an_edit_still_shows(la
     shutil.copytree(src, dest)
     code, out = _verify(lane_repo, capsys)
     assert code == Exit.OK, out
-    assert len([line for line in out.splitlines() if line.startswith("legacy: log-only")]) == 3
+    # counted in the summary, one line; listed one per receipt only with -v (on stderr: detail, not data)
+    [summary] = out.splitlines()
+    assert summary.endswith(", 3 legacy: log-only (-v lists them)), 0 bad"), summary
+    assert cli("receipts", "verify", "-v", *lane_repo.args()) == Exit.OK
+    assert len([line for line in capsys.readouterr().err.splitlines() if "legacy: log-only" in line]) == 3
+    assert cli("receipts", "verify", "--json", *lane_repo.args()) == Exit.OK
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["ok"], len(doc["legacy"]), doc["bad"]) == (True, 3, [])
+    assert doc["verified"] == doc["with_manifest"] + 3 == int(summary.split()[0])
     # no digest covers a legacy receipt.json, but what it says must still be what its log says
     [first] = sorted(dest.iterdir())[:1]
     data = json.loads((first / "receipt.json").read_text())
@@ -91,6 +111,9 @@ def test_committed_legacy_receipts_verify_as_log_only_and_an_edit_still_shows(la
     (first / "receipt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     code, out = _verify(lane_repo, capsys)
     assert code == Exit.TAMPERED and "receipt.json: 'sentinels' is" in out
+    assert cli("receipts", "verify", "--json", *lane_repo.args()) == Exit.TAMPERED
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and [b["path"] for b in doc["bad"]] == [str(first.relative_to(lane_repo.root))]
 
 
 # --------------------------------------------------------------------------- import (#8)

@@ -663,9 +663,7 @@ def test_threads_refresh_without_a_login_or_comments_does_not_guess(lane_repo, u
 
 # ---------------------------------------------------------------------------------------------- this repository
 
-MIRRORS = next((p for p in (Path(os.environ.get("PATCHLANE_GIT_MIRRORS") or "/nonexistent"),
-                             REPO.parent / "shared" / "mirrors", REPO.parent.parent / "shared" / "mirrors")
-                if (p / "NVIDIA+Megatron-LM.git").is_dir()), REPO.parent.parent / "shared" / "mirrors")
+MIRRORS = REPO.parent / "shared" / "mirrors"  # ../shared/mirrors beside the checkout
 
 
 @pytest.mark.skipif(not (MIRRORS / "NVIDIA+Megatron-LM.git").is_dir() or shutil.which("git") is None,

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import tarfile
+import threading
 import zipfile
 
 import pytest
@@ -446,7 +447,9 @@ def test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree(lane_re
 
     def signalled_at_the_swap(dest, new):
         backup = real(dest, new)
-        os.kill(os.getpid(), getattr(signal, sig))  # a real signal, delivered right after the renames
+        # a real signal, delivered right after the renames, to the main thread: under pytest-xdist the worker has an
+        # execnet thread that would take a process-directed signal past the main thread's mask
+        signal.pthread_kill(threading.main_thread().ident, getattr(signal, sig))
         return backup
 
     monkeypatch.setattr(series, "replace_series", signalled_at_the_swap)

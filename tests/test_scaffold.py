@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 
-from conftest import cli
+from conftest import REPO, cli
 
 from harness.errors import Exit
 from harness.receipts import find
@@ -19,7 +20,7 @@ def test_new_scaffolds_a_pack_that_loads_checks_and_runs_its_reproducer(lane_rep
     out = capsys.readouterr()
     repro = lane_repo.root / out.out.strip()
     assert repro == lane_repo.root / "repros" / "fake" / "pack24_scale_drops_the_last_weight.py"
-    assert "next: write check()" in out.err
+    assert "next (docs/adding-a-pack.md): write check()" in out.err
     pack = Tracking.load(lane_repo.root).pack("24")
     assert (pack.title, pack.target, pack.kind, pack.state, pack.base) == (
         "scale drops the last weight", "fake", "pr", "planned", "1.0")
@@ -54,3 +55,73 @@ def test_new_changes_nothing_when_it_cannot_finish(lane_repo, capsys, monkeypatc
     assert (lane_repo.root / "tracking.toml").read_text() == before
     assert not (lane_repo.root / "patches" / "fake" / "25").exists()
     assert not list((lane_repo.root / "repros" / "fake").glob("pack25_*"))
+
+
+FAKE_CHECK = '''def check() -> bool:
+    """True when the bug shows in the build this process imports: scale() uses w[0] for every element."""
+    from fakepkg.core import scale
+
+    got = scale([1.0, 2.0, 3.0], [1.0, 0.0, 2.0])
+    figure("example", max(abs(a - b) for a, b in zip(got, [1.0, 0.0, 6.0], strict=True)))
+    return got != [1.0, 0.0, 6.0]
+'''
+
+
+def test_a_scaffolded_pack_goes_to_ready_on_cpu_once_its_check_and_series_are_written(lane_repo, tmp_path, capsys):
+    """The worked example of docs/contributing.md ("Adding a pack"), on the fake upstream: lanes on the base and on
+    the filing base, evidence rows, a reproducer whose check is written, a series; run; ready."""
+    from conftest import CORE_BUGGY, CORE_FIXED, make_patch
+
+    from harness import readiness
+    from harness.lanes import Context
+    from harness.store import Store
+
+    lane_repo.add_base("2.0", CORE_BUGGY)  # upstream main, say: the filing base, another base than the pin
+    manifest = lane_repo.root / "upstream" / "fake.toml"
+    manifest.write_text(manifest.read_text().replace('default_base = "1.0"\n', 'default_base = "1.0"\n'
+                                                                                'filing_base = "2.0"\n'))
+    shutil.copytree(REPO / "templates", lane_repo.root / "templates", dirs_exist_ok=True)
+    manifest.write_text(manifest.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+    assert cli("new", "24", "--target", "fake", "--title", "scale uses the first weight for every element",
+               "--requires", "cpu", *lane_repo.args()) == Exit.OK
+    repro = lane_repo.root / capsys.readouterr().out.strip()
+    pack = Tracking.load(lane_repo.root).pack("24")
+    assert [(ln.name, ln.base, ln.patched) for ln in pack.lanes] == [
+        ("bug-1.0", "1.0", False), ("fix-1.0", "1.0", True), ("bug-2.0", "2.0", False), ("fix-2.0", "2.0", True)]
+    assert [(row.lane, row.figure) for row in pack.evidence] == [("bug-2.0", "example"), ("fix-2.0", "example")]
+    # not ready as scaffolded: its check is not written, it has no series and no receipts
+    ctx = Context(lane_repo.root, Tracking.load(lane_repo.root), Store(lane_repo.cache))
+    assert not readiness.readiness(ctx, ctx.tracking.pack("24")).ready
+    # the author's part: the check, what the patch touches, the evidence labels, the series
+    text = repro.read_text()
+    repro.write_text(text[:text.index("def check()")] + FAKE_CHECK + text[text.index("\n\nif __name__"):])
+    repro.write_text(repro.read_text().replace('    figure("example", 0.0)  # each measured number, before the '
+                                               'verdict; it lands in the receipt\n', ""))
+    track = lane_repo.root / "tracking.toml"
+    track.write_text(track.read_text().replace('files = []', 'files = ["src/fakepkg/core.py"]', 1)
+                     .replace("the example figure of check(): TODO say what it measures",
+                              "largest error of scale([1, 2, 3], [1, 0, 2])")
+                     .replace('show = "TODO {value}"', 'show = "largest error {value}"')
+                     .replace('summary = "TODO: what breaks, for whom, and why"',
+                              'summary = "scale() multiplies every element by the first weight"'))
+    lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED), pack="24")
+    assert cli("run", "24", "--quiet", *lane_repo.args()) == Exit.OK
+    capsys.readouterr()
+    assert cli("status", "24", "--json", *lane_repo.args()) == Exit.OK
+    [state] = json.loads(capsys.readouterr().out)["packs"]
+    assert state["ready"], state["reasons"]
+
+
+def test_new_writes_the_generated_pack_pages_and_says_so_when_it_cannot(lane_repo, capsys):
+    """docs/packs/ is generated and checked in CI: 'new' runs the checkout's tools/pack_pages.py."""
+    tools = lane_repo.root / "tools"
+    tools.mkdir()
+    (tools / "pack_pages.py").write_text("import pathlib, sys\n"
+                                         "pathlib.Path('docs/packs').mkdir(parents=True, exist_ok=True)\n"
+                                         "pathlib.Path('docs/packs/written').write_text(' '.join(sys.argv[1:]))\n")
+    assert cli("new", "24", "--target", "fake", *lane_repo.args()) == Exit.OK
+    assert (lane_repo.root / "docs" / "packs" / "written").read_text() == ""  # run without --check: it writes
+    (tools / "pack_pages.py").write_text("import sys\nsys.exit('cannot read the receipts')\n")
+    assert cli("new", "25", "--target", "fake", *lane_repo.args()) == Exit.OK  # the pack is made all the same
+    err = capsys.readouterr().err
+    assert "tools/pack_pages.py failed" in err and "cannot read the receipts" in err

@@ -181,3 +181,22 @@ def test_anonymous_requests_send_no_authorization(lane_repo, github, capsys, mon
     gh = github()
     assert cli("status", "--refresh", "--api-url", gh.url, *lane_repo.args()) == Exit.OK
     assert {auth for _, auth in gh.requests} == {None}
+
+
+def test_overview_says_not_filed_and_cuts_a_long_reason_that_json_and_verbose_keep(lane_repo, capsys):
+    """'- +3' read as nothing; a 900-character reason buried the overview (pack 03)."""
+    long_reason = "no GPU time left in the session that measured the routes " + "(a detail, with numbers) " * 30
+    lane_repo.write_tracking(THREADS.replace('role = "filing target"', 'role = "context"'))
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('state = "ready"', f'state = "blocked"\nblocked = "{long_reason}"'))
+    assert cli("status", "--no-apply", *lane_repo.args()) == Exit.OK
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    cells = dict(zip(header.split("\t"), row.split("\t"), strict=True))
+    assert cells["upstream"] == "not filed, 4 other threads"
+    why = cells["ready / why not"]
+    assert len(why) < 260 and "... (all of it: harness status 01)" in why and why.startswith("[state] state blocked")
+    assert cli("status", "--no-apply", "-v", *lane_repo.args()) == Exit.OK
+    assert long_reason.strip() in capsys.readouterr().out
+    assert cli("status", "--no-apply", "--json", *lane_repo.args()) == Exit.OK
+    [pack] = json.loads(capsys.readouterr().out)["packs"]
+    assert any(long_reason.strip() in r["text"] for r in pack["reasons"])

@@ -450,3 +450,17 @@ def test_estimate_reads_durations_from_the_receipts_and_needs_plan(lane_repo, ca
     assert est["serial_s"] == pytest.approx(took, abs=1e-3) and est["makespan_s"] == est["serial_s"]
     assert cli("sweep", "--estimate", *lane_repo.args()) == Exit.USAGE
     assert "--estimate goes with --plan" in capsys.readouterr().err
+
+
+def test_the_plan_table_says_which_gpu_tasks_this_host_would_skip(lane_repo, capsys):
+    """On a host without GPUs the table does not list GPU tasks as 'run'; the JSON plan (for any host) does."""
+    lane_repo.write_tracking(extra=EXTRA, requires="cuda")
+    assert cli("sweep", "--plan", "--gpus", "", "--format", "plain", *lane_repo.args()) == Exit.OK
+    out = capsys.readouterr()
+    rows = [line.split("\t") for line in out.out.splitlines()]
+    header, rows = rows[0], rows[1:]
+    states = {(r[header.index("pack")], r[header.index("lanes")]): r[header.index("state")] for r in rows}
+    gpu = {k: v for k, v in states.items() if int(rows[[*states].index(k)][header.index("gpus")])}
+    assert gpu and all(v.startswith("skip here (needs ") and v.endswith("this host has 0)") for v in gpu.values())
+    assert "task(s) would be skipped here" in out.err
+    assert {t["state"] for t in _plan(lane_repo, "--gpus", "")["tasks"] if t["gpus"]} == {"run"}

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from harness import pins
+from harness import pins, settings
 from harness.context import Context, Options
 from harness.errors import UsageError
 from harness.store import Store
@@ -24,21 +24,33 @@ def find_root(start: Path | None) -> Path:
 
 
 def _interpreter(python: str | None) -> str | None:
-    """``--python`` as an executable path; a name or path that runs nothing is bad input, named."""
+    """``--python`` as an absolute executable path, resolved once against the working directory (builds and
+    reproducers run elsewhere); a name or path that runs nothing is bad input, named."""
     if not python:
         return None
     found = shutil.which(python)
     if found is None:
-        raise UsageError(f"--python {python}: no such executable file",
-                         hint="give the path of a Python interpreter (or a name on PATH)")
-    return found if os.sep not in python else python
+        raise UsageError(f"--python {python}: no such executable file"
+                         + (f" (relative to {Path.cwd()})" if os.sep in python else " on PATH"),
+                         hint="give the path of a Python interpreter, e.g. a lane environment's "
+                              "(.nox/lane-<target>-py<X.Y>/bin/python, made by 'nox -s <target>_pack<NN>')")
+    return os.path.abspath(found)
 
 
-def options(args, **overrides) -> Options:
+def _mirrors(args, root: Path | None) -> tuple[Path, ...]:
+    """``--git-mirrors`` first, then ../shared/mirrors beside the checkout when $PATCHLANE_GIT_MIRRORS is unset
+    (harness/settings.py: the noxfile's defaults; the variable itself is read where bases are fetched)."""
+    given = tuple(getattr(args, "git_mirrors", None) or ())
+    if root is None or settings.MIRRORS_ENV in os.environ:
+        return given
+    return given + tuple(d for d in settings.git_mirrors(root) if d not in given)
+
+
+def options(args, root: Path | None = None, **overrides) -> Options:
     """The invocation's options from the parsed arguments (a command without an option keeps the default)."""
     values: dict[str, Any] = {
         "artifacts": tuple(getattr(args, "artifacts", None) or ()),
-        "git_mirrors": tuple(getattr(args, "git_mirrors", None) or ()),
+        "git_mirrors": _mirrors(args, root),
     }
     python = _interpreter(getattr(args, "python", None))
     if python:
@@ -53,11 +65,17 @@ def options(args, **overrides) -> Options:
 
 def context(args, **overrides) -> Context:
     root = find_root(getattr(args, "root", None))
+    # the noxfile's defaults, for every reader of the mirrors in this process and its children (the filing
+    # template's reader and the lanes' child processes read $PATCHLANE_GIT_MIRRORS, not these options)
+    settings.export_mirrors(root)
     return Context(root=root, tracking=Tracking.load(root), store=Store(getattr(args, "cache", None)),
-                   options=options(args, **overrides))
+                   options=options(args, root, **overrides))
 
 
 def sources(args) -> pins.Sources:
     """Where a command that needs no tracking.toml (``materialize``) fetches bases from."""
-    return pins.Sources(artifacts=tuple(getattr(args, "artifacts", None) or ()),
-                        git_mirrors=tuple(getattr(args, "git_mirrors", None) or ()))
+    try:
+        root: Path | None = find_root(getattr(args, "root", None))
+    except UsageError:
+        root = None
+    return pins.Sources(artifacts=tuple(getattr(args, "artifacts", None) or ()), git_mirrors=_mirrors(args, root))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
-
 from harness import absorbed, rebase, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -27,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--retire", action="store_true", help="write the proposed tracking.toml changes")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     _args.artifacts(p)
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -74,13 +73,10 @@ def main(args) -> int:
                 "drift": [{"path": str(d.path.relative_to(ctx.root)), "why": d.why} for d in drift]}
         ui.out.file.write(json.dumps(data, indent=2) + "\n")
     else:
-        table = Table(title="upstream diff", title_justify="left")
-        for col in ("pack", "target", "base", "state", "detail"):
-            table.add_column(col)
-        for target, base, _, v in found:
-            table.add_row(*(ui.text(x) for x in (v.report.pack.id, target, base)), ui.text(v.state, _STYLE[v.state]),
-                          ui.text(_detail(v)))
-        ui.out.print(table)
+        ui.tabular(("pack", "target", "base", "state", "detail"),
+                   [(*(ui.text(x) for x in (v.report.pack.id, target, base)), ui.text(v.state, _STYLE[v.state]),
+                     ui.text(_detail(v))) for target, base, _, v in found],
+                   fmt=getattr(args, "format", "auto"), title="upstream diff")
         for pid, version, diff in proposals:
             ui.data(f"\npack {pid} is absorbed upstream at {version}; the tracking.toml change:\n")
             ui.data(diff)

@@ -21,7 +21,7 @@ def register(sub) -> None:
 def main(args) -> int:
     ctx = context(args)
     rows: list[dict] = []
-    for pack in ctx.tracking.packs.values():
+    for pack in sorted(ctx.tracking.packs.values(), key=lambda p: p.id):  # by pack, not file order
         rows.append({
             "id": pack.id, "title": pack.title, "target": pack.target, "kind": pack.kind, "class": pack.cls,
             "state": pack.state, "depends_on": list(pack.depends_on),

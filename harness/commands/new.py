@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from harness import scaffold, ui
+import subprocess
+import sys
+
+from harness import guard, scaffold, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.tracking import KINDS
@@ -32,6 +35,25 @@ def main(args) -> int:
     ui.data(str(made.reproducer.relative_to(ctx.root)))
     ui.info(f"pack {made.pack}: [packs.{made.pack}] in tracking.toml (lanes {', '.join(made.lanes)}), "
             f"{made.series_dir.relative_to(ctx.root)}/, {made.reproducer.relative_to(ctx.root)}")
-    ui.info(f"next: write check() in the reproducer; 'harness edit {made.pack}' to make the series; "
-            f"'harness run {made.pack}'")
+    _pack_pages(ctx.root, made.pack)
+    ui.info(f"next (docs/adding-a-pack.md): write check() in the reproducer, the pack's files, summary and "
+            f"evidence labels in tracking.toml; 'harness edit {made.pack}' to make the series; 'harness run "
+            f"{made.pack}'; 'harness status {made.pack}' until it says ready")
     return 0
+
+
+def _pack_pages(root, pack: str) -> None:
+    """docs/packs/ is generated (tools/pack_pages.py --check runs in CI): write the new pack's page now."""
+    tool = root / "tools" / "pack_pages.py"
+    if not tool.is_file():
+        return
+    try:
+        with ui.status(f"writing docs/packs/{pack}.md (python tools/pack_pages.py)"):
+            proc = guard.run([sys.executable, str(tool)], cwd=root, timeout=600)
+        why = f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}" if proc.returncode else ""
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = str(exc)
+    if why:
+        ui.warn(f"tools/pack_pages.py failed ({why}); run 'python tools/pack_pages.py' before committing "
+                "(CI checks the pages)")
+

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
-
 from harness import landing, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -21,6 +19,7 @@ def register(sub) -> None:
                    help="skip applying series (no artefact download); only the graph and hunk overlaps")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout (keys: docs/cli.md)")
     _args.artifacts(p)
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -43,13 +42,9 @@ def main(args) -> int:
                               "b": dict(zip(("pack", "patch", "first", "last"), ov.b, strict=True))} for ov in found]}
         ui.out.file.write(json.dumps(data, indent=2) + "\n")
         return int(worst(codes))
-    table = Table(title="landing order")
-    for col in ("#", "pack", "target", "kind", "class", "state", "depends on", "title"):
-        table.add_column(col)
-    for i, p in enumerate(order, 1):
-        table.add_row(*(ui.text(x) for x in (str(i), p.id, p.target, p.kind, p.cls or "-", p.state,
-                                             ", ".join(p.depends_on) or "-", p.title)))
-    ui.out.print(table)
+    ui.tabular(("#", "pack", "target", "kind", "class", "state", "depends on", "title"),
+               [(str(i), p.id, p.target, p.kind, p.cls or "-", p.state, ", ".join(p.depends_on) or "-", p.title)
+                for i, p in enumerate(order, 1)], fmt=getattr(args, "format", "auto"), title="landing order")
     for check in checks:
         if check.error:
             ui.data(f"FAIL pack {check.pack}: series does not apply on {check.target} {check.base} with only its "

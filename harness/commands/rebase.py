@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
 from harness import absorbed, pins, rebase, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -33,6 +31,7 @@ def register(sub) -> None:
     p.add_argument("--write-manifest", action="store_true",
                    help="with --to-version: add the new base to upstream/<target>.toml")
     _args.artifacts(p)
+    _args.output_format(p)
     _args.common(p)
 
 
@@ -52,7 +51,7 @@ def main(args) -> int:
     reports = rebase.rebase_target(ctx, manifest, name, refresh=args.refresh, port=args.port,
                                    packs=[ctx.tracking.pack(p).id for p in args.pack])
     verdicts = {r.pack.id: absorbed.classify(ctx.tracking, manifest, name, r) for r in reports}
-    print_reports(reports, f"{manifest.target}: series on {name}", verdicts)
+    print_reports(reports, f"{manifest.target}: series on {name}", verdicts, args.format)
     if args.to_version:
         ui.data(f"\nmanifest entry for {name} (sha256 verified against the download):\n")
         ui.data(pins.manifest_snippet(manifest.bases[name]))
@@ -76,14 +75,13 @@ def main(args) -> int:
     return int(Exit.APPLY) if any(r.status == rebase.CONFLICT for r in live) else 0
 
 
-def print_reports(reports, title: str, verdicts: dict | None = None) -> None:
+def print_reports(reports, title: str, verdicts: dict | None = None, fmt: str = "auto") -> None:
     if not reports:
         ui.data(f"{title}: no pack of this target has patches")
         return
     verdicts = verdicts or {}
-    table = Table(title=ui.text(title), title_justify="left")
-    for col in ("pack", "upstream", "patch", "result", "detail"):
-        table.add_column(col)
+    plain = ui.plain(fmt)
+    table = []
     for r in reports:
         v = verdicts.get(r.pack.id)
         upstream = "-" if v is None or v.state == "differs" else v.state
@@ -92,6 +90,7 @@ def print_reports(reports, title: str, verdicts: dict | None = None) -> None:
             detail = res.detail
             if i == 0 and r.blocked_by:
                 detail = f"blocked: {r.blocked_by}"
-            table.add_row(ui.text(r.pack.id if i == 0 else ""), ui.text(upstream if i == 0 else "", "cyan"),
-                          ui.text(res.patch), ui.text(res.status, _STYLE[res.status]), ui.text(detail))
-    ui.out.print(table)
+            first = i == 0 or plain  # piped: every line names its pack (grep), nothing left blank
+            table.append((ui.text(r.pack.id if first else ""), ui.text(upstream if first else "", "cyan"),
+                          ui.text(res.patch), ui.text(res.status, _STYLE[res.status]), ui.text(detail)))
+    ui.tabular(("pack", "upstream", "patch", "result", "detail"), table, fmt=fmt, title=title)

@@ -10,8 +10,6 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from rich.markup import escape
-
 from harness import receipts, tarsafe, ui
 from harness.commands import _args
 from harness.commands._context import context
@@ -30,7 +28,10 @@ def register(sub) -> None:
     q.add_argument("archive", type=_args.path)
     _args.common(q)
     q = rs.add_parser("verify", help="check every receipt directory against its digests and its log "
-                                     f"(exit {int(Exit.TAMPERED)} when one fails)")
+                                     f"(exit {int(Exit.TAMPERED)} when one fails); legacy (log-only) receipts are "
+                                     "counted, and listed with -v")
+    q.add_argument("--json", action="store_true",
+                   help="one JSON document on stdout: schema, verified, legacy[], bad[] {path, problems}, ok")
     _args.common(q)
     q = rs.add_parser("show", help="print the latest receipt of each lane of a pack")
     q.add_argument("pack")
@@ -115,24 +116,33 @@ def _destination(ctx, src: Path, rec: receipts.Receipt, where: str) -> Path:
 
 
 def _verify(ctx, args) -> int:
-    """Verify every receipt directory as a whole; report each bad one and each legacy (log-only) one."""
+    """Verify every receipt directory as a whole; report each bad one; count the legacy (log-only) ones (-v lists
+    them: a repository with many old receipts would otherwise bury the summary and the bad lines under them)."""
     vocabulary = set(sentinels(ctx.root))
     checks = [receipts.check_dir(d, vocabulary) for d in receipts.run_dirs(ctx.root)]
     bad = [c for c in checks if not c.ok]
-    for c in checks:
-        where = c.dir.relative_to(ctx.root)
-        if not c.ok:
-            ui.out.print(f"[red]BAD[/] {escape(f'{where}: ' + '; '.join(c.problems))}", highlight=False)
-        elif c.legacy:
-            ui.out.print(f"legacy: log-only {where} (no {receipts.MANIFEST}: receipt.json is checked against its "
-                         "log, not by a digest)", highlight=False, markup=False)
+    legacy = [c for c in checks if c.ok and c.legacy]
     missing = _missing_from_tracking(ctx)
+    code = Exit.TAMPERED if bad or missing else Exit.OK
+    if getattr(args, "json", False):
+        ui.out.file.write(json.dumps({
+            "schema": 1, "ok": code == Exit.OK, "verified": len(checks) - len(bad),
+            "with_manifest": len(checks) - len(bad) - len(legacy),
+            "legacy": [str(c.dir.relative_to(ctx.root)) for c in legacy],
+            "bad": [{"path": str(c.dir.relative_to(ctx.root)), "problems": list(c.problems)} for c in bad]
+            + [{"path": None, "problems": [line]} for line in missing]}, indent=2) + "\n")
+        return int(code)
+    for c in legacy:
+        ui.detail(f"legacy: log-only {c.dir.relative_to(ctx.root)} (no {receipts.MANIFEST}: receipt.json is checked "
+                  "against its log, not by a digest)")
+    for c in bad:
+        ui.data(f"BAD {c.dir.relative_to(ctx.root)}: {'; '.join(c.problems)}")
     for line in missing:
-        ui.out.print(f"[red]BAD[/] {escape(line)}", highlight=False)
-    legacy = sum(1 for c in checks if c.ok and c.legacy)
-    ui.out.print(f"{len(checks) - len(bad)} receipt(s) verified ({len(checks) - len(bad) - legacy} with "
-                 f"{receipts.MANIFEST}, {legacy} legacy: log-only), {len(bad) + len(missing)} bad")
-    return int(Exit.TAMPERED) if bad or missing else int(Exit.OK)
+        ui.data(f"BAD {line}")
+    shown = "" if not legacy or ui.verbosity >= 1 else " (-v lists them)"
+    ui.data(f"{len(checks) - len(bad)} receipt(s) verified ({len(checks) - len(bad) - len(legacy)} with "
+            f"{receipts.MANIFEST}, {len(legacy)} legacy: log-only{shown}), {len(bad) + len(missing)} bad")
+    return int(code)
 
 
 def _missing_from_tracking(ctx) -> list[str]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 
-from rich.table import Table
-
-from harness import lanes, receipts, ui
+from harness import lanes, receipts, sessions, settings, ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import Exit, worst
+from harness.errors import BuildError, Exit, worst
 from harness.receipts import Verdict
 
 _STYLE = {Verdict.PASS: "green", Verdict.SKIPPED: "yellow", Verdict.MISMATCH: "red", Verdict.CRASH: "red",
@@ -29,6 +28,9 @@ def register(sub) -> None:
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
     p.add_argument("--result-file", type=_args.path, default=None,
                    help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
+    p.add_argument("--json", action="store_true",
+                   help="print the result as JSON on stdout (schema 1: pack, exit, exit_name, lanes[])")
+    _args.output_format(p)
     _args.source(p)
     _args.common(p)
 
@@ -41,20 +43,24 @@ def main(args) -> int:
         code = Exit.NO_LANES
         results = []
     else:
-        results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking)
+        try:
+            results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking)
+        except BuildError as exc:
+            _hint_lane_environment(exc, ctx, pack, args)
+            raise
         code = worst(r.exit for r in results)
-    if args.result_file:
+    result = as_json(ctx, pack, results, code)
+    if args.result_file:  # receipts as absolute paths: 'sweep' reads them from another working directory
         args.result_file.write_text(json.dumps({"exit": int(code), "lanes": [
             {"lane": r.lane, "verdict": r.verdict, "reason": r.reason,
              "receipt": str(r.receipt.path) if r.receipt else None} for r in results]}))
-    if results:
-        table = Table(title=ui.text(f"pack {pack.id} - {pack.title}"), title_justify="left")
-        for col in ("lane", "verdict", "why", "receipt"):
-            table.add_column(col)
-        for r in results:
-            where = receipts.display_path(r.receipt.dir, ctx.root) if r.receipt else "-"
-            table.add_row(ui.text(r.lane), ui.text(r.verdict, _STYLE[r.verdict]), ui.text(r.reason), ui.text(where))
-        ui.out.print(table)
+    if args.json:
+        ui.out.file.write(json.dumps(result, indent=2) + "\n")
+    elif results:
+        ui.tabular(("lane", "verdict", "why", "receipt"),
+                   [(ui.text(r["lane"]), ui.text(r["verdict"], _STYLE[Verdict(r["verdict"])]), ui.text(r["reason"]),
+                     ui.text(r["receipt"] or "-")) for r in result["lanes"]],
+                   fmt=args.format, title=f"pack {pack.id} - {pack.title}")
     skipped = [r for r in results if r.verdict == Verdict.SKIPPED]
     latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id) if skipped else {}
     for r in skipped:
@@ -71,6 +77,26 @@ def main(args) -> int:
         ui.info(line)
     ui.info(f"exit {int(code)} ({code.name})")
     return int(code)
+
+
+def as_json(ctx, pack, results, code: Exit) -> dict:
+    """What ``--json`` prints and ``--result-file`` holds: receipts as paths relative to the checkout."""
+    return {"schema": 1, "pack": pack.id, "target": pack.target, "exit": int(code), "exit_name": code.name,
+            "lanes": [{"lane": r.lane, "verdict": str(r.verdict), "reason": r.reason,
+                       "receipt": receipts.display_path(r.receipt.dir, ctx.root) if r.receipt else None}
+                      for r in results]}
+
+
+def _hint_lane_environment(exc: BuildError, ctx, pack, args) -> None:
+    """An import check that fails for want of a module, run with the harness's own interpreter: name the fix."""
+    if exc.hint or "No module named" not in str(exc) or args.python not in (None, sys.executable):
+        return
+    env = settings.lane_env_dir(ctx.root, pack.target)
+    session = f"{sessions.session_prefix(ctx.root, pack.target)}_pack{pack.id}"
+    where = env.relative_to(ctx.root) if env.is_relative_to(ctx.root) else env
+    exc.hint = (f"this interpreter ({sys.executable}) lacks {pack.target}'s lane dependencies: run "
+                f"'nox -s {session}' (it builds the lane environment {where}), or pass --python {where}/bin/python "
+                "once it exists")
 
 
 def next_steps(ctx, pack, results, skipped, args) -> list[str]:

@@ -159,9 +159,23 @@ def _age(delta) -> str:
 def _upstream(pack) -> str:
     target = next((t for t in pack.threads if t.role == "filing target"), None)
     others = len(pack.threads) - (target is not None)
-    text = f"{thread_label(target.url)} {target.state}" if target else "-"
     stale = any(h.problem and h.problem.startswith("stale") for h in related.target_health(pack))
-    return text + (" stale" if stale else "") + (f" +{others}" if others else "")
+    more = f"{others} other thread{'s' if others != 1 else ''}"
+    if target is None:  # nothing filed yet: say so, and how many threads it follows
+        return f"not filed, {more}" if others else "-"
+    text = f"{thread_label(target.url)} {target.state}" + (" stale" if stale else "")
+    return text + (f" +{others}" if others else "")
+
+
+REASON_BRIEF = 160  # characters of the first reason the overview prints (-v: all; 'status PACK' and --json: all)
+
+
+def _brief(text: str, pack: str) -> str:
+    """A reason cut to about REASON_BRIEF characters at a word, saying where the rest is (unless -v)."""
+    if len(text) <= REASON_BRIEF or ui.verbosity >= 1:
+        return text
+    cut = " ".join(text.split())[:REASON_BRIEF].rsplit(" ", 1)[0].rstrip(",;:(")
+    return f"{cut} ... (all of it: harness status {pack})"
 
 
 def _related(state: readiness.Readiness) -> str:
@@ -202,8 +216,9 @@ def overview_plain(ctx, states) -> list[str]:
     lines = ["\t".join([name for name, _ in COLUMNS] + ["ready / why not"])]
     for state in states:
         more = len(state.reasons) - 1
-        why = "ready" if state.ready else \
-            f"[{state.reasons[0].code}] {state.reasons[0].text}" + (f" (+{more})" if more else "")
+        first = state.reasons[0] if state.reasons else None
+        why = "ready" if first is None or state.ready else \
+            f"[{first.code}] {_brief(first.text, state.pack.id)}" + (f" (+{more})" if more else "")
         lines.append("\t".join((*_cells(ctx, state, now), " ".join(why.split("\n")))))
     return lines
 

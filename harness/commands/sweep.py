@@ -97,7 +97,7 @@ def main(args) -> int:
         durations = sweep.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir)
         return _print_estimate(sweep.estimate(plan, durations, _host(args, ctx, jobs)), args)
     if args.plan:
-        return _print_plan(plan, args)
+        return _print_plan(plan, args, ctx)
     to_run = [t for t in plan.tasks if t.state == "run"]
     host = _host(args, ctx, jobs, needed=any(t.need.gpus for t in to_run))
     ui.info(f"sweep: {len(to_run)} task(s) to run, {len(plan.tasks) - len(to_run)} current; "
@@ -166,14 +166,31 @@ def _print_estimate(est: sweep.Estimate, args) -> int:
     return int(Exit.OK)
 
 
-def _print_plan(plan: sweep.Plan, args) -> int:
+def _print_plan(plan: sweep.Plan, args, ctx=None) -> int:
+    """The plan's tasks. JSON: for any host (a CI matrix, a Slurm array), unchanged. The table also says what this
+    host would do: a task that needs more GPUs than it has is 'skip here', not 'run'."""
     if args.json:
         json.dump(plan.as_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
         return int(Exit.OK)
+    here = None
+    if ctx is not None and any(t.need.gpus and t.state == "run" for t in plan.tasks):
+        ids, source = sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
+        here = (len(ids), source)
+
+    def state(t: sweep.Task) -> str:
+        if here is not None and t.state == "run" and t.need.gpus > here[0]:
+            return f"skip here (needs {t.need.gpus} GPU(s), this host has {here[0]})"
+        return t.state
+
     rows = [[str(t.index), t.pack, ",".join(t.lanes), str(t.need.gpus),
              "-" if not t.need.gpus else ("own" if t.need.whole else f"share {t.need.memory_gib:g} GiB"),
-             str(t.need.slots), t.state, "; ".join(t.why) or "-"] for t in plan.tasks]
+             str(t.need.slots), state(t), "; ".join(t.why) or "-"] for t in plan.tasks]
     ui.tabular(["task", "pack", "lanes", "gpus", "gpu", "cpu", "state", "why"], rows, fmt=args.format,
                title="sweep plan")
+    if here is not None:
+        skipped = sum(1 for t in plan.tasks if t.state == "run" and t.need.gpus > here[0])
+        if skipped:
+            ui.info(f"this host has {here[0]} GPU(s) ({here[1]}): {skipped} task(s) would be skipped here; the plan "
+                    "itself (--json) is for any host")
     return int(Exit.OK)

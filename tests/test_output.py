@@ -1,0 +1,41 @@
+"""What a run prints for people: a passing bug lane's stack trace stays in its log, not on the console."""
+
+from __future__ import annotations
+
+from conftest import cli
+
+from harness import receipts
+from harness.errors import Exit
+from harness.runs import TraceFolder
+
+TRACE = '''\
+import os
+if os.environ.get("HARNESS_PATCHED") != "1":
+    print("Exception raised from scale at core.cpp:12 (most recent call first):")
+    for i in range(60):
+        print(f"frame #{i}: 0x{i:012x} in fakepkg::scale_kernel_{i}()")
+    print("RuntimeError: wrong weight")
+'''
+
+
+def test_a_passing_bug_lane_keeps_its_60_line_trace_in_the_log(lane_repo, capsys):
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    text = repro.read_text()
+    repro.write_text(text.replace("import _lane\n", "import _lane\n" + TRACE, 1))
+    assert cli("run", "01", *lane_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert "frame #1:" in err and "frame #2:" not in err and "frame #59" not in err
+    assert "... 58 more line(s) of this trace: in the lane's log" in err
+    assert "RuntimeError: wrong weight" in err  # the message that ends the trace is shown
+    bug = next(r for r in receipts.find(lane_repo.root, "fake", "01") if r.lane == "bug")
+    log = (bug.dir / "output.log").read_text()
+    assert all(f"frame #{i}:" in log for i in range(60))
+
+
+def test_the_folder_leaves_short_traces_and_other_lines_alone():
+    shown: list[bytes] = []
+    folder = TraceFolder(shown.append)
+    text = b"before\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: x\nafter"
+    folder.feed(text)
+    folder.close()
+    assert b"".join(shown) == text

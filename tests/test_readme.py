@@ -1,0 +1,35 @@
+"""The README's main example validates something on a host without a GPU, and says what a GPU adds."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+from harness.sessions import pack_sessions
+from harness.tracking import Tracking
+
+
+def _example() -> str:
+    text = (REPO / "README.md").read_text()
+    setup = text[text.index("## Set up and run"):text.index("## Main commands")]
+    [session] = re.findall(r"^    nox -s (\w+_pack\d+)", setup, re.M)
+    return session
+
+
+def test_the_readme_example_runs_a_bug_and_a_fix_lane_on_the_cpu():
+    session = _example()
+    spec = next(s for s in pack_sessions(REPO) if s.name == session)
+    pack = Tracking.load(REPO).pack(spec.pack)
+    cpu = [lane for lane in pack.lanes if pack.lane_requires(lane) == "cpu"]
+    gpu = [lane for lane in pack.lanes if pack.lane_requires(lane) != "cpu"]
+    # something is validated here: the bug reproduced on the pin and the fix on the patched build, on one base
+    pairs = {(lane.base, lane.patched, lane.expect) for lane in cpu}
+    assert any((b, False, "BUG_REPRODUCED") in pairs and (b, True, "FIX_VALIDATED") in pairs for b, _, _ in pairs)
+    # and the README says what a GPU adds: the lanes skipped here, by name
+    text = (REPO / "README.md").read_text()
+    assert gpu and "skipped (exit 3)" in text
+    assert all(lane.name.startswith("mamba3-stage") for lane in gpu) and "`mamba3-stage-*`" in text
+    # the CPU pair it names for an exit-0 run exists and runs on the CPU
+    named = re.findall(r"--lane ([\w.-]+)", text[text.index("## Set up and run"):text.index("## Main commands")])
+    assert named and set(named) <= {lane.name for lane in cpu}
