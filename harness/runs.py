@@ -356,12 +356,24 @@ def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
                 outcome.stamp = stamp
         elif tag == "FIGURE" and outcome.stamp is not None:
             outcome.figures.append(_json(rest))
-        elif tag == "SKIPPED":
+        elif tag == "SKIPPED" and _protocol_payload(rest):
             outcome.skips += 1
             if outcome.skipped is None:
                 outcome.skipped = str(_json(rest).get("reason", rest))
         elif tag in sentinels:
             outcome.sentinels.append((tag, _json(rest)))
+
+
+def _protocol_payload(text: str) -> bool:
+    """A protocol line's payload: nothing, or a JSON object (the kit's ``SKIPPED {"reason": ...}``). Other text
+    after the tag is some tool's own output that happens to start with the word, e.g. pytest's short summary
+    ``SKIPPED [10] tests/x.py:61: needs 4 ranks`` in an upstream suite's log."""
+    if not text.strip():
+        return True
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
 
 
 def _stamp(text: str) -> dict | None:

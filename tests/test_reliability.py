@@ -504,3 +504,15 @@ def test_a_token_is_never_sent_over_plain_http(lane_repo, monkeypatch, capsys, u
     monkeypatch.delenv("GH_TOKEN", raising=False)
     if url == "http://example.invalid":  # without a token the same URL is simply tried (and is offline)
         assert cli("status", "--refresh", "--api-url", url, "--timeout", "2", *lane_repo.args()) == Exit.UPSTREAM
+
+
+def test_a_tools_own_skipped_summary_is_not_a_protocol_line(lane_repo):
+    """pytest's short test summary (``-rs``) starts lines with ``SKIPPED [N] file:line: reason``; an upstream
+    suite's log holds such lines beside the runner's sentinel. They are not the kit's ``SKIPPED {json}``."""
+    from harness.receipts import find
+
+    _misbehave(lane_repo, STAMP + 'print("SKIPPED [10] tests/t.py:61: needs 4 ranks", flush=True)\n'
+                                  '_lane.verdict("BUG_REPRODUCED")\n')
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert rec.verdict == Verdict.PASS and "SKIPPED [10]" in (rec.dir / "output.log").read_text()
