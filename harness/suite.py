@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tomlkit
