@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -342,7 +343,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
 def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
     """Read the protocol lines. The host stamp is the first valid ``HOST_STAMP`` printed before any
     sentinel; a stamp that is empty or not a JSON object, anywhere, is recorded as a problem."""
-    for no, line in enumerate(text.splitlines(), 1):
+    for no, line in _protocol_lines(text, sentinels):
         tag, _, rest = line.partition(" ")
         if tag == "HOST_STAMP":
             stamp = _stamp(rest)
@@ -362,6 +363,19 @@ def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
                 outcome.skipped = str(_json(rest).get("reason", rest))
         elif tag in sentinels:
             outcome.sentinels.append((tag, _json(rest)))
+
+
+def _protocol_lines(text: str, sentinels: set[str]):
+    """(line number, line) of the log, with protocol lines that concurrent ranks glued together split apart.
+
+    Ranks of one lane share the output pipe, and with ``PYTHONUNBUFFERED`` a ``print`` writes its text and its
+    newline in two writes: another rank's whole line can land between them, giving ``TAG {...}TAG {...}``
+    on one line. A protocol tag right after a JSON object's closing brace starts a line of its own."""
+    tags = "|".join(re.escape(t) for t in sorted({"HOST_STAMP", "FIGURE", "SKIPPED", *sentinels}))
+    glued = re.compile(rf"(?<=\}})(?=(?:{tags}) )")
+    for no, line in enumerate(text.splitlines(), 1):
+        for part in glued.split(line):
+            yield no, part
 
 
 def _protocol_payload(text: str) -> bool:

@@ -516,3 +516,16 @@ def test_a_tools_own_skipped_summary_is_not_a_protocol_line(lane_repo):
     assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.verdict == Verdict.PASS and "SKIPPED [10]" in (rec.dir / "output.log").read_text()
+
+
+def test_protocol_lines_glued_by_two_ranks_are_read_apart():
+    """Two ranks on one pipe: a print's text and its newline are two writes, so another rank's line can land
+    between them. Both stamps and the verdict are still read."""
+    from harness import runs
+
+    one = '{"rank": 0, "world_size": 2}'
+    two = '{"rank": 1, "world_size": 2}'
+    outcome = runs.Outcome(exit_code=0, duration_s=0.1, timed_out=False)
+    runs.parse_log(f"HOST_STAMP {one}HOST_STAMP {two}\n\nBUG_REPRODUCED {{}}\n", outcome, {"BUG_REPRODUCED"})
+    assert outcome.stamp_problem is None and [s["rank"] for s in outcome.stamps] == [0, 1]
+    assert outcome.sentinels == [("BUG_REPRODUCED", {})]
