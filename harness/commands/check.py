@@ -25,11 +25,15 @@ def main(args) -> int:
     for pack in ctx.tracking.packs.values():
         loaded = series.load_series(ctx.root, pack.target, pack.id)  # parses headers
         patched = [lane.name for lane in pack.lanes if lane.patched]
-        if patched and not loaded:
+        where = series.series_dir(ctx.root, pack.target, pack.id)
+        if patched and not loaded and not where.is_dir():  # gone (a regen killed mid-swap, a bad checkout)
             raise ConfigError(f"pack {pack.id}: lane(s) {', '.join(patched)} run the patched build, but "
-                              f"{series.series_dir(ctx.root, pack.target, pack.id)} holds no series",
-                              hint="put the pack's patches back (git checkout -- patches/), or make those lanes "
-                                   "unpatched")
+                              f"{where} is missing",
+                              hint="put the pack's patches back (git checkout -- patches/, or 'harness regen "
+                                   f"{pack.id}' after a killed regen), or make those lanes unpatched")
+        if patched and not loaded:  # a pack just scaffolded by 'harness new': its series is still to be written
+            ui.warn(f"pack {pack.id}: {where} holds no patch yet; lane(s) {', '.join(patched)} cannot run until "
+                    "it does ('harness edit', docs/adding-a-pack.md)")
         n_patches += len(loaded)
     unknown = unknown_keys(ctx.root)
     if unknown:  # the loaders warned (other commands go on); the validator fails
