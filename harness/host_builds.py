@@ -81,9 +81,10 @@ def make_env(env: Path) -> Path:
     (``env_site``, empty but for the host builds) first, then this interpreter's site directories, added by a
     ``.pth`` file with their own ``.pth`` files processed. Not ``--system-site-packages``: the GPU host's
     interpreter is itself a virtual environment, and that option would reach its base interpreter's packages
-    instead of its own (torch). Returns its site-packages."""
+    instead of its own (torch). Its ``.complete`` marker names this interpreter: one made by another (a host build
+    compiled against another torch) is made again. Returns its site-packages."""
     marker = env / ".complete"
-    if marker.exists():
+    if creator(env) == sys.executable:
         return env_site(env)
     shutil.rmtree(env, ignore_errors=True)
     proc = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], capture_output=True, text=True)
@@ -94,8 +95,14 @@ def make_env(env: Path) -> Path:
     user = [sitemod.getusersitepackages()] if sitemod.ENABLE_USER_SITE else []
     dirs = [d for d in [*getattr(sitemod, "getsitepackages", list)(), *user] if Path(d).is_dir() and Path(d) != site]
     (site / ENV_PTH).write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
-    marker.write_text("ok\n")
+    marker.write_text(sys.executable + "\n")
     return site
+
+
+def creator(env: Path) -> str | None:
+    """The interpreter that made the environment ``env`` (whose site directories it sees), or None if unmade."""
+    marker = env / ".complete"
+    return marker.read_text().strip() if marker.is_file() else None
 
 
 def installed_version(name: str, site: Path) -> str | None:

@@ -177,11 +177,16 @@ def lane_python(ctx: Context, bases: Sequence[pins.Base]) -> str:
         return ctx.python
     env = host_builds.env_dir(ctx.bundle.path.parent, builds.interpreter_version(ctx.python))
     python = host_builds.env_python(env)
-    if not (env / ".complete").is_file() or not python.exists():
-        names = ", ".join(h.provides for b in hosted for h in b.host_builds)
+    names = ", ".join(h.provides for b in hosted for h in b.host_builds)
+    made_by = host_builds.creator(env)
+    if made_by is None or not python.exists():
         raise BuildError(f"the lane needs the host build(s) {names}, but {env} holds none",
                          hint="start the harness through python3 -m harness.bootstrap BUNDLE -- ..., which builds "
                               "them into that environment")
+    if made_by != ctx.python:
+        raise BuildError(f"the lane needs the host build(s) {names}, but those in {env} were built for {made_by}, "
+                         f"not {ctx.python}",
+                         hint=f"start the bootstrap with {ctx.python}, which builds them again for it")
     return str(python)
 
 

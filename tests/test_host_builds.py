@@ -231,6 +231,12 @@ def test_only_lanes_of_a_base_with_host_builds_run_with_the_private_interpreter(
     host_builds.make_env(env)
     assert lanes.lane_python(ctx, [plain, hosted]) == str(host_builds.env_python(env))
     assert lanes.lane_python(ctx, [plain]) == sys.executable
+    # made by another interpreter of that version (whose torch the build was compiled against): refused
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    other = SimpleNamespace(python=str(tmp_path / "bin" / "python"), bundle=ctx.bundle)
+    with pytest.raises(BuildError, match=f"were built for {sys.executable}, not {other.python}"):
+        lanes.lane_python(other, [hosted])
 
 
 def test_a_failed_build_is_exit_build_with_its_log_and_installs_nothing(made, venv, tmp_path):
