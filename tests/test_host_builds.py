@@ -195,6 +195,15 @@ def test_the_bootstrap_builds_and_installs_it_once_before_the_run(made, venv, tm
                                  "[fakeext.__file__, hosttorch.VERSION, sysconfig.get_paths()['purelib']]))")
     assert probe.returncode == 0, probe.stderr
     assert json.loads(probe.stdout) == [str(env_site / "fakeext" / "__init__.py"), "host", str(env_site)]
+    # the lane itself runs with the private interpreter and imports the host build
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text("import importlib.util, json, os, sys\n"
+                     "json.dump([sys.executable, importlib.util.find_spec('fakeext') is not None],"
+                     " open(os.environ['PROBE'], 'w'))\n" + repro.read_text())
+    lane = _bootstrap(python, archive, "--", "run", "01", "--lane", "bug", "--root", str(lane_repo.root), home=home,
+                      PROBE=str(tmp_path / "probe.json"))
+    assert lane.returncode == Exit.OK, lane.stderr
+    assert json.loads((tmp_path / "probe.json").read_text()) == [str(env_python), True]
     again = _bootstrap(python, archive, "--", *run, home=home, FAKEEXT_MODE="fail")
     assert again.returncode == Exit.OK, again.stderr  # installed at the pinned version: not built again
     assert f"fakeext 1.0 already installed in {env_site}" in again.stderr
