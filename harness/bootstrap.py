@@ -24,8 +24,10 @@ are still missing (exit 0). A call that runs the harness first joins every paylo
 a part missing or damaged is exit 4 naming it, and leaves no payload file behind.
 
 A bundle with host builds (``harness/host_builds.py``: a package compiled on the GPU host from a pinned sdist,
-e.g. TransformerEngine's torch extension) has each built and installed into the interpreter's site-packages
-after the payloads are joined and before the harness starts, unless that version is installed already; a
+e.g. TransformerEngine's torch extension) has each built and installed into a private environment beside the
+unpacked bundle (``host-env-X.Y``; never the interpreter's site-packages, which every other lane imports from)
+after the payloads are joined and before the harness starts, unless that version is installed there already; only
+the lanes of a base with host builds run with that environment's interpreter (``harness/lanes.py``); a
 failed or timed-out build is exit 6 naming it, with the tail of its log (``host-build-NAME.log`` beside the
 unpacked bundle). The built wheel is kept in ``host-wheels/`` there; ``--host-wheels DIR`` installs such a
 wheel from DIR instead of building (a later host of the same image, when one call cannot hold build and run).

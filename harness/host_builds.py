@@ -6,7 +6,7 @@ such a package in ``[[bases.NAME.host_builds]]`` (``harness/pins.py``: ``HostBui
 the sdist (its sha256 in ``bundle.json``) and the wheels of its ``build_requires``; ``python -m harness.bootstrap``
 calls ``ensure`` for each before it starts the harness:
 
-* already installed in the interpreter at the pinned version: nothing is done;
+* already installed in the bundle's private environment at the pinned version: nothing is done;
 * else the ``build_requires`` go into a private directory put first on the build's ``PYTHONPATH`` (and its
   ``bin/`` on ``PATH``), and ``pip wheel --no-build-isolation --no-index`` builds the sdist against the
   interpreter's own packages, with ``MAX_JOBS`` the number of CPUs unless set, the manifest's ``env``, and each
@@ -15,8 +15,13 @@ calls ``ensure`` for each before it starts the harness:
   output goes to a log beside the unpacked bundle, and the build is killed, process group and all, at
   ``timeout`` seconds (``$PATCHLANE_HOST_BUILD_TIMEOUT`` overrides it);
 * the built wheel and the runtime pins named in ``install_with`` (from the bundle's ``wheels/``, payloads joined
-  there included) are installed into the interpreter's site-packages: TransformerEngine finds its core library and
-  its extension only beside its imported package or there, never elsewhere on ``PYTHONPATH``.
+  there included) are installed into the site-packages of a private virtual environment beside the unpacked
+  bundle (``host-env-X.Y``, see ``make_env``), never into the interpreter's: a package installed there would
+  change what every other lane on the host imports (a TransformerEngine in site-packages broke megatron-core's
+  optional ``import transformer_engine`` in the lanes running beside it). TransformerEngine finds its core
+  library and its extension only beside its imported package or in ``sysconfig``'s ``purelib``, never elsewhere
+  on ``PYTHONPATH``; that environment's ``purelib`` is the private directory, so only the lanes of a base with
+  host builds run with its interpreter (``harness/lanes.py``), every other lane with the plain one.
 
 Every failure is a ``BuildError`` (exit 6) naming the package, the step and the log, with the log's last lines.
 Standard library only: the bootstrap runs it before the harness's dependencies are installed.
@@ -44,16 +49,69 @@ TAIL = 20  # log lines quoted in an error
 HEARTBEAT = 60  # seconds between progress lines while a build runs
 
 
+ENV_PREFIX = "host-env-"  # + X.Y: the private environment of a bundle's host builds, beside the unpacked bundle
+ENV_PTH = "patchlane-host-env.pth"  # in its site-packages: the creating interpreter's site directories after it
+
+
 def site_packages() -> Path:
-    """The interpreter's site-packages (``purelib``): where the host build is installed."""
+    """The interpreter's site-packages (``purelib``): where the build looks for ``include_dirs``."""
     return Path(sysconfig.get_paths()["purelib"])
 
 
-def installed_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+def env_dir(work_root: Path, version: str) -> Path:
+    """The private environment of the host builds of the bundle unpacked in ``work_root``, for Python ``version``."""
+    return work_root / f"{ENV_PREFIX}{version}"
+
+
+def env_python(env: Path) -> Path:
+    return env / "bin" / "python"
+
+
+def env_site(env: Path) -> Path:
+    """The environment's ``purelib``: where its host builds are installed, and where TransformerEngine looks."""
+    out = subprocess.run([str(env_python(env)), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise BuildError(f"host builds: the private environment {env} does not start: {out.stderr.strip()[-300:]}")
+    return Path(out.stdout.strip())
+
+
+def make_env(env: Path) -> Path:
+    """A virtual environment at ``env`` (made once) that sees what this interpreter sees: its own site-packages
+    (``env_site``, empty but for the host builds) first, then this interpreter's site directories, added by a
+    ``.pth`` file with their own ``.pth`` files processed. Not ``--system-site-packages``: the GPU host's
+    interpreter is itself a virtual environment, and that option would reach its base interpreter's packages
+    instead of its own (torch). Its ``.complete`` marker names this interpreter: one made by another (a host build
+    compiled against another torch) is made again. Returns its site-packages."""
+    marker = env / ".complete"
+    if creator(env) == sys.executable:
+        return env_site(env)
+    shutil.rmtree(env, ignore_errors=True)
+    proc = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildError(f"host builds: cannot make the private environment {env} with {sys.executable} -m venv "
+                         f"(exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+    site = env_site(env)
+    user = [sitemod.getusersitepackages()] if sitemod.ENABLE_USER_SITE else []
+    dirs = [d for d in [*getattr(sitemod, "getsitepackages", list)(), *user] if Path(d).is_dir() and Path(d) != site]
+    (site / ENV_PTH).write_text("".join(f"import site; site.addsitedir({d!r})\n" for d in dirs))
+    marker.write_text(sys.executable + "\n")
+    return site
+
+
+def creator(env: Path) -> str | None:
+    """The interpreter that made the environment ``env`` (whose site directories it sees), or None if unmade."""
+    marker = env / ".complete"
+    return marker.read_text().strip() if marker.is_file() else None
+
+
+def installed_version(name: str, site: Path) -> str | None:
+    """The version of distribution ``name`` installed in ``site`` (that directory only), or None."""
+    want = re.sub(r"[-_.]+", "-", name).lower()
+    for dist in metadata.distributions(path=[str(site)]):
+        if re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower() == want:
+            return dist.version
+    return None
 
 
 def tail(log: Path, lines: int = TAIL) -> str:
@@ -153,22 +211,21 @@ def wheel_stem(provides: str) -> str:
 
 
 def _install(wheel: Path, entry: dict, wheels: Path, site: Path, name: str, log: Path) -> None:
-    # the one install into the interpreter itself, on a GPU host lent for the session: a distribution's
-    # EXTERNALLY-MANAGED marker (PEP 668) must not stop it there
-    _pip(["install", "--no-deps", "--no-index", "--find-links", str(wheels), str(wheel),
-          *entry.get("install_with", [])], f"installing {wheel.name} into {site}", name, log,
-         env=dict(os.environ, PIP_BREAK_SYSTEM_PACKAGES="1"))
+    # into the private environment's site-packages only: the interpreter's stays as it was
+    _pip(["install", "--no-deps", "--no-index", "--upgrade", "--find-links", str(wheels), "--target", str(site),
+          str(wheel), *entry.get("install_with", [])], f"installing {wheel.name} into {site}", name, log)
 
 
 def ensure(entry: dict, bundle_dir: Path, work_root: Path, prebuilt: Path | None = None) -> str:
-    """Build and install one ``bundle.json`` host-build entry unless installed already; a line saying what was done.
+    """Build and install one ``bundle.json`` host-build entry into the bundle's private environment
+    (``env_dir(work_root, X.Y)``) unless installed there already; a line saying what was done.
 
     A wheel of it in ``prebuilt`` (one an earlier host of the same image built, kept in ``host-wheels/``) is
     installed instead of building; the built wheel is kept in ``work_root/host-wheels/`` for that.
     """
     name, version = entry["provides"].split("==", 1)
-    have = installed_version(name)
-    site = site_packages()
+    site = make_env(env_dir(work_root, f"{sys.version_info[0]}.{sys.version_info[1]}"))
+    have = installed_version(name, site)
     if have == version:
         return f"{name} {version} already installed in {site}: not built again"
     log = work_root / f"host-build-{name}.log"
@@ -189,7 +246,7 @@ def ensure(entry: dict, bundle_dir: Path, work_root: Path, prebuilt: Path | None
         if entry.get("build_requires"):
             _pip(["install", "--no-deps", "--no-index", "--find-links", str(wheels), "--target", str(tools),
                   *entry["build_requires"]], "installing its build requirements", name, log)
-        env = build_env(entry, site, tools, dict(os.environ))
+        env = build_env(entry, site_packages(), tools, dict(os.environ))
         timeout = int(os.environ.get(TIMEOUT_ENV) or entry["timeout"])
         print(f"> host build {name} {version}: pip wheel {entry['file']} (MAX_JOBS={env['MAX_JOBS']}, "
               f"timeout {timeout} s, log {log})", file=sys.stderr, flush=True)

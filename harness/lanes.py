@@ -23,6 +23,7 @@ from harness import (
     fingerprint,
     git,
     guard,
+    host_builds,
     kernel_cache,
     pins,
     receipts,
@@ -34,7 +35,7 @@ from harness import (
     upstream_tests,
 )
 from harness.context import Context
-from harness.errors import ConfigError, Exit
+from harness.errors import BuildError, ConfigError, Exit
 from harness.hashing import sha256_file
 from harness.receipts import Verdict
 from harness.tracking import Lane, Pack, sentinels
@@ -55,6 +56,7 @@ class Prepared:
     runtime_requires: tuple[str, ...] = ()  # what runtime_site holds
     tests_tree: Path | None = None  # upstream-test lanes: the upstream's test files (the pack's series applied)
     tests_tree_key: str | None = None
+    python: str | None = None  # the interpreter the lane runs with, when not the context's (see lane_python)
 
     @property
     def path_entries(self) -> list[str]:
@@ -165,6 +167,29 @@ def obtain_tests_tree(ctx: Context, manifest: pins.Manifest, base: pins.Base, pa
     return upstream_tests.export_tree(source, lane.upstream_tests, key, ctx.store, label)
 
 
+def lane_python(ctx: Context, bases: Sequence[pins.Base]) -> str:
+    """The interpreter of a lane whose builds come from ``bases``: the context's, unless one of them has host
+    builds and the builds come from a bundle; then the private environment the bootstrap installed them into
+    (``harness/host_builds.py``), the one place besides the interpreter's site-packages where such a package
+    (TransformerEngine's core library and torch extension) is found, and one no other lane runs with."""
+    hosted = [b for b in bases if b.host_builds]
+    if not hosted or ctx.bundle is None:
+        return ctx.python
+    env = host_builds.env_dir(ctx.bundle.path.parent, builds.interpreter_version(ctx.python))
+    python = host_builds.env_python(env)
+    names = ", ".join(h.provides for b in hosted for h in b.host_builds)
+    made_by = host_builds.creator(env)
+    if made_by is None or not python.exists():
+        raise BuildError(f"the lane needs the host build(s) {names}, but {env} holds none",
+                         hint="start the harness through python3 -m harness.bootstrap BUNDLE -- ..., which builds "
+                              "them into that environment")
+    if made_by != ctx.python:
+        raise BuildError(f"the lane needs the host build(s) {names}, but those in {env} were built for {made_by}, "
+                         f"not {ctx.python}",
+                         hint=f"start the bootstrap with {ctx.python}, which builds them again for it")
+    return str(python)
+
+
 def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> Prepared:
     manifest = ctx.manifest(pack.target)
     base = manifest.base(lane.base)
@@ -193,14 +218,15 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
         tests_tree = obtain_tests_tree(ctx, manifest, base, pack_series, lane, label)
     runtime_site = runtime.ensure_requirements(reqs, label, ctx.store, ctx.python, wheels) if import_check else None
     runtime_path = [str(runtime_site)] if runtime_site else []
+    python = lane_python(ctx, [base, *(xbase for _, xbase, _ in extras)]) if import_check else ctx.python
     imported = {}
     if import_check:
         env = runtime.with_library_path(dict(os.environ), runtime_site)
         modules = list(manifest.import_names) + [m for m in _pack_modules(pack, manifest.import_names)
                                                  if m not in manifest.import_names]
-        imported = builds.import_check(build, modules, ctx.python, label, extra_path=runtime_path, env=env)
+        imported = builds.import_check(build, modules, python, label, extra_path=runtime_path, env=env)
         for other, _, extra in extras:
-            imported.update(builds.import_check(extra, list(other.import_names), ctx.python, other.target,
+            imported.update(builds.import_check(extra, list(other.import_names), python, other.target,
                                                 extra_path=runtime_path, env=env))
         ui.note_once(f"import check ok: {', '.join(imported)} from the build(s)")
     baseline = None
@@ -209,7 +235,8 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
         baseline = prepare(ctx, pack, twin, import_check=False).build
     return Prepared(pack, lane, manifest, base, tuple(patches), build, imported, baseline=baseline,
                     extras=tuple(b for _, _, b in extras), runtime_site=runtime_site, runtime_requires=reqs,
-                    tests_tree=tests_tree, tests_tree_key=tests_key)
+                    tests_tree=tests_tree, tests_tree_key=tests_key,
+                    python=python if python != ctx.python else None)
 
 
 def _pack_modules(pack: Pack, packages: Sequence[str]) -> list[str]:
@@ -323,8 +350,9 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env[upstream_tests.SUITE_STATE_ENV] = str(suite_state(ctx, prep))
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
-    nccl = runs.nccl_version(ctx.python, env) if lane.nproc > 1 and requires == "cuda" else None
-    cmd = runs.launch_command(ctx.python, lane.nproc, runner, args)
+    python = prep.python or ctx.python
+    nccl = runs.nccl_version(python, env) if lane.nproc > 1 and requires == "cuda" else None
+    cmd = runs.launch_command(python, lane.nproc, runner, args)
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
     # upstream suites take a GPU over (autotuning, tens of GB): one upstream-test process per GPU at a time
     # (a suite lane that declares gpu_memory_gib shares its GPU as the sweep placed it: no lock)

@@ -2,8 +2,9 @@
 
 The sdist is a fake: a tiny project with an in-tree PEP 517 backend (no setuptools needed) that records what the
 build saw (MAX_JOBS, CPLUS_INCLUDE_PATH, the manifest's env, whether its build requirement imports) in the wheel
-it writes, or fails, or hangs with a child process, as the test's environment asks. It is installed into a
-throwaway virtual environment's site-packages, never the test interpreter's.
+it writes, or fails, or hangs with a child process, as the test's environment asks. The bootstrap runs with a
+throwaway virtual environment standing in for the host's interpreter; the build lands in the private environment
+beside the unpacked bundle, never in that interpreter's site-packages nor the test interpreter's.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ import sys
 import sysconfig
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import REPO, cli
 from test_runtime import _wheel
 
-from harness import host_builds
+from harness import host_builds, lanes
 from harness.bootstrap import expected_files
-from harness.errors import ConfigError, Exit
+from harness.errors import BuildError, ConfigError, Exit
 from harness.pins import load_manifest
 
 BACKEND = '''
@@ -153,34 +155,97 @@ def test_the_bundle_carries_the_sdist_and_its_build_requirements(made):
     assert "wheels/buildhelper-1.0-py3-none-any.whl" in {w["file"] for w in index["wheels"]}
 
 
+def _imports(python: Path, code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd="/")
+
+
+def _private_env(home: Path) -> tuple[Path, Path]:
+    """(python, site-packages) of the private environment the bootstrap made under ``home``."""
+    [env] = (home / "bundles").glob(f"*/{host_builds.ENV_PREFIX}{sys.version_info[0]}.{sys.version_info[1]}")
+    return host_builds.env_python(env), host_builds.env_site(env)
+
+
 def test_the_bootstrap_builds_and_installs_it_once_before_the_run(made, venv, tmp_path):
     lane_repo, make, _ = made
     archive, _ = make()
     python, site = venv
+    (site / "hosttorch.py").write_text("VERSION = 'host'\n")  # what the host's interpreter has (its torch)
+    before = sorted(p.name for p in site.iterdir())
     home = tmp_path / "home"
     run = ("prepare", "01", "--root", str(lane_repo.root))
     first = _bootstrap(python, archive, "--", *run, home=home)
     assert first.returncode == Exit.OK, first.stderr
     assert "host build fakeext: built fakeext-1.0-py3-none-any.whl" in first.stderr
-    seen = json.loads((site / "fakeext" / "built.json").read_text())
+    env_python, env_site = _private_env(home)
+    seen = json.loads((env_site / "fakeext" / "built.json").read_text())
     assert seen["MAX_JOBS"] == str(len(os.sched_getaffinity(0)))
     assert seen["CPLUS_INCLUDE_PATH"] == str(site / "nvidia" / "nccl" / "include")  # the absent one left out
     assert seen["FAKEEXT_FLAG"] == "from-manifest" and seen["buildhelper"] == "1.0"
     assert seen["path0"].endswith(os.path.join("host-build-fakeext", "tools", "bin"))
-    assert (site / "tinydep" / "__init__.py").is_file()  # install_with: beside it in site-packages
-    assert not (site / "buildhelper").exists()  # a build requirement is not installed
+    assert (env_site / "tinydep" / "__init__.py").is_file()  # install_with: beside it in the private site
+    assert not (env_site / "buildhelper").exists()  # a build requirement is not installed
+    # the interpreter's site-packages holds nothing new: a lane run with it (any other base's) sees no host build
+    assert sorted(p.name for p in site.iterdir()) == before
+    alone = _imports(python, "import fakeext")
+    assert alone.returncode != 0 and "No module named 'fakeext'" in alone.stderr
+    # the private interpreter sees the host build first, in the purelib TransformerEngine searches, and then
+    # everything the host's interpreter sees
+    probe = _imports(env_python, "import fakeext, tinydep, hosttorch, sysconfig, json; print(json.dumps("
+                                 "[fakeext.__file__, hosttorch.VERSION, sysconfig.get_paths()['purelib']]))")
+    assert probe.returncode == 0, probe.stderr
+    assert json.loads(probe.stdout) == [str(env_site / "fakeext" / "__init__.py"), "host", str(env_site)]
+    # the lane itself runs with the private interpreter and imports the host build
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text("import importlib.util, json, os, sys\n"
+                     "json.dump([sys.executable, importlib.util.find_spec('fakeext') is not None],"
+                     " open(os.environ['PROBE'], 'w'))\n" + repro.read_text())
+    lane = _bootstrap(python, archive, "--", "run", "01", "--lane", "bug", "--root", str(lane_repo.root), home=home,
+                      PROBE=str(tmp_path / "probe.json"))
+    assert lane.returncode == Exit.OK, lane.stderr
+    assert json.loads((tmp_path / "probe.json").read_text()) == [str(env_python), True]
     again = _bootstrap(python, archive, "--", *run, home=home, FAKEEXT_MODE="fail")
     assert again.returncode == Exit.OK, again.stderr  # installed at the pinned version: not built again
-    assert "fakeext 1.0 already installed" in again.stderr
+    assert f"fakeext 1.0 already installed in {env_site}" in again.stderr
     # another host of the same image: the wheel built here, carried there, is installed instead of a build
     [kept] = (home / "bundles").glob("*/host-wheels/fakeext-1.0-py3-none-any.whl")
     other_python, other_site = make_venv(tmp_path / "other-venv")
+    other_before = sorted(p.name for p in other_site.iterdir())
     other = _bootstrap(other_python, archive, "--host-wheels", str(kept.parent), "--", *run, home=tmp_path / "home2",
                        FAKEEXT_MODE="fail")
     assert other.returncode == Exit.OK, other.stderr
     assert f"installed {kept} " in other.stderr and "built earlier, not built here" in other.stderr
-    assert json.loads((other_site / "fakeext" / "built.json").read_text()) == seen
-    assert (other_site / "tinydep" / "__init__.py").is_file()
+    _, other_env_site = _private_env(tmp_path / "home2")
+    assert json.loads((other_env_site / "fakeext" / "built.json").read_text()) == seen
+    assert (other_env_site / "tinydep" / "__init__.py").is_file()
+    assert sorted(p.name for p in other_site.iterdir()) == other_before
+
+
+def test_only_lanes_of_a_base_with_host_builds_run_with_the_private_interpreter(lane_repo, tmp_path):
+    """The lane's interpreter: the context's for a base without host builds or a run without a bundle; for a base
+    with them, the bootstrap's private environment, and a clear error where the bootstrap made none."""
+    sdist = fake_sdist(tmp_path)
+    lane_repo.add_base("2.0", "")
+    add_host_build(lane_repo, sdist)
+    manifest = load_manifest(lane_repo.root, "fake")
+    hosted, plain = manifest.base("1.0"), manifest.base("2.0")
+    assert hosted.host_builds and not plain.host_builds
+    unpacked = tmp_path / "bundles" / "abc"
+    ctx = SimpleNamespace(python=sys.executable, bundle=SimpleNamespace(path=unpacked / "patchlane-bundle"))
+    assert lanes.lane_python(ctx, [plain]) == sys.executable
+    assert lanes.lane_python(SimpleNamespace(python=sys.executable, bundle=None), [hosted]) == sys.executable
+    with pytest.raises(BuildError, match=r"needs the host build\(s\) fakeext==1.0, but .*host-env-.* holds none"):
+        lanes.lane_python(ctx, [plain, hosted])  # an extra build's base counts as the lane's own
+    env = host_builds.env_dir(unpacked, f"{sys.version_info[0]}.{sys.version_info[1]}")
+    host_builds.make_env(env)
+    assert lanes.lane_python(ctx, [plain, hosted]) == str(host_builds.env_python(env))
+    assert lanes.lane_python(ctx, [plain]) == sys.executable
+    # made by another interpreter of that version (whose torch the build was compiled against): refused
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    other = SimpleNamespace(python=str(tmp_path / "bin" / "python"), bundle=ctx.bundle)
+    with pytest.raises(BuildError, match=f"were built for {sys.executable}, not {other.python}"):
+        lanes.lane_python(other, [hosted])
 
 
 def test_a_failed_build_is_exit_build_with_its_log_and_installs_nothing(made, venv, tmp_path):
