@@ -8,6 +8,7 @@ import json
 import os
 import tarfile
 import threading
+import time
 import zipfile
 
 import pytest
@@ -544,6 +545,7 @@ def test_run_bundle_and_receipts_import_work_without_tar_filters(no_tar_filter, 
     bundle_dir = unpack(out, tmp_path / "unpacked")
     OpenBundle.open(bundle_dir)
     device = tmp_path / "device-cache"  # the overlay builds come out of the bundle's site tars
+    time.sleep(1.1)  # receipts are named to the second: the device's must not share a name with the local ones
     assert cli("run", "01", "--quiet", "--bundle-dir", str(bundle_dir), "--root", str(lane_repo.root),
                "--cache", str(device), "--receipts-dir", str(tmp_path / "device-receipts")) == Exit.OK
     archive = tmp_path / "receipts.tar"
