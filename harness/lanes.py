@@ -350,6 +350,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env[upstream_tests.SUITE_STATE_ENV] = str(suite_state(ctx, prep))
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
+    env.update(runs.rendezvous_env(env, lane.nproc))
     python = prep.python or ctx.python
     nccl = runs.nccl_version(python, env) if lane.nproc > 1 and requires == "cuda" else None
     cmd = runs.launch_command(python, lane.nproc, runner, args)

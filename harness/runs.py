@@ -13,6 +13,7 @@ import collections
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -91,6 +92,22 @@ SKIP_EXIT = 3  # what repros/_lane.py's skip() exits with
 
 # NVLink multicast can take a shared host's GPUs out of service: multi-GPU lanes always run with it off.
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def rendezvous_env(env: dict[str, str], nproc: int) -> dict[str, str]:
+    """``MASTER_PORT`` for a one-process lane: a port free on this host now, unless the caller set one.
+
+    Upstream test utilities start ``torch.distributed`` on a fixed default port when ``MASTER_PORT`` is unset
+    (Megatron-LM's ``Utils.initialize_distributed``: 29500). Two such lanes at once on one host (a sweep)
+    then fail with EADDRINUSE, a failure of the host that reads as one of the change. ``torch.distributed.run
+    --standalone`` picks its own port for ``nproc`` > 1 lanes, so those are left alone.
+    """
+    if nproc > 1 or env.get("MASTER_PORT"):
+        return {}
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return {"MASTER_PORT": str(port)}
 
 
 def launch_command(python: str, nproc: int, script: Path, args: list[str]) -> list[str]:

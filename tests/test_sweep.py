@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import alive, cli
 
-from harness import sweep
+from harness import runs, sweep
 from harness.errors import Exit
 from harness.receipts import find
 from harness.sweep import Free, GpuUse, Job, Need
@@ -232,6 +232,46 @@ def test_one_failure_never_stops_the_others_and_the_worst_exit_wins(lane_repo, c
         assert o["started"] and o["ended"] and o["duration_s"] is not None and o["gpus"] == []
     text = (lane_repo.root / "tracking.toml").read_text()
     assert "[packs.01.validation.fix]" in text and "[packs.02.validation.a]" in text
+
+
+RENDEZVOUS = """
+import os, socket, sys, time
+import _lane
+_lane.stamp("fakepkg", "fakepkg.core")
+# what an upstream test utility does: torch.distributed's TCP store on MASTER_PORT, 29500 when unset
+server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+server.bind(("127.0.0.1", int(os.environ.get("MASTER_PORT", "29500"))))
+server.listen()
+meet = os.path.join(os.environ["MEET_DIR"], os.environ["HARNESS_PACK"])
+open(meet, "w").close()
+deadline = time.time() + 30
+while len(os.listdir(os.environ["MEET_DIR"])) < 2 and time.time() < deadline:  # both listen at once
+    time.sleep(0.05)
+_lane.verdict("BUG_REPRODUCED", port=server.getsockname()[1])
+"""
+
+
+def test_one_process_lanes_running_at_once_get_distinct_rendezvous_ports(lane_repo, tmp_path, monkeypatch,
+                                                                         capsys):
+    """Two lanes whose tests start torch.distributed on the default port clashed (EADDRINUSE) in a sweep."""
+    monkeypatch.setenv("MEET_DIR", str(tmp_path / "meet"))
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    (tmp_path / "meet").mkdir()
+    _add_pack(lane_repo, "02", RENDEZVOUS)
+    _add_pack(lane_repo, "03", RENDEZVOUS)
+    code, result = _sweep_json(lane_repo, "02", "03", "--jobs", "2", capsys=capsys)
+    assert code == Exit.OK, result
+    by = {o["pack"]: o for o in result["lanes"]}
+    assert by["02"]["verdict"] == by["03"]["verdict"] == "pass"
+    ports = {r.pack: r.sentinel_details[r.sentinels[0]]["port"] for r in find(lane_repo.root, "fake") if r.pack in {"02", "03"}}
+    assert len(set(ports.values())) == 2 and 29500 not in ports.values()
+
+
+def test_a_master_port_the_caller_set_is_kept():
+    assert runs.rendezvous_env({"MASTER_PORT": "6001"}, 1) == {}
+    assert runs.rendezvous_env({}, 2) == {}  # torch.distributed.run --standalone picks its own
+    port = int(runs.rendezvous_env({}, 1)["MASTER_PORT"])
+    assert 0 < port < 65536
 
 
 def test_a_sweep_run_again_skips_lanes_whose_receipt_is_current(lane_repo, capsys):
