@@ -43,24 +43,15 @@ import tarfile
 from pathlib import Path
 
 from harness import host_builds, payloads, tarsafe
+from harness.bundle_index import TOP, VERIFIED, expected_files
 from harness.errors import BuildError, BundleError, Exit
 from harness.hashing import sha256_file, verify_files
 from harness.store import default_root
-
-TOP = "patchlane-bundle"
-VERIFIED = ".verified.json"  # in the bundle directory: which files matched, and their identity then
 
 
 def _fail(message: str) -> int:
     print(f"harness.bootstrap: error: {message}", file=sys.stderr)
     return int(Exit.PIN)
-
-
-def expected_files(index: dict) -> dict[str, str]:
-    """Every file ``bundle.json`` lists, with its sha256."""
-    return {e["file"]: e["sha256"]
-            for e in index["wheels"] + list(index["builds"].values()) + list(index.get("tests_trees", {}).values())
-            + list(index.get("kernel_caches", {}).values()) + index.get("host_builds", [])}
 
 
 def unpack(archive: Path, dest: Path) -> int:

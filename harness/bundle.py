@@ -46,7 +46,7 @@ from harness import (
     ui,
     upstream_tests,
 )
-from harness.bootstrap import VERIFIED, expected_files
+from harness.bundle_index import FORMAT, TOP, VERIFIED, expected_files
 from harness.context import Context
 from harness.errors import BundleError
 from harness.hashing import sha256_file, verify_files
@@ -54,8 +54,6 @@ from harness.pins import Manifest
 from harness.store import Store
 from harness.tracking import Lane, Pack
 
-FORMAT = 1
-TOP = "patchlane-bundle"
 # One device-tool call carries at most 64 MiB with the working tree (about 5 MiB of it the repository) and the
 # bundle itself: 48 MiB parts leave room for both.
 PART_SIZE = 48 * 2**20

@@ -5,6 +5,9 @@
 bases come from, an offline bundle, where receipts go). A command builds both once and hands them
 down; no workflow changes them. Workflows (lanes, edit, rebase, absorbed, bundle) import this
 module and never one another for it.
+
+``Offline`` is what a lane asks of an offline bundle; ``bundle.OpenBundle`` is the one implementation. The
+lane states what it needs here, so this module names nothing above it (the bundle is made from lanes).
 """
 
 from __future__ import annotations
@@ -12,14 +15,24 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from harness import pins
+from harness import builds, pins
 from harness.store import Store
 from harness.tracking import Tracking
 
-if TYPE_CHECKING:  # typing only: bundle.py sits above this module
-    from harness.bundle import OpenBundle
+
+class Offline(Protocol):
+    """An unpacked offline bundle whose files matched its index: every build a lane takes comes from it."""
+
+    path: Path  # the bundle directory (its host builds' environments sit beside it)
+
+    def build_for(self, key: str, manifest: pins.Manifest, store: Store, label: str, python: str | None = None
+                  ) -> builds.Build: ...
+
+    def kernel_cache_seed(self, key: str) -> Path | None: ...
+
+    def tests_tree_for(self, key: str, store: Store, label: str) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -27,7 +40,7 @@ class Options:
     python: str = sys.executable
     artifacts: tuple[Path, ...] = ()  # directories searched for pinned artefacts before downloading
     git_mirrors: tuple[Path, ...] = ()  # directories of bare mirrors (owner+name.git) tried before the repo URL
-    bundle: OpenBundle | None = None  # every build comes from this offline bundle
+    bundle: Offline | None = None  # every build comes from this offline bundle
     receipts_dir: Path | None = None  # default: <root>/receipts
     echo: bool = True  # echo the reproducer's output
 
@@ -55,7 +68,7 @@ class Context:
         return self.options.python
 
     @property
-    def bundle(self) -> OpenBundle | None:
+    def bundle(self) -> Offline | None:
         return self.options.bundle
 
     @property

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness import filing, readiness, receipts
+from harness import readiness, receipts
 from harness.errors import ConfigError
+from harness.filing.evidence import resolve_row
 from harness.tracking import Pack
 
 
@@ -54,7 +55,7 @@ def claims(ctx, pack: Pack) -> list[Claim]:
         lane = lanes[row.lane]  # tracking.load checked that the row names a lane of the pack
         base = manifest.bases.get(lane.base)
         rec = latest.get(lane.name)
-        label, result, problem = filing.resolve_row(row, rec)
+        label, result, problem = resolve_row(row, rec)
         stale: str | None = None
         if base is None:
             stale = f"lane base '{lane.base}' is not a base of {manifest.path.name}"

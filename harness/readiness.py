@@ -36,9 +36,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from harness import decisions, filing, git, pins, rebase, receipts, related, series, upstream_tests
+from harness import decisions, git, pins, rebase, receipts, related, series, upstream_tests
 from harness import lanes as lanes_mod
 from harness.errors import ConfigError, HarnessError, PinError
+from harness.filing import body as filing_body
+from harness.filing import check as body_check
 from harness.github import thread_label
 from harness.hashing import sha256_file
 from harness.receipts import Sentinel, Verdict
@@ -467,7 +469,7 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     if fileable:
 
         try:
-            rendered = filing.render(root, tracking, pack)
+            rendered = filing_body.render(root, tracking, pack)
         except HarnessError as exc:
             reasons.append(Reason(ReasonCode.BODY, f"body cannot be rendered: {exc}"))
         else:
@@ -476,10 +478,10 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
                 first = rendered.findings[0]
                 reasons.append(Reason(ReasonCode.LINT, f"body fails lint: {len(rendered.findings)} finding(s), first "
                                               f"{first.describe()}"))
-            checked = filing.check.own_findings(rendered)
+            checked = body_check.own_findings(rendered)
             if rendered.stacked and own and check is not None and check.status == APPLIES:
                 alone = apply_check(ctx, pack, fbase, own, allow_download, memo.setdefault("unavailable-bases", {}))
-                checked += filing.check.export_build(rendered, alone.status == APPLIES
+                checked += body_check.export_build(rendered, alone.status == APPLIES
                                                      if alone.status in (APPLIES, CONFLICT) else None)
             if checked:
                 reasons.append(Reason(ReasonCode.BODY_CHECK, f"body fails the body check: {len(checked)} finding(s), "

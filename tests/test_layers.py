@@ -24,7 +24,8 @@ LAYERS: dict[int, set[str]] = {
         "host_builds",  # stdlib + layer 0 too: the bootstrap compiles a host build with it
         "git",  # git: raises the GitError family of errors
         "kernel_cache",  # kernel-compile caches per key in the store: facts probed, entries sealed
-        "settings"},  # what the noxfile and the CLI both read (mirrors, cache, Python per target): stdlib + store
+        "settings",  # what the noxfile and the CLI both read (mirrors, cache, Python per target): stdlib + store
+        "bundle_index"},  # bundle.json's top, format and file list: stdlib, read by bootstrap and bundle
     2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap",  # bootstrap: stdlib + layers 0-1
         "suite"},  # suite: a pack's upstream-suite selection (data) and its verdict
     3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree
