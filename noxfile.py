@@ -7,7 +7,7 @@ Sharing matters: the megatron lane needs a CUDA build of torch (about 5 GB), and
 five megatron packs each installing their own copy once filled a CI disk.
 The interpreter is the manifest's ``python`` (``python3.12`` on PATH, or pyenv's) or
 nox's own. The environment is installed once and again only when what it is made of
-changes (``harness/sessions.py: lane_env_stamp``: the interpreter, pyproject.toml, the
+changes (``harness/lane/sessions.py: lane_env_stamp``: the interpreter, pyproject.toml, the
 requirements file; kept in ``<env>/.patchlane-stamp.json``, delete it to force a reinstall).
 
 Exit codes. A pack session run alone (``nox -s mamba_pack05``, what CI's .ci/run does) exits
@@ -40,12 +40,12 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from harness import settings  # noqa: E402  (stdlib-only module)
+from harness.base import settings  # noqa: E402  (stdlib-only module)
+from harness.base.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
-from harness.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
-from harness.sessions import STAMP_FILE, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only module)
+from harness.lane.sessions import STAMP_FILE, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only module)
 
-# Git bases (upstream main/dev): the same defaults as the CLI (harness/settings.py): $PATCHLANE_GIT_MIRRORS, else
+# Git bases (upstream main/dev): the same defaults as the CLI (harness/base/settings.py): $PATCHLANE_GIT_MIRRORS, else
 # ../shared/mirrors beside the clone when it exists, else GitHub. Exported so the lane runs see the same choice.
 settings.export_mirrors(ROOT)
 

@@ -46,7 +46,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from harness.store import default_root  # noqa: E402  (standard library only)
+from harness.base.store import default_root  # noqa: E402  (standard library only)
 
 REPRO = textwrap.dedent('''\
     import sys, time
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(os.environ, PATCHLANE_HOME=home)
             session = "fake_pack01"
         if args.pack and not args.no_nox:
-            from harness.sessions import pack_sessions
+            from harness.lane.sessions import pack_sessions
 
             session = next(s.name for s in pack_sessions(REPO) if s.pack == args.pack)
         nox_cmd = [sys.executable, "-m", "nox", "-f", str(root / "noxfile.py"), "-s", str(session), "--"]

@@ -15,7 +15,7 @@ bundle only. A later call with the same archive reuses all of it: it hashes the
 archive, finds the directory complete, and starts the harness. Exit code 4 (PIN)
 when the archive is missing, holds a foreign member, or a file fails its sha256.
 
-A bundle with payloads (files too large for one carry, see ``harness/payloads.py``) needs their parts, which
+A bundle with payloads (files too large for one carry, see ``harness/host/payloads.py``) needs their parts, which
 may arrive over several calls: ``--stage SRC`` checks the parts found in ``SRC`` and copies them into the
 parts directory (``--parts DIR``, default ``parts/`` beside the unpacked bundle), which outlives the call. A
 call with nothing after ``--`` only stages, joins a payload once all its parts are there, and says which parts
@@ -23,11 +23,11 @@ are still missing (exit 0). A call that runs the harness first joins every paylo
 ``wheels/``, checked part by part and as a whole;
 a part missing or damaged is exit 4 naming it, and leaves no payload file behind.
 
-A bundle with host builds (``harness/host_builds.py``: a package compiled on the GPU host from a pinned sdist,
+A bundle with host builds (``harness/lane/host_builds.py``: a package compiled on the GPU host from a pinned sdist,
 e.g. TransformerEngine's torch extension) has each built and installed into a private environment beside the
 unpacked bundle (``host-env-X.Y``; never the interpreter's site-packages, which every other lane imports from)
 after the payloads are joined and before the harness starts, unless that version is installed there already; only
-the lanes of a base with host builds run with that environment's interpreter (``harness/lanes.py``); a
+the lanes of a base with host builds run with that environment's interpreter (``harness/lane/lanes.py``); a
 failed or timed-out build is exit 6 naming it, with the tail of its log (``host-build-NAME.log`` beside the
 unpacked bundle). The built wheel is kept in ``host-wheels/`` there; ``--host-wheels DIR`` installs such a
 wheel from DIR instead of building (a later host of the same image, when one call cannot hold build and run).
@@ -42,11 +42,13 @@ import sys
 import tarfile
 from pathlib import Path
 
-from harness import host_builds, payloads, tarsafe
-from harness.bundle_index import TOP, VERIFIED, expected_files
+from harness.base import tarsafe
+from harness.base.hashing import sha256_file, verify_files
+from harness.base.store import default_root
 from harness.errors import BuildError, BundleError, Exit
-from harness.hashing import sha256_file, verify_files
-from harness.store import default_root
+from harness.host import payloads
+from harness.host.index import TOP, VERIFIED, expected_files
+from harness.lane import host_builds
 
 
 def _fail(message: str) -> int:

@@ -7,9 +7,10 @@ import importlib
 import json
 import sys
 
-from harness import __version__, errors, ui
+from harness import __version__, errors
+from harness.base import ui
 from harness.commands import _args
-from harness.error_handler import handled
+from harness.commands.error_handler import handled
 
 DESCRIPTION = """\
 Stage upstream patches for ML-kernel libraries: pinned upstream bases, ordered

@@ -307,7 +307,7 @@ def cli(*args: str) -> int:
 @pytest.fixture(autouse=True)
 def wide_console():
     """Tables printed by the CLI are matched line by line: do not let rich wrap them at 80 columns."""
-    from harness import ui
+    from harness.base import ui
 
     old = ui.out.width
     ui.out.width = 250

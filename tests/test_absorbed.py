@@ -8,7 +8,7 @@ import pytest
 from conftest import CORE_FIXED, cli
 
 from harness.errors import Exit
-from harness.tracking import Tracking
+from harness.lane.tracking import Tracking
 
 
 @pytest.mark.parametrize(

@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli, isolated_env, make_lane_repo, overwrite_with
 
-from harness import filing, readiness
+from harness import filing
+from harness.base.store import Store
 from harness.errors import Exit
 from harness.filing import check as body_check
+from harness.filing import readiness
 from harness.filing.parts import hunk_locations, split_problem
-from harness.lanes import Context
-from harness.readiness import ReasonCode
-from harness.store import Store
-from harness.tracking import Tracking
+from harness.filing.readiness import ReasonCode
+from harness.lane.lanes import Context
+from harness.lane.tracking import Tracking
 
 # Upstream mirrors: the docs' PR bodies read the upstream's PR template from its tree (read before the
 # autouse fixture clears the variable; else ../shared/mirrors beside the clone, as .ci/run uses).
@@ -370,7 +371,7 @@ def test_minimal_lanes_run_the_plain_script_unchanged_and_map_its_exit_status(ra
     _with_minimal(ran)
     assert cli("run", "01", "--lane", "minimal-bug", "--lane", "minimal-fix", "--quiet", *ran.args()) == Exit.OK
     capsys.readouterr()
-    from harness import receipts
+    from harness.lane import receipts
 
     latest = receipts.latest_by_lane(ran.root, "fake", "01")
     bug, fix = latest["minimal-bug"], latest["minimal-fix"]

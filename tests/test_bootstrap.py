@@ -14,8 +14,8 @@ import pytest
 from conftest import REPO, cli
 from test_runtime import _wheel
 
-from harness.bundle import OpenBundle, unpack
 from harness.errors import BundleError, Exit
+from harness.host.bundle import OpenBundle, unpack
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_open_rehashes_only_files_touched_since_they_matched(bundled, tmp_path, 
     index = json.loads((bundle_dir / "bundle.json").read_text())
     assert sorted(memo) == sorted(e["file"] for e in [*index["builds"].values(), *index["wheels"]])
     assert len(index["wheels"]) == 1
-    from harness import hashing
+    from harness.base import hashing
 
     hashed: list[Path] = []
     real = hashing.sha256_file
@@ -150,7 +150,7 @@ def test_bootstrap_installs_only_the_harness_wheels_not_a_base_runtime_pin(tmp_p
 
 @pytest.mark.network
 def test_a_real_bundle_lists_the_lock_as_its_harness_wheels(tmp_path):
-    from harness import bundle
+    from harness.host import bundle
     wheels = bundle.download_wheels([["packaging==26.0"]], tmp_path / "w", "3.12", REPO / bundle.LOCK_FILE)
     harness_side = {w.name for w in wheels if w.parent.name == bundle.HARNESS_WHEELS}
     runtime_side = {w.name for w in wheels if w.parent.name != bundle.HARNESS_WHEELS}

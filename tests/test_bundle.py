@@ -10,9 +10,9 @@ import textwrap
 import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 
-from harness.bundle import OpenBundle, unpack
 from harness.errors import BundleError, Exit
-from harness.receipts import find
+from harness.host.bundle import OpenBundle, unpack
+from harness.lane.receipts import find
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_bundle_base_filter_keeps_only_those_lanes(lane_repo, tmp_path, capsys):
 
 def _other_python() -> tuple[str, str] | None:
     """An installed interpreter of another X.Y than this one (PATH or pyenv), if the host has one."""
-    from harness.interpreters import find_interpreter
+    from harness.base.interpreters import find_interpreter
 
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     for version in ("3.12", "3.11", "3.13", "3.10"):
@@ -219,7 +219,7 @@ def test_a_published_wheel_build_and_its_runtime_wheel_are_one_member(lane_repo,
 
 def test_a_wheel_that_would_not_give_the_build_is_carried_as_the_build(lane_repo, wheel_helper, tmp_path,
                                                                        monkeypatch, capsys):
-    from harness import builds
+    from harness.lane import builds
 
     real = builds.overlay_from_wheel
 

@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from conftest import CORE_FIXED, REPO, cli
 
-from harness import errors, pins, ui
+from harness import errors
+from harness.base import ui
+from harness.base.store import Store
 from harness.errors import Exit
 from harness.main import ENVIRONMENT, build_parser
-from harness.store import Store
+from harness.upstream import pins
 
 NO_LANES = textwrap.dedent('''
     [packs.02]
@@ -59,7 +61,7 @@ def test_a_pack_without_lanes_validates_nothing_and_says_so(two_packs, capsys, t
 
 
 def test_no_lane_session_is_described_as_failing(tmp_path):
-    from harness.sessions import pack_sessions
+    from harness.lane.sessions import pack_sessions
 
     (tmp_path / "tracking.toml").write_text('schema = 1\n\n[packs.03]\ntitle = "blocked, no lanes yet"\n'
                                             'target = "transformer-engine"\nkind = "issue"\nstate = "blocked"\n')
@@ -68,7 +70,7 @@ def test_no_lane_session_is_described_as_failing(tmp_path):
 
 
 def test_a_run_where_no_lane_could_run_is_not_success(lane_repo, monkeypatch, capsys):
-    from harness import runs
+    from harness.lane import runs
 
     lane_repo.write_tracking(requires="cuda")
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
@@ -315,7 +317,7 @@ def test_console_text_helper_keeps_brackets():
 
 
 def test_docs_document_every_readiness_reason_code():
-    from harness.readiness import REASON_CODES
+    from harness.filing.readiness import REASON_CODES
 
     guide = (REPO / "docs" / "filing.md").read_text()
     section = guide[guide.index("## Readiness"):]

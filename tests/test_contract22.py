@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.runs import launch_command
-from harness.tracking import Tracking, sentinels
+from harness.lane.runs import launch_command
+from harness.lane.tracking import Tracking, sentinels
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRO = ROOT / "repros" / "contracts" / "contract22_vocab_parallel_ce.py"

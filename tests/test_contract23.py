@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.tracking import Tracking
+from harness.lane.tracking import Tracking
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "repros" / "contracts" / "contract23_mamba3_prenorm_seam.py"

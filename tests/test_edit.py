@@ -7,8 +7,8 @@ from pathlib import Path
 
 from conftest import CORE_BUGGY, CORE_FIXED, cli, git, make_patch
 
-from harness.edit import EditState
 from harness.errors import Exit
+from harness.filing.edit import EditState
 
 CORE = "src/fakepkg/core.py"
 
@@ -204,7 +204,7 @@ def test_regen_never_empties_a_series(lane_repo, tmp_path, capsys):
 
 
 def test_the_backup_is_kept_until_the_new_series_is_verified(lane_repo, tmp_path, monkeypatch, capsys):
-    from harness import series
+    from harness.lane import series
 
     d = _edit(lane_repo, tmp_path)
     core = d / CORE

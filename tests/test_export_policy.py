@@ -18,9 +18,10 @@ import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 from test_git_bases import _add_git_base, _upstream
 
-from harness import export, git, pins, upstream_checks
+from harness.base.store import Store
 from harness.errors import ConfigError, Exit, IdentityError
-from harness.store import Store
+from harness.filing import export
+from harness.upstream import git, linters, pins
 
 TESTER = "Tess Tester <tess@example.invalid>"
 
@@ -330,8 +331,8 @@ def test_touched_lines_read_hunks_by_their_counts(tmp_path):
     # a removed "-- " line and an added "++ " line read "--- gone" / "+++ added": content, not file headers
     (work / "a.txt").write_text("one\n++ added\nthree\nfour\n")
     repo.run("commit", "-q", "-am", "change")
-    assert upstream_checks.touched_lines(repo, "pristine") == {"a.txt": {2, 4}}
-    assert list(upstream_checks.whitespace(repo, "pristine")) == []
+    assert linters.touched_lines(repo, "pristine") == {"a.txt": {2, 4}}
+    assert list(linters.whitespace(repo, "pristine")) == []
 
 
 @pytest.mark.network
@@ -346,9 +347,9 @@ def test_a_real_pinned_formatter_from_pypi_flags_only_the_series_lines(tmp_path)
     repo.run("commit", "-q", "-am", "add g")
     check = pins.Check(name="black", package="black==24.4.2", module="black", args=("--quiet",), files=r"\.py$",
                        kind="format")
-    env = upstream_checks.tool_env(check, Store(tmp_path / "store"))
-    touched = upstream_checks.touched_lines(repo, "pristine")
-    found = upstream_checks.run_check(check, env, repo, touched)
+    env = linters.tool_env(check, Store(tmp_path / "store"))
+    touched = linters.touched_lines(repo, "pristine")
+    found = linters.run_check(check, env, repo, touched)
     assert [(f.path, f.line) for f in found] == [("m.py", 8)]  # line 1's "[1,2]" is upstream's own
     assert repo.is_clean()
 

@@ -13,12 +13,14 @@ import textwrap
 import pytest
 from conftest import CORE_BUGGY, REPO, cli, copy_lane_repo, isolated_env, make_lane_repo, make_patch
 
-from harness import filing, readiness, receipts, series, standalone
+from harness import filing
+from harness.base.store import Store
 from harness.errors import ConfigError, Exit
-from harness.lanes import Context
-from harness.readiness import ApplyStatus, LaneProblemCode, ReasonCode
-from harness.store import Store
-from harness.tracking import Tracking
+from harness.filing import readiness, standalone
+from harness.filing.readiness import ApplyStatus, LaneProblemCode, ReasonCode
+from harness.lane import receipts, series
+from harness.lane.lanes import Context
+from harness.lane.tracking import Tracking
 
 GH = textwrap.dedent('''\
     #!/bin/sh

@@ -14,7 +14,7 @@ from harness.filing import check, forms, names
 from harness.filing.body import Rendered
 from harness.filing.lint import lint
 from harness.filing.reproducer import public_dialect
-from harness.tracking import Pack
+from harness.lane.tracking import Pack
 
 BUG_MD = """---
 name: Bug report
@@ -216,7 +216,7 @@ def test_forms_are_read_from_the_filing_base_in_a_mirror(tmp_path: Path, monkeyp
     import subprocess
     from types import SimpleNamespace
 
-    from harness import pins
+    from harness.upstream import pins
 
     work = tmp_path / "work"
     (work / ".github" / "ISSUE_TEMPLATE").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""harness.git: the one place git runs (plain subprocess), its errors, and a host without git."""
+"""harness.upstream.git: the one place git runs (plain subprocess), its errors, and a host without git."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli
 
-from harness import git
 from harness.errors import Exit, HarnessError
+from harness.upstream import git
 
 
 def _no_git_path(tmp_path: Path) -> str:

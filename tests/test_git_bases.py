@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, fake_tree, git, make_patch
 
-from harness import pins, series
 from harness.errors import Exit
-from harness.tracking import Tracking
+from harness.lane import series
+from harness.lane.tracking import Tracking
+from harness.upstream import pins
 
 MIRROR_NAME = "example.invalid+fake.git"  # what pins.mirror_name makes of https://example.invalid/fake
 

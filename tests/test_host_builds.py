@@ -24,10 +24,10 @@ import pytest
 from conftest import REPO, cli
 from test_runtime import _wheel
 
-from harness import host_builds, lanes
 from harness.bootstrap import expected_files
 from harness.errors import BuildError, ConfigError, Exit
-from harness.pins import load_manifest
+from harness.lane import host_builds, lanes
+from harness.upstream.pins import load_manifest
 
 BACKEND = '''
 import json, os, subprocess, sys, time, zipfile

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import git, lanes, pins, series
-from harness.context import Context
+from harness.base.store import Store
 from harness.errors import Exit
-from harness.store import Store
-from harness.tracking import Tracking
+from harness.lane import lanes, series
+from harness.lane.context import Context
+from harness.lane.tracking import Tracking
+from harness.upstream import git, pins
 
 ROOT = Path(__file__).resolve().parent.parent
 FLCE = "src/liger_kernel/ops/fused_linear_cross_entropy.py"

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import builds, lanes, pins, series
-from harness.context import Context
-from harness.store import Store
-from harness.tracking import Tracking
+from harness.base.store import Store
+from harness.lane import builds, lanes, series
+from harness.lane.context import Context
+from harness.lane.tracking import Tracking
+from harness.upstream import pins
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "2.3.2.post1"

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import git, landing, pins, series
-from harness.context import Context, Options
-from harness.store import Store
-from harness.tracking import Tracking
+from harness.base.store import Store
+from harness.filing import landing
+from harness.lane import series
+from harness.lane.context import Context, Options
+from harness.lane.tracking import Tracking
+from harness.upstream import git, pins
 
 ROOT = Path(__file__).resolve().parent.parent
 MIRRORS = ROOT.parent / "shared" / "mirrors"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.interpreters import find_interpreter
+from harness.base.interpreters import find_interpreter
 
 
 def _fake_python(path: Path, prints: str, code: int = 0) -> Path:

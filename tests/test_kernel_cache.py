@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli
 
-from harness import kernel_cache
+from harness.base.hashing import SEAL
 from harness.errors import ConfigError, Exit
-from harness.hashing import SEAL
-from harness.receipts import Receipt, find, verify
+from harness.lane import kernel_cache
+from harness.lane.receipts import Receipt, find, verify
 
 COMPILE = textwrap.dedent('''\
     import os, pathlib, time
@@ -253,7 +253,7 @@ def test_a_lane_discards_a_tampered_entry_and_compiles_again(kc_repo, capsys):
 
 
 def test_a_damaged_entry_another_lane_uses_is_left_alone(kc_repo, capsys):
-    from harness.store import Store
+    from harness.base.store import Store
 
     assert _run(kc_repo, "--lane", "bug") == Exit.OK
     first = _latest(kc_repo, "bug")
@@ -277,7 +277,7 @@ def test_a_damaged_entry_another_lane_uses_is_left_alone(kc_repo, capsys):
 
 
 def test_files_a_lane_running_beside_it_writes_are_never_removed(kc_repo):
-    from harness.store import Store
+    from harness.base.store import Store
 
     assert _run(kc_repo, "--lane", "bug") == Exit.OK
     entry = _entry(kc_repo, _latest(kc_repo, "bug"))
@@ -387,7 +387,7 @@ def test_a_seal_that_cannot_be_written_costs_a_compile_not_the_lane(kc_repo, mon
 
 def _create_without(create):
     """``_create`` with the real reseal (only the seal after the lane fails in the test above)."""
-    from harness import hashing
+    from harness.base import hashing
 
     def wrapped(where, facts):
         saved = kernel_cache.reseal

@@ -7,9 +7,9 @@ import textwrap
 import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 
-from harness import landing
 from harness.errors import ConfigError, Exit
-from harness.tracking import Tracking
+from harness.filing import landing
+from harness.lane.tracking import Tracking
 
 
 def _pack(pid, kind="pr", state="planned", depends=(), cls=None, extra=""):
@@ -120,7 +120,7 @@ def test_check_apply_remembers_a_series_that_applied_and_prints_progress(lane_re
     assert cli("check", "--apply", *lane_repo.args()) == Exit.OK
     err = capsys.readouterr().err
     assert "[1/1] pack 01 on fake 1.0: applying 1 patch(es)" in err
-    from harness import pins
+    from harness.upstream import pins
 
     def no_materialize(*args, **kwargs):
         raise AssertionError("materialized although the same series on the same pin applied before")

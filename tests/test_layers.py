@@ -1,12 +1,16 @@
-"""The harness's layers, stated as data: a module imports only modules of a lower layer.
+"""The harness's layers, stated as data: a module imports only what sits below it.
 
-Foundation (no harness imports but each other's lowest) < parsing and I/O < models < the series
-< the context < workflows (peers: none imports another) < composite workflows < the CLI.
+``harness/`` holds a few top-level modules and one package per stage of the lane. ``LAYERS`` orders the
+top-level entries: the shared base < the pinned upstreams < the lane < watching upstream < the filing < the
+GPU host < the command line (and the bootstrap, the GPU host's front door) < ``main`` < ``__main__``. A module
+of one entry imports only entries of a lower layer.
+
+Inside a package, ``SUBLAYERS`` orders its modules: a module imports only modules of a lower sub-layer of its
+own package. ``""`` is the package's ``__init__`` (its public surface, where it has one); ``"*"`` stands for
+every module not named otherwise (the command line's verbs, which share ``_args``, ``_context`` and
+``error_handler`` and never import one another).
+
 Imports under ``if TYPE_CHECKING:`` are annotations only and are not counted.
-
-A sub-package (``harness/filing/``) takes its layer from ``LAYERS`` as one module, and states the order of
-its own modules in ``SUBLAYERS``: inside it a module imports only modules of a lower sub-layer; from outside,
-its modules count as the package. ``harness/commands/`` is one module (the CLI verbs share ``_args``).
 """
 
 from __future__ import annotations
@@ -17,64 +21,91 @@ from pathlib import Path
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 
 LAYERS: dict[int, set[str]] = {
-    0: {"__init__", "errors", "hashing", "interpreters", "stubs", "ui", "store", "guard", "fingerprint", "tarsafe",
-        "pyimports"},  # pyimports: static imports of an upstream tree (ast)
-    1: {"tomlutil", "runs", "github", "sessions", "standalone",
-        "payloads", "fatbin",  # stdlib + layer 0: the bootstrap uses them before any dependency is installed
-        "host_builds",  # stdlib + layer 0 too: the bootstrap compiles a host build with it
-        "git",  # git: raises the GitError family of errors
-        "kernel_cache",  # kernel-compile caches per key in the store: facts probed, entries sealed
-        "settings",  # what the noxfile and the CLI both read (mirrors, cache, Python per target): stdlib + store
-        "bundle_index"},  # bundle.json's top, format and file list: stdlib, read by bootstrap and bundle
-    2: {"pins", "runtime", "receipts", "upstream_tests", "bootstrap",  # bootstrap: stdlib + layers 0-1
-        "suite"},  # suite: a pack's upstream-suite selection (data) and its verdict
-    3: {"tracking", "builds", "upstream_checks"},  # upstream_checks: a manifest's policy checks on a git tree
-    4: {"series", "threads", "decisions"},  # decisions: what the filer decided, read as data
-    5: {"context"},
-    # workflows: peers, none imports another
-    6: {"lanes", "edit", "rebase", "export", "provenance", "filing", "related", "scaffold"},
-    7: {"absorbed", "bundle", "readiness"},  # composites: rebase; lanes; filing + rebase
-    8: {"landing", "performance",  # filing waves need readiness; claims need readiness's currency test
-        "sweep"},  # many lanes at once: which to skip is readiness's currency test
-    9: {"commands", "error_handler"},  # the CLI: one module per verb, the error boundary
-    10: {"main"},  # parses and dispatches
-    11: {"__main__"},
+    0: {"__init__", "errors"},  # the version; exit codes and the exception families
+    1: {"base"},  # shared utilities that know no pack
+    2: {"upstream"},  # manifests and their materialization, git, GitHub, the upstream's linters
+    3: {"lane"},  # tracking, series, builds, runs, receipts, lanes end to end
+    4: {"watch"},  # threads, overlapping work, rebase trials, absorbed packs, provenance
+    5: {"filing"},  # bodies and their check, edit, export, readiness, landing, performance
+    6: {"host"},  # offline bundles, payloads, fatbin, the sweep (which skips lanes readiness calls current)
+    7: {"commands",  # one module per verb, the error boundary
+        "bootstrap"},  # the GPU host's front door: stdlib + base, lane.host_builds, host.index/payloads
+    8: {"main"},  # parses and dispatches
+    9: {"__main__"},
 }
 RANK = {name: rank for rank, names in LAYERS.items() for name in names}
-# Inside a sub-package: its modules by sub-layer; "" is the package's __init__ (its public surface).
+
 SUBLAYERS: dict[str, dict[int, set[str]]] = {
+    "base": {
+        0: {"hashing", "interpreters", "ui", "store", "guard", "fingerprint", "tarsafe", "tomlutil",
+            "pyimports"},  # static imports of an upstream tree (ast)
+        1: {"settings"},  # what the noxfile and the CLI both read (mirrors, cache, Python per target): + store
+        2: {""},
+    },
+    "upstream": {
+        0: {"git", "github"},  # the one place git runs; the REST client
+        1: {"pins"},  # manifests, bases, materialization
+        2: {"linters"},  # a manifest's policy checks on a git tree
+        3: {""},
+    },
+    "lane": {
+        0: {"stubs", "runs", "runtime", "kernel_cache", "suite", "upstream_tests", "sessions",
+            "host_builds"},  # stdlib + base: the bootstrap compiles a host build with it
+        1: {"tracking", "builds", "receipts"},  # the packs (with their suites); builds (with stubs); run records
+        2: {"series", "scaffold"},  # the one owner of patch files; a new pack's first files
+        3: {"context"},  # repository + frozen run options
+        4: {"lanes"},  # base -> series -> build -> reproducer -> receipt
+        5: {""},
+    },
+    "watch": {
+        0: {"threads", "decisions", "rebase", "provenance"},
+        1: {"related", "absorbed"},  # overlapping work needs decisions; absorbed needs rebase
+        2: {""},
+    },
     "filing": {
-        0: {"lint", "parts", "pr_template"},  # what must not leave; message, hunks, diff; the upstream's template
-        1: {"evidence", "reproducer", "names", "forms"},  # the table from receipts; the self-contained script; names
-        # only the change adds; the upstream's issue forms
+        0: {"lint", "parts", "pr_template",  # what must not leave; message, hunks, diff; the upstream's template
+            "standalone",  # one self-contained reproducer file
+            "edit", "export"},  # the series as commits; the series as filed
+        1: {"evidence", "reproducer", "names", "forms"},  # the table from receipts; the script; names only the
+        # change adds; the upstream's issue forms
         2: {"body"},  # render: the template filled
         3: {"check", "send"},  # the body check; gh plan and post
-        4: {""},  # __init__: re-exports
+        4: {"", "readiness"},  # __init__: re-exports; whether a pack is ready (renders and checks its body)
+        5: {"landing", "performance"},  # filing waves; claims judged current by readiness's test
+    },
+    "host": {
+        0: {"index", "payloads", "fatbin"},  # standard library only: the bootstrap uses them
+        1: {"bundle", "sweep"},  # made from lanes; many lanes at once
+        2: {""},
+    },
+    "commands": {
+        0: {"_args", "_context", "error_handler"},  # what the verbs share
+        1: {"*"},  # the verbs
+        2: {""},
     },
 }
 SUBRANK = {(pkg, name): rank for pkg, layers in SUBLAYERS.items() for rank, names in layers.items() for name in names}
 
 
-def _module_name(path: Path) -> str:
-    """``lint`` for harness/lint.py, ``filing.body`` for harness/filing/body.py, ``filing`` for its __init__."""
-    rel = path.relative_to(HARNESS)
-    if rel.parts[0] == "commands":
-        return "commands"
-    if len(rel.parts) > 1:
-        return rel.parts[0] if rel.stem == "__init__" else f"{rel.parts[0]}.{rel.stem}"
-    return rel.stem
+def _module_name(path: Path, root: Path = HARNESS) -> str:
+    """``errors`` for harness/errors.py, ``lane.series`` for harness/lane/series.py, ``lane.`` for its __init__."""
+    rel = path.relative_to(root)
+    if len(rel.parts) == 1:
+        return rel.stem
+    return f"{rel.parts[0]}." + ("" if rel.stem == "__init__" else rel.stem)
 
 
-def _package(name: str) -> str:
+def _entry(name: str) -> str:
     return name.split(".", 1)[0]
 
 
 def _subrank(name: str) -> int:
     pkg, _, sub = name.partition(".")
-    return SUBRANK[(pkg, sub)]
+    return SUBRANK.get((pkg, sub), SUBRANK.get((pkg, "*"), -1))
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, root: Path = HARNESS) -> set[str]:
+    """What ``path`` imports of the harness, as module names (``lane.series``, ``errors``, ``filing.``)."""
     tree = ast.parse(path.read_text())
     skip: set[int] = set()
     for node in ast.walk(tree):
@@ -84,48 +115,75 @@ def _imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness"):
-            parts = node.module.split(".")
-            if len(parts) == 1:  # from harness import x: x is a module or a sub-package
-                found.update(a.name for a in node.names)
-            elif parts[1] == "commands":
-                found.add("commands")
-            elif parts[1] in SUBLAYERS:  # from harness.filing[.body] import x
-                if len(parts) > 2:
-                    found.add(f"{parts[1]}.{parts[2]}")
-                else:
-                    found.update(f"{parts[1]}.{a.name}" if (parts[1], a.name) in SUBRANK else parts[1]
-                                 for a in node.names)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "harness":
+            parts = node.module.split(".")[1:]
+            if not parts:  # from harness import x: a top-level module or package, or the version
+                found.update("__init__" if a.name == "__version__" else a.name for a in node.names)
+            elif len(parts) == 1 and parts[0] in SUBLAYERS:  # from harness.lane import series (or a re-export)
+                found.update(f"{parts[0]}.{a.name}" if (root / parts[0] / f"{a.name}.py").is_file()
+                             else f"{parts[0]}." for a in node.names)
+            elif parts[0] in SUBLAYERS:  # from harness.lane.series import x
+                found.add(f"{parts[0]}.{parts[1]}")
             else:
-                found.add(parts[1])
+                found.add(parts[0])
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.startswith("harness."):
-                    parts = a.name.split(".")
-                    found.add(".".join(parts[1:3]) if parts[1] in SUBLAYERS and len(parts) > 2 else parts[1])
-    return found - {"__version__"}
+                parts = a.name.split(".")
+                if parts[0] == "harness" and len(parts) > 1:
+                    found.add(".".join(parts[1:3]) if parts[1] in SUBLAYERS and len(parts) > 2
+                              else parts[1] + ("." if parts[1] in SUBLAYERS else ""))
+    return found
+
+
+def _unplaced(root: Path) -> set[str]:
+    """Modules under ``root`` that LAYERS / SUBLAYERS give no place."""
+    modules = {_module_name(p, root) for p in root.rglob("*.py")}
+    return {m for m in modules if _entry(m) not in RANK or ("." in m and _subrank(m) < 0)}
+
+
+def _wrong_imports(root: Path) -> list[str]:
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        me = _module_name(path, root)
+        for dep in _imports(path, root):
+            if _entry(dep) == _entry(me) and _entry(me) in SUBLAYERS:
+                if _subrank(dep) >= _subrank(me):
+                    wrong.append(f"{path.relative_to(root)} imports {dep} "
+                                 f"(sub-layer {_subrank(dep)} >= {_subrank(me)})")
+            elif RANK[_entry(dep)] >= RANK[_entry(me)]:
+                wrong.append(f"{path.relative_to(root)} imports {dep} "
+                             f"(layer {RANK[_entry(dep)]} >= {RANK[_entry(me)]})")
+    return wrong
 
 
 def test_every_module_has_a_layer():
+    assert _unplaced(HARNESS) == set(), "give each top-level entry a layer in LAYERS, each package module a sub-layer"
     modules = {_module_name(p) for p in HARNESS.rglob("*.py")}
-    assert {_package(m) for m in modules} - set(RANK) == set(), "give each new module a layer in LAYERS"
-    inner = {m for m in modules if "." in m} | {m for m in modules if m in SUBLAYERS}
-    missing = {m for m in inner if (_package(m), m.partition(".")[2]) not in SUBRANK}
-    assert missing == set(), "give each module of a sub-package a sub-layer in SUBLAYERS"
+    named = {f"{pkg}.{name}" for pkg, name in SUBRANK if name != "*"}
+    assert named - modules == set(), "SUBLAYERS names a module that is not there"
+
+
+def test_every_package_says_what_it_owns_and_may_import():
+    for pkg in SUBLAYERS:
+        doc = ast.get_docstring(ast.parse((HARNESS / pkg / "__init__.py").read_text())) or ""
+        assert "May import" in doc, f"harness/{pkg}/__init__.py: say what the package owns and what it may import"
 
 
 def test_imports_go_down_only():
-    wrong = []
-    for path in sorted(HARNESS.rglob("*.py")):
-        me = _module_name(path)
-        for dep in _imports(path):
-            if me == "commands" and dep == "commands":
-                continue  # the command modules share _args / _context
-            if _package(dep) == _package(me) and _package(me) in SUBLAYERS:
-                if _subrank(dep) >= _subrank(me):
-                    wrong.append(f"{path.relative_to(HARNESS)} imports {dep} "
-                                 f"(sub-layer {_subrank(dep)} >= {_subrank(me)})")
-            elif RANK[_package(dep)] >= RANK[_package(me)]:
-                wrong.append(f"{path.relative_to(HARNESS)} imports {dep} "
-                             f"(layer {RANK[_package(dep)]} >= {RANK[_package(me)]})")
-    assert wrong == []
+    assert _wrong_imports(HARNESS) == []
+
+
+def test_the_checks_see_a_wrong_import_and_a_stray_module(tmp_path):
+    """The checks can fail: a lane module importing the filing, an upward import inside a package, a module
+    without a sub-layer."""
+    fake = tmp_path / "harness"
+    (fake / "lane").mkdir(parents=True)
+    (fake / "lane" / "__init__.py").write_text('"""May import nothing."""\n')
+    (fake / "lane" / "tracking.py").write_text("from harness.filing import readiness\nfrom harness.lane import lanes\n")
+    (fake / "lane" / "lanes.py").write_text("")
+    (fake / "lane" / "stray.py").write_text("")
+    (fake / "filing").mkdir()
+    (fake / "filing" / "readiness.py").write_text("")
+    assert sorted(_wrong_imports(fake)) == ["lane/tracking.py imports filing.readiness (layer 5 >= 3)",
+                                    "lane/tracking.py imports lane.lanes (sub-layer 4 >= 1)"]
+    assert _unplaced(fake) == {"lane.stray"}

@@ -55,7 +55,7 @@ def test_list_and_run_import_neither(lane_repo, tmp_path):
 
 def test_the_probe_sees_requests_where_github_is_talked_to(tmp_path):
     """The check can fail: a command path that builds the GitHub client does load ``requests``."""
-    code = ("import sys\nfrom harness.github import GitHub\nGitHub('http://127.0.0.1:9')\n"
+    code = ("import sys\nfrom harness.upstream.github import GitHub\nGitHub('http://127.0.0.1:9')\n"
             "print('requests' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=120)

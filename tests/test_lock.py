@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli
 
-from harness import bundle
 from harness.errors import BundleError, Exit
+from harness.host import bundle
 
 _spec = importlib.util.spec_from_file_location("lock_tool", REPO / "tools" / "lock.py")
 assert _spec and _spec.loader

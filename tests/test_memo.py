@@ -1,4 +1,4 @@
-"""Remembered answers (harness/fingerprint.py): import checks and the CUDA probe.
+"""Remembered answers (harness/base/fingerprint.py): import checks and the CUDA probe.
 
 Every test that shows an answer being reused is paired with one that changes a single input
 of its key for real (a package added to the interpreter's site, a module removed from the
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import builds, fingerprint, runs
+from harness.base import fingerprint
 from harness.errors import BuildError
+from harness.lane import builds, runs
 
 
 def _build(tmp_path: Path, body: str = "VALUE = 1\n", key: str = "k" * 64) -> builds.Build:

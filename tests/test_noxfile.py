@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 
 from harness.errors import Exit
-from harness.sessions import STAMP_FILE, lane_env_stamp, pack_sessions
+from harness.lane.sessions import STAMP_FILE, lane_env_stamp, pack_sessions
 
 FAKE_HARNESS = textwrap.dedent('''\
     import json, pathlib, sys

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from conftest import cli
 
-from harness import receipts
 from harness.errors import Exit
-from harness.runs import TraceFolder
+from harness.lane import receipts
+from harness.lane.runs import TraceFolder
 
 TRACE = '''\
 import os

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.tracking import Tracking
+from harness.lane.tracking import Tracking
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "repros" / "megatron-lm" / "pack14_sparse_mla_bwd_precision.py"

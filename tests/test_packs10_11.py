@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.tracking import Tracking
+from harness.lane.tracking import Tracking
 
 ROOT = Path(__file__).resolve().parent.parent
 REPRO10 = ROOT / "repros" / "megatron-lm" / "pack10_flce_unfused_fallback.py"

@@ -21,9 +21,9 @@ import pytest
 from conftest import REPO, cli
 from test_runtime import _wheel
 
-from harness import fatbin, payloads
 from harness.errors import BundleError, ConfigError, Exit
-from harness.pins import load_manifest
+from harness.host import fatbin, payloads
+from harness.upstream.pins import load_manifest
 
 KIB = 1024
 

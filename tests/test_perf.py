@@ -100,7 +100,7 @@ def test_a_row_can_read_the_runs_sentinel_and_its_details(lane_repo, capsys):
 
 
 def test_latest_by_lane_is_latest_for_every_lane(lane_repo, capsys):
-    from harness import receipts
+    from harness.lane import receipts
 
     lane_repo.write_tracking()
     for _ in range(2):  # two receipts per lane: the newer one must win

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from conftest import cli
 
-from harness import git, pins
+from harness.base.store import Store
 from harness.errors import ConfigError, Exit, PinError
-from harness.store import Store
+from harness.upstream import git, pins
 
 
 def test_materialize_makes_a_pristine_git_checkout_and_reuses_it(lane_repo, monkeypatch):
@@ -211,8 +211,8 @@ def test_an_unknown_manifest_key_is_warned_about_and_a_bad_python_is_refused(lan
 def test_the_real_manifests_have_no_unknown_key():
     from conftest import REPO
 
-    from harness import pins
-    from harness.tomlutil import load_document
+    from harness.base.tomlutil import load_document
+    from harness.upstream import pins
 
     for target in pins.list_targets(REPO):
         path = pins.manifest_path(REPO, target)

@@ -6,8 +6,8 @@ import re
 
 from conftest import REPO
 
-from harness.sessions import pack_sessions
-from harness.tracking import Tracking
+from harness.lane.sessions import pack_sessions
+from harness.lane.tracking import Tracking
 
 
 def _example() -> str:

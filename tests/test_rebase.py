@@ -8,8 +8,8 @@ import json
 import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_sdist
 
-from harness import pins
 from harness.errors import Exit
+from harness.upstream import pins
 
 VARIANTS = {
     "clean": CORE_BUGGY + "\n\ndef mean(xs):\n    return sum(xs) / len(xs)\n",

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli
 
-from harness import receipts, upstream_tests
 from harness.errors import ConfigError, Exit
-from harness.receipts import Receipt, Sentinel, Verdict
+from harness.lane import receipts, upstream_tests
+from harness.lane.receipts import Receipt, Sentinel, Verdict
 
 COMMITTED = sorted((REPO / "receipts").glob("*/*/*/receipt.json"))
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli, isolated_env, make_lane_repo
 
-from harness import receipts
 from harness.errors import Exit
-from harness.tracking import Tracking
+from harness.lane import receipts
+from harness.lane.tracking import Tracking
 
 
 @pytest.fixture(scope="session")

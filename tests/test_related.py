@@ -1,7 +1,7 @@
 """`harness related`, the [[packs.NN.related]] decisions, and what readiness makes of them.
 
 The upstream is a temporary git repository mirrored as ``acme+fake.git`` (full history); GitHub's answers are
-recorded files (harness.github.Recorded) or a local server on 127.0.0.1 for the rate limit.
+recorded files (harness.upstream.github.Recorded) or a local server on 127.0.0.1 for the rate limit.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from urllib.parse import unquote_plus
 import pytest
 from conftest import CORE_BUGGY, REPO, cli, make_patch
 
-from harness import decisions, related
 from harness.errors import ConfigError, Exit
-from harness.readiness import ReasonCode
-from harness.tracking import Tracking
+from harness.filing.readiness import ReasonCode
+from harness.lane.tracking import Tracking
+from harness.watch import decisions, related
 
 SLUG = "acme/fake"
 
@@ -598,7 +598,7 @@ def _recorded_threads(d: Path, comment_by: str) -> None:
 
 def _serve(rec: Path) -> Server:
     """A local API answering from recorded files (404 for anything not recorded)."""
-    from harness.github import Recorded, ThreadNotFound
+    from harness.upstream.github import Recorded, ThreadNotFound
 
     def answer(path):
         try:

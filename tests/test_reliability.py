@@ -9,7 +9,7 @@ import pytest
 from conftest import alive, cli
 
 from harness.errors import Exit
-from harness.receipts import Verdict
+from harness.lane.receipts import Verdict
 
 
 def test_a_bug_in_the_harness_is_exit_internal_with_the_traceback_kept(lane_repo, monkeypatch, capsys):
@@ -103,8 +103,8 @@ def _backend_sdist(path, hang: bool = False) -> None:
 def _wheel_repo(lane_repo):
     _backend_sdist(lane_repo.sdist)
     lane_repo.write_manifest(build="wheel")
-    from harness import pins
-    from harness.store import Store
+    from harness.base.store import Store
+    from harness.upstream import pins
 
     return pins.materialize(pins.load_manifest(lane_repo.root, "fake"), None, Store(lane_repo.cache))
 
@@ -148,9 +148,10 @@ def test_a_build_entry_removed_as_it_lands_is_a_build_error_not_a_missing_build(
     import contextlib
     import shutil
 
-    from harness import builds, pins
+    from harness.base.store import Store
     from harness.errors import BuildError
-    from harness.store import Store
+    from harness.lane import builds
+    from harness.upstream import pins
 
     store = Store(lane_repo.cache)
     real_new_entry = store.new_entry
@@ -184,7 +185,7 @@ def _harness(*args: str, env: dict | None = None, **kw):
 
 
 def test_two_concurrent_runs_of_one_pack_both_land_in_tracking(lane_repo, tmp_path):
-    from harness.tracking import Tracking
+    from harness.lane.tracking import Tracking
 
     # Each reproducer waits until the other one is running too, so both harness processes have read
     # tracking.toml before either writes its result: the interleaving that used to lose one of them.
@@ -210,7 +211,7 @@ def test_two_concurrent_runs_of_one_pack_both_land_in_tracking(lane_repo, tmp_pa
 
 
 def test_a_save_keeps_an_edit_made_to_the_file_after_it_was_loaded(lane_repo):
-    from harness.tracking import Tracking
+    from harness.lane.tracking import Tracking
 
     path = lane_repo.root / "tracking.toml"
     t = Tracking.load(lane_repo.root)
@@ -243,7 +244,7 @@ def _misbehave(lane_repo, body: str) -> None:
     ids=["verdict-then-skip", "verdict-then-skip-line-exit-0", "skip-then-crash"],
 )
 def test_a_skipped_line_never_hides_a_verdict_or_a_crash(lane_repo, body, reason):
-    from harness.receipts import find
+    from harness.lane.receipts import find
 
     _misbehave(lane_repo, body)
     assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.CRASH
@@ -253,7 +254,7 @@ def test_a_skipped_line_never_hides_a_verdict_or_a_crash(lane_repo, body, reason
 
 
 def test_a_real_skip_is_still_a_skip(lane_repo):
-    from harness.receipts import find
+    from harness.lane.receipts import find
 
     _misbehave(lane_repo, STAMP + '_lane.skip("needs a GPU")\n')
     assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.SKIPPED
@@ -272,7 +273,7 @@ def test_a_real_skip_is_still_a_skip(lane_repo):
     ids=["empty", "not-json", "empty-object", "not-an-object", "after-the-verdict"],
 )
 def test_a_bad_or_late_host_stamp_is_a_crash(lane_repo, stamp, reason):
-    from harness.receipts import find
+    from harness.lane.receipts import find
 
     late = "" if stamp else STAMP
     _misbehave(lane_repo, stamp + '_lane.verdict("BUG_REPRODUCED")\n' + late)
@@ -333,7 +334,7 @@ def spawning(lane_repo, tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_kills_the_reproducer_and_its_children_and_leaks_nothing(lane_repo, spawning, sig):
-    from harness.receipts import find
+    from harness.lane.receipts import find
 
     pids_dir, tmp = spawning
     proc = _harness("run", "01", "--lane", "bug", "--quiet", *lane_repo.args(),
@@ -418,7 +419,7 @@ def umask_022():
 
 @pytest.mark.parametrize("mode", [0o644, 0o664])
 def test_saving_tracking_toml_keeps_its_mode(lane_repo, umask_022, mode):
-    from harness.tracking import Tracking
+    from harness.lane.tracking import Tracking
 
     path = lane_repo.root / "tracking.toml"
     path.chmod(mode)
@@ -429,7 +430,7 @@ def test_saving_tracking_toml_keeps_its_mode(lane_repo, umask_022, mode):
 
 
 def test_receipts_and_cache_entries_get_the_modes_a_checkout_expects(lane_repo, umask_022, tmp_path):
-    from harness.receipts import find
+    from harness.lane.receipts import find
 
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK
     for rec in find(lane_repo.root, "fake", "01"):
@@ -509,7 +510,7 @@ def test_a_token_is_never_sent_over_plain_http(lane_repo, monkeypatch, capsys, u
 def test_a_tools_own_skipped_summary_is_not_a_protocol_line(lane_repo):
     """pytest's short test summary (``-rs``) starts lines with ``SKIPPED [N] file:line: reason``; an upstream
     suite's log holds such lines beside the runner's sentinel. They are not the kit's ``SKIPPED {json}``."""
-    from harness.receipts import find
+    from harness.lane.receipts import find
 
     _misbehave(lane_repo, STAMP + 'print("SKIPPED [10] tests/t.py:61: needs 4 ranks", flush=True)\n'
                                   '_lane.verdict("BUG_REPRODUCED")\n')
@@ -521,7 +522,7 @@ def test_a_tools_own_skipped_summary_is_not_a_protocol_line(lane_repo):
 def test_protocol_lines_glued_by_two_ranks_are_read_apart():
     """Two ranks on one pipe: a print's text and its newline are two writes, so another rank's line can land
     between them. Both stamps and the verdict are still read."""
-    from harness import runs
+    from harness.lane import runs
 
     one = '{"rank": 0, "world_size": 2}'
     two = '{"rank": 1, "world_size": 2}'

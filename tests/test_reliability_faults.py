@@ -15,7 +15,7 @@ import pytest
 from conftest import cli
 
 from harness.errors import Exit
-from harness.tracking import Tracking
+from harness.lane.tracking import Tracking
 
 # --------------------------------------------------------------------------- sealed cache entries (case 1)
 
@@ -68,7 +68,7 @@ def test_a_module_copied_into_the_baseline_build_never_reaches_a_verdict(lane_re
 
 
 def test_an_entry_without_a_seal_is_not_trusted(lane_repo, capsys):
-    from harness.hashing import SEAL
+    from harness.base.hashing import SEAL
 
     assert cli("prepare", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr()
     for entry in _entries(lane_repo).values():
@@ -80,7 +80,7 @@ def test_an_entry_without_a_seal_is_not_trusted(lane_repo, capsys):
 
 
 def test_a_cached_wheel_truncated_to_nothing_is_never_shipped_in_a_bundle(lane_repo, tmp_path, capsys):
-    from harness.hashing import sha256_file
+    from harness.base.hashing import sha256_file
 
     _wheel_lane_repo(lane_repo)
     assert cli("prepare", "01", *lane_repo.args()) == Exit.OK, capsys.readouterr()
@@ -103,7 +103,7 @@ def test_a_cached_wheel_truncated_to_nothing_is_never_shipped_in_a_bundle(lane_r
 
 
 def test_a_wheel_damaged_while_the_bundle_is_packed_is_refused(lane_repo, tmp_path, monkeypatch, capsys):
-    from harness import bundle
+    from harness.host import bundle
 
     _wheel_lane_repo(lane_repo)
     real = bundle._add_build
@@ -127,8 +127,8 @@ def test_a_damaged_runtime_site_is_installed_again(lane_repo, tmp_path, capsys):
 
     from test_reliability import _backend_sdist
 
-    from harness import builds, runtime
-    from harness.store import Store
+    from harness.base.store import Store
+    from harness.lane import builds, runtime
 
     dist = tmp_path / "runtime-dist"
     dist.mkdir()
@@ -389,7 +389,7 @@ def test_a_regenerated_series_that_does_not_apply_is_never_kept(lane_repo, tmp_p
 
     from conftest import git
 
-    from harness import series
+    from harness.lane import series
 
     lane_repo.write_patch(_binary_patch(tmp_path), name="0002-ship-the-weight-table.patch")
     before = {p.name: p.read_bytes() for p in (lane_repo.root / "patches" / "fake" / "01").iterdir()}
@@ -441,7 +441,7 @@ def test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree(lane_re
                                                                         sig):
     import signal
 
-    from harness import series
+    from harness.lane import series
 
     edit = _amended_checkout(lane_repo, tmp_path, capsys)
     real = series.replace_series
@@ -467,7 +467,7 @@ def test_a_regen_killed_after_the_swap_is_finished_by_the_next_regen(lane_repo, 
     edit = _amended_checkout(lane_repo, tmp_path, capsys)
     # SIGKILL cannot be held back: the process dies between the swap and the state that records it
     killer = ("import os, signal, sys\n"
-              "from harness import edit\n"
+              "from harness.filing import edit\n"
               "edit.EditState.write = lambda self, checkout: os.kill(os.getpid(), signal.SIGKILL)\n"
               "from harness.main import main\n"
               "sys.exit(main(sys.argv[1:]))\n")
@@ -488,7 +488,7 @@ def test_a_series_changed_by_hand_after_an_interrupted_regen_names_the_backup(la
 
     edit = _amended_checkout(lane_repo, tmp_path, capsys)
     killer = ("import os, signal, sys\n"
-              "from harness import edit\n"
+              "from harness.filing import edit\n"
               "edit.EditState.write = lambda self, checkout: os.kill(os.getpid(), signal.SIGKILL)\n"
               "from harness.main import main\n"
               "sys.exit(main(sys.argv[1:]))\n")
@@ -535,7 +535,7 @@ def test_the_stand_in_fails_as_python_3_11_3_does(no_tar_filter, tmp_path):
 
 
 def test_run_bundle_and_receipts_import_work_without_tar_filters(no_tar_filter, lane_repo, tmp_path, capsys):
-    from harness.bundle import OpenBundle, unpack
+    from harness.host.bundle import OpenBundle, unpack
 
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err  # unpacks the sdist
     wheels = tmp_path / "wheels"
@@ -587,7 +587,7 @@ def _hostile(tmp_path, kind: str):
 @pytest.mark.parametrize("filters", ["real", "stand-in"])
 @pytest.mark.parametrize("kind", ["absolute", "dotdot", "symlink-out", "through-symlink", "hardlink-out", "fifo"])
 def test_a_hostile_member_is_refused_with_or_without_tar_filters(request, tmp_path, kind, filters):
-    from harness import tarsafe
+    from harness.base import tarsafe
 
     if filters == "stand-in":
         request.getfixturevalue("no_tar_filter")
@@ -609,7 +609,7 @@ def test_a_hostile_member_is_refused_with_or_without_tar_filters(request, tmp_pa
 def test_modes_are_made_safe_with_or_without_tar_filters(request, tmp_path, filters):
     import io
 
-    from harness import tarsafe
+    from harness.base import tarsafe
 
     if filters == "stand-in":
         request.getfixturevalue("no_tar_filter")
@@ -728,8 +728,8 @@ def test_a_later_run_sweeps_what_a_sigkilled_run_left_in_tmp(lane_repo, tmp_path
 
 
 def test_a_reproducer_that_prints_without_end_gets_a_capped_log_that_says_so(lane_repo, monkeypatch, capsys):
-    from harness import runs
-    from harness.receipts import find
+    from harness.lane import runs
+    from harness.lane.receipts import find
 
     monkeypatch.setattr(runs, "LOG_CAP", 64 << 10)
     repro = lane_repo.root / "repros" / "fake" / "pack01.py"
@@ -820,7 +820,7 @@ def git_repo(lane_repo, tmp_path):
 
 @pytest.mark.parametrize("how", ["option", "environment"])
 def test_a_relative_mirror_directory_is_found_from_where_the_command_ran(git_repo, monkeypatch, how):
-    from harness import pins
+    from harness.upstream import pins
 
     monkeypatch.chdir(git_repo.mirrors.parent)
     relative = git_repo.mirrors.name

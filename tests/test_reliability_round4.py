@@ -134,8 +134,9 @@ def test_a_link_that_leaves_through_another_link_is_refused_once_applied(lane_re
 
 
 def test_the_overlay_copy_never_follows_a_link_out_of_the_tree(lane_repo, host_file, tmp_path):
-    from harness import builds, pins
-    from harness.store import Store
+    from harness.base.store import Store
+    from harness.lane import builds
+    from harness.upstream import pins
 
     tree = tmp_path / "tree"
     (tree / "src" / "fakepkg").mkdir(parents=True)
@@ -238,7 +239,7 @@ def test_a_filing_target_in_another_repository_is_refused(lane_repo, capsys):
 
 
 def test_the_committed_tracking_toml_still_loads():
-    from harness.tracking import Tracking
+    from harness.lane.tracking import Tracking
 
     assert len(Tracking.load(Path(__file__).resolve().parent.parent).packs) >= 17
 
@@ -345,7 +346,7 @@ def test_json_of_the_wrong_type_is_a_clean_artefact_error(lane_repo, serve, caps
 
 
 def test_a_wrong_type_deeper_down_is_refused_too(monkeypatch):
-    from harness import github
+    from harness.upstream import github
 
     client = github.GitHub("http://127.0.0.1:9")
 
@@ -372,7 +373,7 @@ def test_a_wrong_type_deeper_down_is_refused_too(monkeypatch):
 
 
 def test_a_body_past_the_cap_is_refused_without_reading_it_all(lane_repo, serve, capsys, monkeypatch):
-    from harness import github
+    from harness.upstream import github
 
     monkeypatch.setattr(github, "MAX_BODY", 1 << 20)
     sent = []
@@ -557,7 +558,7 @@ def test_check_fails_on_a_patched_pack_with_no_series_at_all(lane_repo, capsys):
 
 
 def test_a_live_regens_scratch_is_never_swept(lane_repo, tmp_path):
-    from harness import series
+    from harness.lane import series
 
     parent = lane_repo.root / "patches" / "fake"
     mine = parent / f".regen-01-{os.getpid()}-abc"
@@ -652,9 +653,10 @@ def test_a_full_disk_in_the_clone_to_build_from_is_exit_io(lane_repo, small_fs, 
 
 
 def test_a_full_disk_in_the_overlay_copy_is_exit_io_with_nothing_kept(lane_repo, small_fs, tmp_path):
-    from harness import builds, git, pins
+    from harness.base.store import Store
     from harness.errors import WriteError
-    from harness.store import Store
+    from harness.lane import builds
+    from harness.upstream import git, pins
 
     tree = tmp_path / "tree"
     (tree / "src" / "fakepkg").mkdir(parents=True)
@@ -682,7 +684,7 @@ def test_a_full_disk_in_the_overlay_copy_is_exit_io_with_nothing_kept(lane_repo,
 
 def test_a_full_disk_saving_tracking_toml_is_exit_io_and_keeps_the_file(lane_repo, small_fs, tmp_path):
     from harness.errors import WriteError
-    from harness.tracking import Tracking
+    from harness.lane.tracking import Tracking
 
     root = small_fs(tmp_path / "small-root", "1m")
     shutil.copytree(lane_repo.root, root, dirs_exist_ok=True)
@@ -782,7 +784,7 @@ def test_a_setsid_child_dies_with_the_guarded_command_at_its_time_limit(tmp_path
     import subprocess
     import sys
 
-    from harness import guard
+    from harness.base import guard
 
     pidfile = tmp_path / "escaped.pid"
     with pytest.raises(subprocess.TimeoutExpired):
@@ -799,7 +801,7 @@ def test_a_setsid_child_dies_when_the_harness_is_terminated_or_killed(tmp_path, 
     pidfile = tmp_path / "escaped.pid"
     # SIGTERM: the harness's own handler turns it into an exception and kill_group runs; SIGKILL: no code of
     # the harness runs, the guard's lifeline closes and the guard kills what it started
-    harness = ("import sys\nfrom harness import error_handler, guard\n"
+    harness = ("import sys\nfrom harness.base import guard\nfrom harness.commands import error_handler\n"
                "with error_handler.handled():\n"
                f"    guard.run([sys.executable, '-c', {_SETSID_SPAWN!r}, {str(pidfile)!r}])\n")
     proc = subprocess.Popen([sys.executable, "-c", harness], cwd=REPO, stderr=subprocess.PIPE, text=True)
@@ -816,14 +818,14 @@ def test_a_sigkilled_sweeps_scratch_is_swept_by_the_next_not_a_live_ones(tmp_pat
     import subprocess
     import sys
 
-    from harness import sweep
+    from harness.host import sweep
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = tmp_path / f"{sweep.SCRATCH_PREFIX}{int(dead.stdout)}-abc"
     live = tmp_path / f"{sweep.SCRATCH_PREFIX}{os.getppid()}-def"  # a process that exists
     for d in (stale, live):
         (d / "lane").mkdir(parents=True)
-    from harness.lanes import sweep_stale_temp
+    from harness.lane.lanes import sweep_stale_temp
 
     assert sweep_stale_temp(tmp_path, (sweep.SCRATCH_PREFIX,)) == [stale]
     assert live.is_dir() and not stale.exists()

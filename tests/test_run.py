@@ -6,8 +6,8 @@ import pytest
 from conftest import cli
 
 from harness.errors import Exit
-from harness.receipts import Sentinel, Verdict, find, verify
-from harness.tracking import Tracking
+from harness.lane.receipts import Sentinel, Verdict, find, verify
+from harness.lane.tracking import Tracking
 
 
 def _run(lane_repo, *extra, quiet=True):
@@ -68,7 +68,7 @@ def test_wrong_sentinel_is_a_mismatch(lane_repo):
 
 def test_gpu_lane_without_gpu_is_skipped_after_build_and_import_check(lane_repo, monkeypatch, capsys):
     lane_repo.write_tracking(requires="cuda")
-    from harness import runs
+    from harness.lane import runs
 
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
     assert _run(lane_repo, quiet=False) == Exit.SKIPPED
@@ -101,7 +101,7 @@ def test_lane_requires_overrides_the_pack(lane_repo, monkeypatch, capsys):
     text = path.read_text()
     i = text.index('name = "bug"')
     path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
-    from harness import runs
+    from harness.lane import runs
 
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
     assert _run(lane_repo) == Exit.SKIPPED
@@ -115,7 +115,7 @@ def test_a_skip_says_how_to_run_on_a_gpu_host_and_what_changed_here(lane_repo, m
     text = path.read_text()
     i = text.index('name = "bug"')
     path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
-    from harness import runs
+    from harness.lane import runs
 
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
     capsys.readouterr()
@@ -154,13 +154,13 @@ def test_with_baseline_lane_gets_the_unpatched_build(lane_repo):
     assert _run(lane_repo, "--lane", "fix") == Exit.OK
     [rec] = find(lane_repo.root, "fake", "01")
     assert rec.baseline_build.key != rec.build.key
-    from harness.tracking import Tracking
+    from harness.lane.tracking import Tracking
 
     assert Tracking.load(lane_repo.root).pack("01").lane("fix").with_baseline
 
 
 def test_interrupted_build_leaves_no_entry_that_looks_complete(lane_repo, monkeypatch):
-    from harness import builds
+    from harness.lane import builds
 
     real = builds._overlay
 
@@ -180,7 +180,7 @@ def test_interrupted_build_leaves_no_entry_that_looks_complete(lane_repo, monkey
 
 def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
     """nproc > 1: the launcher starts one process per rank; every rank's stamp lands in the receipt."""
-    from harness import runs
+    from harness.lane import runs
 
     lane_repo.write_tracking()
     path = lane_repo.root / "tracking.toml"
@@ -210,7 +210,7 @@ def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
 
 
 def test_lane_needing_more_gpus_than_the_host_has_is_skipped(lane_repo, monkeypatch):
-    from harness import runs
+    from harness.lane import runs
 
     lane_repo.write_tracking(requires="cuda")
     path = lane_repo.root / "tracking.toml"
@@ -353,7 +353,7 @@ def _fake_torch(root, nccl: str) -> None:
 def test_multi_rank_cuda_lane_records_its_gpus_and_nccl(lane_repo, monkeypatch, tmp_path, nccl, recorded):
     """A cuda lane over several ranks says which GPUs it was given and which NCCL its torch carries; a torch
     that cannot say (the probe raises) leaves the key out and the lane runs all the same."""
-    from harness import runs
+    from harness.lane import runs
 
     lane_repo.write_tracking(requires="cuda")
     path = lane_repo.root / "tracking.toml"

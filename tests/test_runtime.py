@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import runtime
+from harness.base.store import Store
 from harness.errors import BuildError, ConfigError
-from harness.store import Store
+from harness.lane import runtime
 
 
 def _wheel(dest: Path, name: str, version: str) -> Path:
@@ -84,8 +84,8 @@ def test_combine_merges_bases_and_rejects_conflicting_pins():
 
 
 def test_requirements_are_parsed_as_pep_508_not_by_pattern():
-    from harness import runtime
     from harness.errors import ConfigError
+    from harness.lane import runtime
 
     # one pin however it is spelled: name normalization and specifier spacing
     assert runtime.combine([("a", ("Apache_TVM.ffi == 0.1.9",)), ("b", ("apache-tvm-ffi==0.1.9",))]) == \

@@ -8,8 +8,8 @@ import shutil
 from conftest import REPO, cli
 
 from harness.errors import Exit
-from harness.receipts import find
-from harness.tracking import Tracking
+from harness.lane.receipts import find
+from harness.lane.tracking import Tracking
 
 
 def test_new_scaffolds_a_pack_that_loads_checks_and_runs_its_reproducer(lane_repo, capsys):
@@ -72,9 +72,9 @@ def test_a_scaffolded_pack_goes_to_ready_on_cpu_once_its_check_and_series_are_wr
     the filing base, evidence rows, a reproducer whose check is written, a series; run; ready."""
     from conftest import CORE_BUGGY, CORE_FIXED, make_patch
 
-    from harness import readiness
-    from harness.lanes import Context
-    from harness.store import Store
+    from harness.base.store import Store
+    from harness.filing import readiness
+    from harness.lane.lanes import Context
 
     lane_repo.add_base("2.0", CORE_BUGGY)  # upstream main, say: the filing base, another base than the pin
     manifest = lane_repo.root / "upstream" / "fake.toml"

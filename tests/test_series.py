@@ -3,9 +3,10 @@ from __future__ import annotations
 import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 
-from harness import git, pins, series
+from harness.base.store import Store
 from harness.errors import ConfigError, Exit, SeriesError
-from harness.store import Store
+from harness.lane import series
+from harness.upstream import git, pins
 
 
 def _checkout(lane_repo):

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.sessions import pack_sessions
+from harness.lane.sessions import pack_sessions
 
 ROOT = Path(__file__).resolve().parent.parent
 

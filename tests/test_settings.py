@@ -1,4 +1,4 @@
-"""One configuration for nox and the CLI (harness/settings.py): mirrors, cache, Python per target; errors that
+"""One configuration for nox and the CLI (harness/base/settings.py): mirrors, cache, Python per target; errors that
 name the fix when the harness's own interpreter cannot import a lane's build; ``--python`` resolved once."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import CORE_BUGGY, REPO, cli, make_sdist
 
-from harness import settings
+from harness.base import settings
 from harness.commands import _context
 from harness.errors import Exit
 
@@ -42,7 +42,7 @@ def test_mirrors_beside_the_clone_else_the_variable_else_none(lane_repo, tmp_pat
 def test_the_cli_and_the_noxfile_find_the_same_mirrors(lane_repo, tmp_path, monkeypatch):
     """Without the variable, the CLI finds the mirrors beside the clone and exports them as the noxfile does, so
     every reader (bases, the filing template, child processes) sees the same directories."""
-    from harness import pins
+    from harness.upstream import pins
 
     clone, mirrors = _clone_beside_shared(tmp_path, lane_repo)
     args = argparse.Namespace(root=clone, cache=lane_repo.cache, git_mirrors=None, artifacts=None)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import cli
 
-from harness import ui
+from harness.base import ui
 from harness.errors import Exit
-from harness.tracking import Tracking
+from harness.lane.tracking import Tracking
 
 FIXTURES = Path(__file__).parent / "fixtures" / "github"
 TOKEN = "ghp_" + "T" * 36
@@ -163,7 +163,7 @@ def test_fixtures_are_json():
 
 
 def test_token_comes_from_github_token_then_gh_token(monkeypatch):
-    from harness.github import token_from_env
+    from harness.upstream.github import token_from_env
 
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     monkeypatch.delenv("GH_TOKEN", raising=False)

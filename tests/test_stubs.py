@@ -11,11 +11,12 @@ import zipfile
 import pytest
 from conftest import cli
 
-from harness import builds, pins
-from harness.bundle import store_uncompressed
+from harness.base.store import Store
 from harness.errors import ConfigError, Exit
-from harness.store import Store
-from harness.stubs import write
+from harness.host.bundle import store_uncompressed
+from harness.lane import builds
+from harness.lane.stubs import write
+from harness.upstream import pins
 
 
 def _py(code: str, *paths) -> subprocess.CompletedProcess:

@@ -11,9 +11,10 @@ import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, REPO, cli, make_patch
 from test_upstream_tests import upstream_repo  # noqa: F401  (the fixture: a fake upstream with a tests/ tree)
 
-from harness import pyimports, suite, upstream_tests
+from harness.base import pyimports
 from harness.errors import ConfigError, Exit
-from harness.receipts import find
+from harness.lane import suite, upstream_tests
+from harness.lane.receipts import find
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -195,10 +196,10 @@ def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path
     assert out["counts"]["patched-only failure"] == 1
     assert [c["id"] for c in out["cases"] if c["verdict"] == "patched-only failure"] == \
         ["tests/test_core.py::test_total"]
-    from harness import readiness
-    from harness.context import Context
-    from harness.store import Store
-    from harness.tracking import Tracking
+    from harness.base.store import Store
+    from harness.filing import readiness
+    from harness.lane.context import Context
+    from harness.lane.tracking import Tracking
 
     ctx = Context(root=suite_repo.root, tracking=Tracking.load(suite_repo.root), store=Store(suite_repo.cache))
     state = readiness.readiness(ctx, ctx.tracking.pack("01"))

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from conftest import alive, cli
 
-from harness import runs, sweep
 from harness.errors import Exit
-from harness.receipts import find
-from harness.sweep import Free, GpuUse, Job, Need
+from harness.host import sweep
+from harness.host.sweep import Free, GpuUse, Job, Need
+from harness.lane import runs
+from harness.lane.receipts import find
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,7 +158,7 @@ def test_a_pack_qualified_pattern_selects_that_packs_lanes_only(lane_repo, capsy
 def test_memory_and_performance_lanes_are_exclusive_and_cannot_be_declared_otherwise(lane_repo, capsys):
     perf = '\n[[packs.01.performance]]\nlane = "fix"\nfigure = "max_err"\nlabel = "x"\n'
     lane_repo.write_tracking(extra=perf)
-    from harness.tracking import Tracking
+    from harness.lane.tracking import Tracking
 
     pack = Tracking.load(lane_repo.root).pack("01")
     assert "performance" in sweep.exclusive_reason(pack, pack.lane("fix"))

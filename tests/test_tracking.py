@@ -4,7 +4,7 @@ import pytest
 from conftest import cli
 
 from harness.errors import ConfigError, Exit
-from harness.tracking import Tracking, normalize_id
+from harness.lane.tracking import Tracking, normalize_id
 
 PACK_02 = '''
 [packs.02]
@@ -199,8 +199,8 @@ def test_a_schema_this_harness_does_not_read_is_bad_input(lane_repo, capsys):
 def test_the_real_tracking_toml_has_no_unknown_key():
     from conftest import REPO
 
-    from harness.tomlutil import load_document
-    from harness.tracking import unknown_keys
+    from harness.base.tomlutil import load_document
+    from harness.lane.tracking import unknown_keys
 
     path = REPO / "tracking.toml"
     assert unknown_keys(path, load_document(path)) == []

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO, cli, fake_tree
 
-from harness import pins, upstream_tests
 from harness.errors import ConfigError, Exit, GpuBusyError
-from harness.receipts import Sentinel, Verdict, find, verify
+from harness.lane import upstream_tests
+from harness.lane.receipts import Sentinel, Verdict, find, verify
+from harness.upstream import pins
 
 UPSTREAM_TESTS = {
     "tests/__init__.py": "",
@@ -146,7 +147,7 @@ def test_a_class_and_its_parametrisations_map_back_to_the_selected_id(upstream_r
 
 
 def test_a_cuda_lane_on_a_cpu_host_is_skipped(upstream_repo, monkeypatch):
-    from harness import runs
+    from harness.lane import runs
 
     upstream_repo.write_tracking(_lane("tests-fix", True, [OK], requires="cuda"))
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (0, "no CUDA device visible to torch"))
@@ -187,7 +188,8 @@ def test_visible_gpus_follow_cuda_visible_devices(tmp_path):
 HOLDER = textwrap.dedent('''\
     import sys, time
     from pathlib import Path
-    from harness import pins, upstream_tests
+    from harness.lane import upstream_tests
+    from harness.upstream import pins
     with upstream_tests.gpu_lock(["0"], 30, "holder", Path(sys.argv[1])):
         print(f"acquired {time.time()}", flush=True)
         time.sleep(float(sys.argv[2]))
@@ -224,7 +226,7 @@ def test_a_bundle_carries_the_test_tree_to_a_host_without_the_upstream(upstream_
         index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
     [entry] = index["tests_trees"].values()
     assert entry["lanes"] == ["01/tests-bug"] and len(entry["sha256"]) == 64
-    from harness.bundle import unpack
+    from harness.host.bundle import unpack
 
     bundle_dir = unpack(out, tmp_path / "unpacked")
     upstream_repo.sdist.unlink()  # no artefact: the tests can only come from the bundle
@@ -240,8 +242,8 @@ def test_a_changed_series_makes_the_unpatched_lane_stale_too(upstream_repo, tmp_
     """The unpatched lane runs the series' tests: a new series (tests included) outdates its receipt."""
     from conftest import CORE_BUGGY, CORE_FIXED, make_patch
 
-    from harness import readiness
-    from harness.tracking import Tracking
+    from harness.filing import readiness
+    from harness.lane.tracking import Tracking
 
     upstream_repo.write_tracking(_lane("tests-bug", False, [OK, BAD], [BAD]))
     assert _run(upstream_repo, "tests-bug") == Exit.OK
@@ -263,7 +265,7 @@ def test_a_cuda_upstream_lane_runs_under_the_lock_of_every_visible_gpu(upstream_
     """The lane holds the locks for the whole runner process; a cpu lane takes none."""
     from contextlib import contextmanager
 
-    from harness import runs
+    from harness.lane import runs
 
     held = []
 

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the harness beside it reads the receipts
 
-from harness.receipts import Receipt, latest  # noqa: E402
+from harness.lane.receipts import Receipt, latest  # noqa: E402
 
 
 def receipt(target: str, pack: str, lane: str) -> tuple[Receipt, str]:

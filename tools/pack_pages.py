@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the harness beside it reads the receipts
 
-from harness import receipts  # noqa: E402
-from harness.github import thread_label  # noqa: E402
-from harness.tracking import Tracking  # noqa: E402
+from harness.lane import receipts  # noqa: E402
+from harness.lane.tracking import Tracking  # noqa: E402
+from harness.upstream.github import thread_label  # noqa: E402
 
 OUT = ROOT / "docs" / "packs"
 NOTES = OUT / "notes"

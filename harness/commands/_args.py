@@ -56,7 +56,7 @@ def add_verbosity(p: argparse.ArgumentParser, top: bool = False) -> None:
 
 def output_format(p: argparse.ArgumentParser) -> None:
     """--format for commands that print rows: a table on a terminal, plain tab-separated lines elsewhere."""
-    from harness.ui import FORMATS
+    from harness.base.ui import FORMATS
 
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="table (rich, fitted to the terminal) or plain (one tab-separated line per row, nothing "

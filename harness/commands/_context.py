@@ -7,11 +7,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from harness import pins, settings
-from harness.context import Context, Options
+from harness.base import settings
+from harness.base.store import Store
 from harness.errors import UsageError
-from harness.store import Store
-from harness.tracking import Tracking
+from harness.lane.context import Context, Options
+from harness.lane.tracking import Tracking
+from harness.upstream import pins
 
 
 def find_root(start: Path | None) -> Path:
@@ -39,7 +40,7 @@ def _interpreter(python: str | None) -> str | None:
 
 def _mirrors(args, root: Path | None) -> tuple[Path, ...]:
     """``--git-mirrors`` first, then ../shared/mirrors beside the checkout when $PATCHLANE_GIT_MIRRORS is unset
-    (harness/settings.py: the noxfile's defaults; the variable itself is read where bases are fetched)."""
+    (harness/base/settings.py: the noxfile's defaults; the variable itself is read where bases are fetched)."""
     given = tuple(getattr(args, "git_mirrors", None) or ())
     if root is None or settings.MIRRORS_ENV in os.environ:
         return given
@@ -57,7 +58,7 @@ def options(args, root: Path | None = None, **overrides) -> Options:
         values["python"] = python
     bundle_dir = getattr(args, "bundle_dir", None)
     if bundle_dir is not None:
-        from harness.bundle import OpenBundle  # only offline runs need it
+        from harness.host.bundle import OpenBundle  # only offline runs need it
 
         values["bundle"] = OpenBundle.open(Path(bundle_dir))
     return Options(**(values | overrides))

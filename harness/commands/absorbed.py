@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from harness import absorbed, rebase, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import DriftError, UsageError
+from harness.watch import absorbed, rebase
 
 JSON_SCHEMA = 1
 _STYLE = {"absorbed": "cyan", "superseded": "cyan", "differs": ""}

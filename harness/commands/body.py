@@ -7,10 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from harness import filing, readiness, ui
+from harness import filing
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import LintError, UsageError
+from harness.filing import readiness
 from harness.filing.check import committed, docs_texts, linked_issue_name
 
 DOCS_DIR = Path("docs") / "filings"
@@ -142,7 +144,7 @@ def check_bodies(ctx, packs: list, as_json: bool) -> int:
 def _applies_alone(ctx, rendered) -> bool | None:
     """Whether the pack's own series applies on its filing base without the packs under it (then the export
     holds it alone); None where nothing is stacked or it could not be checked."""
-    from harness import series
+    from harness.lane import series
 
     if not rendered.stacked:
         return None
@@ -155,7 +157,7 @@ def _applies_alone(ctx, rendered) -> bool | None:
 
 def docs_packs(ctx) -> list:
     """Packs whose body the docs show: a filed kind, a state that can be filed, and at least one receipt."""
-    from harness import receipts
+    from harness.lane import receipts
 
     return [p for p in ctx.tracking.packs.values()
             if p.kind in filing.TEMPLATES and p.state not in readiness.NOT_FILED

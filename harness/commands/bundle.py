@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from harness import bundle, sweep, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.host import bundle, sweep
 
 
 def register(sub) -> None:

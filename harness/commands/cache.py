@@ -9,10 +9,11 @@ import tarfile
 import time
 from pathlib import Path
 
-from harness import kernel_cache, ui
+from harness.base import ui
+from harness.base.store import Store
 from harness.commands import _args
 from harness.errors import ConfigError, Exit, UsageError, WriteError
-from harness.store import Store
+from harness.lane import kernel_cache
 
 _ABOUT = ("Kernel-compile caches (Triton, TileLang, TVM-FFI, torch extensions and inductor, the CUDA JIT) are "
           "kept per key in the store, <cache>/kernel-cache/<key>/ (or $PATCHLANE_KERNEL_CACHE): the key covers "

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from harness import landing, lanes, pins, series, suite, tracking, ui
+from harness.base import ui
+from harness.base.tomlutil import load_document
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError
-from harness.tomlutil import load_document
+from harness.filing import landing
+from harness.lane import lanes, series, suite, tracking
+from harness.upstream import pins
 
 
 def register(sub) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from harness import edit, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.filing import edit
 
 
 def register(sub) -> None:

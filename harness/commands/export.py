@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from harness import export, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.filing import export
 
 
 def register(sub) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness import ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 

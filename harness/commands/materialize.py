@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from harness import pins, ui
+from harness.base import ui
+from harness.base.store import Store
 from harness.commands import _args
 from harness.commands._context import find_root, sources
 from harness.errors import UsageError
-from harness.store import Store
+from harness.upstream import pins
 
 
 def register(sub) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness import guard, scaffold, ui
+from harness.base import guard, ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.tracking import KINDS
+from harness.lane import scaffold
+from harness.lane.tracking import KINDS
 
 
 def register(sub) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from harness import landing, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, worst
+from harness.filing import landing
 
 JSON_SCHEMA = 1
 

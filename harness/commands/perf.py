@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import performance, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
-from harness.filing import table_cell
+from harness.filing import performance, table_cell
 
 JSON_SCHEMA = 1
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from harness import lanes, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.lane import lanes
 
 
 def register(sub) -> None:

@@ -6,9 +6,11 @@ import json
 
 from rich.markup import escape
 
-from harness import pins, provenance, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.upstream import pins
+from harness.watch import provenance
 
 
 def register(sub) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from harness import absorbed, pins, rebase, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
+from harness.upstream import pins
+from harness.watch import absorbed, rebase
 
 _STYLE = {rebase.CLEAN: "green", rebase.OFFSET: "yellow", rebase.FUZZ: "yellow", rebase.CONTAINED: "cyan",
           rebase.CONFLICT: "red", rebase.NOT_TRIED: "red"}

@@ -10,12 +10,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from harness import receipts, tarsafe, ui
+from harness.base import tarsafe, ui
+from harness.base.store import default_mode
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError, Exit, ReceiptError
-from harness.store import default_mode
-from harness.tracking import sentinels
+from harness.lane import receipts
+from harness.lane.tracking import sentinels
 
 
 def register(sub) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from harness import edit, series
 from harness.commands import _args
 from harness.commands._context import context
+from harness.filing import edit
+from harness.lane import series
 
 
 def register(sub) -> None:

@@ -13,10 +13,11 @@ import json
 import os
 from pathlib import Path
 
-from harness import decisions, related, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
+from harness.watch import decisions, related
 
 JSON_SCHEMA = 1
 
@@ -48,7 +49,7 @@ def _packs(ctx, args):
 
 
 def sources(ctx, args, pack_ids: list[str]) -> related.Sources:
-    from harness import github  # requests is imported only here
+    from harness.upstream import github  # requests is imported only here
 
     mirrors = ctx.options.git_mirrors
     rec = related.recorded_dir(ctx.root, args.recorded)

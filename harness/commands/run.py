@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-from harness import lanes, receipts, sessions, settings, ui
+from harness.base import settings, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import BuildError, Exit, worst
-from harness.receipts import Verdict
+from harness.lane import lanes, receipts, sessions
+from harness.lane.receipts import Verdict
 
 _STYLE = {Verdict.PASS: "green", Verdict.SKIPPED: "yellow", Verdict.MISMATCH: "red", Verdict.CRASH: "red",
           Verdict.TIMEOUT: "red"}

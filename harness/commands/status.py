@@ -1,6 +1,6 @@
 """``harness status [PACK]``: one line per pack, or one pack's whole story; ``--json`` for machines.
 
-``--refresh`` first reads thread states from the GitHub API. Readiness (harness/readiness.py) is computed
+``--refresh`` first reads thread states from the GitHub API. Readiness (harness/filing/readiness.py) is computed
 here, including the check that each pack's series applies to the base it is filed against (the base is
 materialized when needed; ``--no-apply`` uses only cached results and says "not checked" otherwise).
 """
@@ -13,12 +13,16 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from harness import decisions, errors, readiness, receipts, related, ui
+from harness import errors
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
-from harness.github import thread_label
-from harness.tracking import Tracking
+from harness.filing import readiness
+from harness.lane import receipts
+from harness.lane.tracking import Tracking
+from harness.upstream.github import thread_label
+from harness.watch import decisions, related
 
 JSON_SCHEMA = 1
 
@@ -47,7 +51,8 @@ def main(args) -> int:
     ctx = context(args)
     code = Exit.OK
     if args.refresh:
-        from harness import github, threads  # requests is only needed here
+        from harness.upstream import github  # requests is only needed here
+        from harness.watch import threads  # requests is only needed here
 
         client = github.GitHub(args.api_url or github.DEFAULT_API, github.token_from_env(), args.timeout)
         with ui.status(f"reading {sum(len(p.threads) for p in ctx.tracking.packs.values())} thread(s) "

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
-from harness import lanes, suite, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
+from harness.lane import lanes, suite
 
 
 def register(sub) -> None:

@@ -6,11 +6,12 @@ import dataclasses
 import json
 import sys
 
-from harness import sweep, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
-from harness.receipts import Verdict
+from harness.host import sweep
+from harness.lane.receipts import Verdict
 
 _STYLE = {Verdict.PASS.value: "green", "current": "green", "skipped": "yellow"}
 

@@ -7,10 +7,11 @@ import json
 import os
 from pathlib import Path
 
-from harness import related, threads, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
+from harness.watch import related, threads
 
 JSON_SCHEMA = 1
 
@@ -34,7 +35,7 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    from harness import github
+    from harness.upstream import github
 
     ctx = context(args)
     packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-from harness import landing, readiness, ui
+from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.filing import landing, readiness
 
 JSON_SCHEMA = 1
 

@@ -1,4 +1,12 @@
-"""Filing bodies: the text a maintainer reads once and acts on, and the reproducer that goes with it.
+"""The filing: a pack's change as it goes upstream, and whether it is ready to go.
+
+Besides the bodies below the package owns the edit of a series as commits (``edit``), the series as it is
+filed (``export``), the self-contained reproducer file (``standalone``), whether a pack is ready to file
+(``readiness``), the landing order and filing waves (``landing``) and performance claims (``performance``).
+
+May import: ``harness.errors``, ``harness.base``, ``harness.upstream``, ``harness.lane``, ``harness.watch``.
+
+Filing bodies: the text a maintainer reads once and acts on, and the reproducer that goes with it.
 
 ``render`` fills ``templates/<kind>.md`` (``string.Template``) with parts that are all computed:
 
@@ -11,7 +19,7 @@
   (``[[packs.NN.evidence]]``, see ``tracking.EvidenceRow``) and read from the lanes' latest receipts, never
   typed: the result, its tolerance and control, timings -- plus the hosts (GPU, driver, CUDA, torch,
   triton, Python) and the builds they ran on.
-* ``$reproducer``: a single self-contained script (``harness/standalone.py``) written next to the body;
+* ``$reproducer``: a single self-contained script (``harness/filing/standalone.py``) written next to the body;
   inlined when small, else uploaded as a gist by the printed ``gh`` command and linked from the body.
 * ``$diff`` (issues and comments): the change itself, folded; ``$related``: the other threads as
   ``owner/repo#N``.

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from harness import decisions, pins, receipts, series
 from harness.errors import ConfigError
 from harness.filing import forms, names, pr_template
 from harness.filing.evidence import evidence
@@ -20,8 +19,11 @@ from harness.filing.reproducer import (
     minimal_section,
     reproducer_script,
 )
-from harness.github import repo_slug, thread_label
-from harness.tracking import Pack, Tracking
+from harness.lane import receipts, series
+from harness.lane.tracking import Pack, Tracking
+from harness.upstream import pins
+from harness.upstream.github import repo_slug, thread_label
+from harness.watch import decisions
 
 TEMPLATES = {"issue": "issue.md", "pr": "pr.md", "comment": "comment.md", "bug-report": "bug-report.md"}
 LINKED_ISSUE = "@@LINKED_ISSUE_URL@@"  # replaced by the linked issue's URL once it is filed

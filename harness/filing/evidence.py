@@ -9,9 +9,10 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import pins, receipts, suite
-from harness.github import repo_slug
-from harness.tracking import EvidenceRow, Pack
+from harness.lane import receipts, suite
+from harness.lane.tracking import EvidenceRow, Pack
+from harness.upstream import pins
+from harness.upstream.github import repo_slug
 
 
 def number(v: float) -> str:
@@ -30,7 +31,7 @@ def shown(v, unit: str | None = None) -> str:
     if isinstance(v, bool):
         text = "yes" if v else "no"
     elif isinstance(v, (int, float)) and unit == "B":
-        from harness.ui import human_bytes
+        from harness.base.ui import human_bytes
 
         return human_bytes(v)
     elif isinstance(v, int):

@@ -17,8 +17,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import pins
 from harness.errors import ConfigError
+from harness.upstream import pins
 
 FORMS_DIR = ".github/ISSUE_TEMPLATE"
 ISSUE_KINDS = ("issue", "bug-report")  # pack kinds filed as a new issue (in the upstream's form when it has one)

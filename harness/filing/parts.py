@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import pins, series
-from harness.github import repo_slug
+from harness.lane import series
+from harness.upstream import pins
+from harness.upstream.github import repo_slug
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import pins
+from harness.upstream import pins
 
 CONVENTIONAL_PATH = ".github/pull_request_template.md"
 

@@ -1,4 +1,4 @@
-"""The self-contained reproducer that goes with a body (``harness/standalone.py`` amalgamates it) and the
+"""The self-contained reproducer that goes with a body (``harness/filing/standalone.py`` amalgamates it) and the
 body's section that inlines or links it."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from harness import pins, standalone
+from harness.filing import standalone
 from harness.filing.parts import base_label, is_release, unchanged_label
-from harness.tracking import Pack
+from harness.lane.tracking import Pack
+from harness.upstream import pins
 
 PLACEHOLDER = "@@REPRODUCER_URL@@"  # replaced by the gist URL when the gh command runs
 

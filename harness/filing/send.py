@@ -10,12 +10,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import decisions, git, pins, receipts
 from harness.errors import ConfigError, UpstreamError, UsageError
 from harness.filing.body import LINKED_ISSUE, Rendered
 from harness.filing.reproducer import PLACEHOLDER
-from harness.github import repo_slug
-from harness.tracking import Pack, Tracking
+from harness.lane import receipts
+from harness.lane.tracking import Pack, Tracking
+from harness.upstream import git, pins
+from harness.upstream.github import repo_slug
+from harness.watch import decisions
 
 
 def filing_thread(pack: Pack) -> str:

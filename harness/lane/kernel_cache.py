@@ -1,0 +1,684 @@
+"""Kernel-compile caches kept per key in the store, so a second run of an unchanged lane compiles nothing.
+
+GPU lanes spend most of their time in JIT compilation (Triton, TileLang, torch extensions). Each lane's
+reproducer gets the libraries' cache directories pointed into one entry of the store,
+``<store>/kernel-cache/<key>/``, instead of their defaults in ``$HOME`` or ``/tmp``:
+
+=========================  ===================  =======================================================
+variable                   entry subdirectory   read by (default when unset)
+=========================  ===================  =======================================================
+``TRITON_CACHE_DIR``       ``triton``           triton ``knobs.py`` ``cache_knobs.dir`` (~/.triton/cache)
+``TILELANG_CACHE_DIR``     ``tilelang``         tilelang ``env.py`` (~/.tilelang/cache); its autotuner
+                                                keeps results under it (``autotuner/``)
+``TILELANG_TMP_DIR``       ``tmp/tilelang``     tilelang ``env.py``: scratch of its atomic writes, which
+                                                must be on the cache's file system; never sealed
+``TVM_FFI_CACHE_DIR``      ``tvm-ffi``          tvm_ffi ``cpp/extension.py``, ``_optional_torch_c_dlpack``
+                                                (~/.cache/tvm-ffi)
+``TORCH_EXTENSIONS_DIR``   ``torch-extensions`` torch ``utils/cpp_extension.py`` (~/.cache/torch_extensions)
+``TORCHINDUCTOR_CACHE_DIR`` ``torchinductor``   torch ``_inductor/runtime/cache_dir_utils.py``
+                                                (/tmp/torchinductor_<user>)
+``CUDA_CACHE_PATH``        ``cuda-jit``         the NVIDIA driver's PTX JIT cache (~/.nv/ComputeCache)
+=========================  ===================  =======================================================
+
+**The key** covers everything that can make a cached kernel stale: the build keys on the lane's path
+(its build, its baseline, its extra builds), its runtime requirements, the lane interpreter's Python
+and the versions of the compilers it imports (torch, with the CUDA/HIP and git version its
+``version.py`` names; triton; tilelang; apache-tvm-ffi; every ``nvidia-*`` and ``cuda-*``
+distribution), the nvcc TileLang and torch extensions would run, the NVIDIA driver version and the
+GPUs' names and compute capabilities (no GPU: the key says so), and ``VERSION`` below. Versions are
+read from the interpreter's metadata without importing anything (one interpreter start, as cheap as
+any key of it would be); the GPU facts come from ``nvidia-smi`` (else ``/proc/driver/nvidia``), asked
+once per driver state (``fingerprint.gpu_driver``) and remembered in the store's memo.
+
+**Verified like other cache entries.** The entry is made atomically (a scratch directory renamed in)
+holding ``kernel-cache.json`` (the key and its facts) and a seal (``hashing.SEAL``: every file's
+sha256). A lane that ran to its end seals the entry anew, atomically (``hashing.reseal``); a lane
+killed at its time limit, or a harness killed outright, seals nothing. Before a lane uses an entry it
+checks the files the seal lists (by stat, hashing only what changed): one missing or changed means
+the entry is removed and made again, said in one line. Files no seal lists, found while no other lane
+uses the entry, are what a lane that did not finish left (a half-built torch extension, its lock): they
+are removed. Lanes of one key may run at once: every step of ours (making, checking, sealing) holds a
+lock of that entry only (``kernel-cache/.locks/<entry>.lock``), briefly, never the store's; each lane
+registers itself under ``.users/`` while it runs, so no other lane removes what it is writing.
+
+``PATCHLANE_KERNEL_CACHE`` moves the root (a directory), or, ``off``, gives every lane an empty
+throwaway directory instead (a benchmark's cold arm).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.base import fingerprint, guard, tarsafe, ui
+from harness.base.hashing import SEAL, SEAL_SEEN, reseal, sealed, sealed_damage
+from harness.base.store import Store, default_mode
+from harness.errors import ConfigError, WriteError
+
+VERSION = "1"  # bump when what the key covers, or the entry's layout, changes
+ROOT_ENV = "PATCHLANE_KERNEL_CACHE"
+AREA = "kernel-cache"
+META = "kernel-cache.json"
+TOP = "patchlane-kernel-cache"  # the top directory of an exported archive
+
+# variable -> the entry's subdirectory it points at (see the module docstring for where each is read)
+DIRS: dict[str, str] = {
+    "TRITON_CACHE_DIR": "triton",
+    "TILELANG_CACHE_DIR": "tilelang",
+    "TILELANG_TMP_DIR": "tmp/tilelang",
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",
+    "TORCH_EXTENSIONS_DIR": "torch-extensions",
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "CUDA_CACHE_PATH": "cuda-jit",
+}
+_USERS, _LAST_USED, _SCRATCH, _DAMAGED = ".users", ".last-used", "tmp", ".damaged"
+_NOT_FILES = {SEAL, SEAL_SEEN, _USERS, _LAST_USED, _SCRATCH, _DAMAGED}  # ours, or scratch: never sealed
+_TMP = ".tmp-"
+
+# distributions whose version is part of the key: the compilers and what they compile against
+COMPILERS = ("torch", "triton", "pytorch-triton", "pytorch-triton-rocm", "tilelang", "apache-tvm-ffi",
+             "torch-c-dlpack-ext")
+COMPILER_PREFIXES = ("nvidia-", "cuda-")
+
+_PROBE = r"""
+import importlib.util, json, os, platform, re, sys
+from importlib import metadata
+names, prefixes = (lambda a: (set(a[0]), tuple(a[1])))(json.loads(sys.argv[1]))
+dists = {}
+for d in metadata.distributions():  # in sys.path order: the first of a name is the one imported
+    name = re.sub(r"[-_.]+", "-", (d.metadata.get("Name") or "")).lower()
+    if name and (name in names or name.startswith(prefixes)):
+        dists.setdefault(name, d.version)
+torch = {}
+try:
+    spec = importlib.util.find_spec("torch")  # finds, does not import
+    where = list(spec.submodule_search_locations or []) if spec else []
+    if where:
+        text = open(os.path.join(where[0], "version.py")).read()
+        for k in ("cuda", "hip", "git_version"):
+            m = re.search(r"^" + k + r"\s*(?::[^=]*)?=\s*['\"]([^'\"]*)['\"]", text, re.M)
+            torch[k] = m.group(1) if m else None
+except (ImportError, OSError, ValueError):
+    pass
+print(json.dumps({"python": sys.version.split()[0], "implementation": sys.implementation.cache_tag,
+                  "machine": platform.machine(), "dists": dict(sorted(dists.items())), "torch_build": torch}))
+"""
+
+
+# ------------------------------------------------------------------------------------------------ the key
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a lane's compiled kernels depend on; ``key`` is their digest."""
+
+    builds: tuple[str, ...]  # build keys on the lane's path: its build, its baseline, its extra builds
+    runtime: tuple[str, ...]  # the runtime requirements installed beside them
+    interpreter: dict | None  # the lane's Python and compiler versions (None: the probe failed)
+    nvcc: str | None  # ``nvcc --version``'s release line, where one is found
+    gpu: dict | None  # {"driver": ..., "devices": [[name, compute capability], ...]}; None: no NVIDIA GPU
+
+    @property
+    def key(self) -> str:
+        return fingerprint.digest("kernel-cache", VERSION, self.to_dict())
+
+    def to_dict(self) -> dict:
+        return {"builds": list(self.builds), "runtime": list(self.runtime), "interpreter": self.interpreter,
+                "nvcc": self.nvcc, "gpu": self.gpu}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Facts:
+        return cls(tuple(data["builds"]), tuple(data["runtime"]), data["interpreter"], data["nvcc"], data["gpu"])
+
+    def summary(self) -> str:
+        """``torch 2.5.1, triton 3.1.0, H100 (9.0) driver 550.54`` or ``... no GPU``."""
+        dists = (self.interpreter or {}).get("dists", {})
+        parts = [f"{n} {dists[n]}" for n in ("torch", "triton", "tilelang") if n in dists]
+        if self.gpu is None:
+            parts.append("no GPU")
+        else:
+            devices = ", ".join(f"{name} ({cc})" if cc else str(name) for name, cc in self.gpu.get("devices", []))
+            parts.append(f"{devices or 'GPU'} driver {self.gpu.get('driver') or '?'}")
+        return ", ".join(parts)
+
+
+_interpreters: dict[tuple, dict | None] = {}
+
+
+def interpreter(python: str, env: dict[str, str]) -> dict | None:
+    """The lane interpreter's Python and compiler versions, as it imports them with ``env`` (None: no answer).
+
+    Read from distribution metadata, importing nothing: one interpreter start, as cheap as any key of the
+    answer would be, so it is remembered for this process only (per interpreter and paths).
+    """
+    ident = (python, json.dumps(fingerprint.file_identity(python)), env.get("PYTHONPATH"), env.get("LD_LIBRARY_PATH"))
+    if ident not in _interpreters:
+        try:
+            proc = guard.run([python, "-c", _PROBE, json.dumps([COMPILERS, COMPILER_PREFIXES])], env=env,
+                             timeout=120)
+            lines = proc.stdout.strip().splitlines()
+            _interpreters[ident] = json.loads(lines[-1]) if proc.returncode == 0 and lines else None
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            _interpreters[ident] = None
+    return _interpreters[ident]
+
+
+def _find_nvcc(env: dict[str, str]) -> str | None:
+    """The nvcc TileLang and torch extensions would run: ``$CUDA_HOME/bin``, ``$CUDA_PATH/bin``, else PATH."""
+    for home in (env.get("CUDA_HOME"), env.get("CUDA_PATH")):
+        if home and os.access(Path(home) / "bin" / "nvcc", os.X_OK):
+            return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc", path=env.get("PATH"))
+
+
+def nvcc(env: dict[str, str], memo_dir: Path) -> str | None:
+    """nvcc's ``release X.Y, VX.Y.Z`` (None: no nvcc), remembered per nvcc file."""
+    found = _find_nvcc(env)
+    if found is None:
+        return None
+    memo, key = fingerprint.Memo(memo_dir), fingerprint.digest("kernel-cache nvcc 1", fingerprint.file_identity(found))
+    remembered = memo.get(key)
+    if isinstance(remembered, str):
+        return remembered
+    try:
+        proc = guard.run([found, "--version"], timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return f"{found}: did not answer"
+    m = re.search(r"release [^\n]*", proc.stdout)
+    answer = m.group(0).strip() if m else f"{found}: {proc.stdout.strip()[-80:]}"
+    if m:
+        memo.put(key, answer, nvcc=found)
+    return answer
+
+
+SMI_QUERY = ["--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader"]
+
+
+def gpu(memo_dir: Path, proc_root: Path = Path("/proc")) -> dict | None:
+    """The NVIDIA driver version and the GPUs' names and compute capabilities; None on a host without one.
+
+    Asked of ``nvidia-smi`` once per driver state (``fingerprint.gpu_driver``: boot, driver, GPUs) and
+    ``nvidia-smi`` file, and remembered; without nvidia-smi, read from ``/proc/driver/nvidia`` (no compute
+    capability there: the model names stand for it).
+    """
+    smi = shutil.which("nvidia-smi")
+    driver = fingerprint.gpu_driver(proc_root)
+    if smi is None and not driver["gpus"]:
+        return None
+    memo = fingerprint.Memo(memo_dir)
+    key = fingerprint.digest("kernel-cache gpu 1", fingerprint.source(sys.modules[__name__]), driver,
+                             fingerprint.file_identity(smi) if smi else None)
+    remembered = memo.get(key)
+    if isinstance(remembered, dict):
+        return remembered
+    answer = _smi(smi) if smi else None
+    if answer is not None:
+        memo.put(key, answer, nvidia_smi=smi)
+        return answer
+    if not driver["gpus"]:
+        return None  # an nvidia-smi that names no GPU, and the kernel shows none
+    version = re.search(r"Kernel Module\s+([0-9.]+)", driver["version"] or "")
+    models = sorted({m.group(1).strip() for info in driver["gpus"].values()
+                     if (m := re.search(r"^Model:\s*(.+)$", info or "", re.M))})
+    return {"driver": version.group(1) if version else None, "devices": [[m, None] for m in models]}
+
+
+def _smi(smi: str) -> dict | None:
+    try:
+        proc = guard.run([smi, *SMI_QUERY], timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = [[c.strip() for c in line.split(",")] for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not rows or any(len(r) != 3 for r in rows):
+        return None
+    drivers = sorted({r[2] for r in rows})
+    return {"driver": ",".join(drivers), "devices": sorted({(r[0], r[1]) for r in rows})}
+
+
+def facts(builds: tuple[str, ...], runtime: tuple[str, ...], python: str, env: dict[str, str],
+          memo_dir: Path) -> Facts:
+    """The facts (and so the key) of a lane whose child runs ``python`` with ``env``."""
+    found = gpu(memo_dir)
+    if found is not None:
+        found = {"driver": found["driver"], "devices": [list(d) for d in found["devices"]]}
+    return Facts(tuple(builds), tuple(sorted(runtime)), interpreter(python, env), nvcc(env, memo_dir), found)
+
+
+# ------------------------------------------------------------------------------------------------ entries
+
+
+def root(store: Store) -> Path | None:
+    """Where entries live: ``$PATCHLANE_KERNEL_CACHE``, else ``<store>/kernel-cache``; None when it says ``off``."""
+    given = os.environ.get(ROOT_ENV, "").strip()
+    if given.lower() == "off":
+        return None
+    path = Path(os.path.abspath(os.path.expanduser(given))) if given else store.root / AREA
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError.of(exc, "the kernel-cache directory", path, hint=f"set {ROOT_ENV} to another directory, "
+                                                                             "or to 'off'") from None
+    return path
+
+
+def _lock(where: Path, name: str):
+    from filelock import FileLock
+
+    (where / ".locks").mkdir(exist_ok=True)
+    return FileLock(str(where / ".locks" / f"{name}.lock"))
+
+
+def entry_files(entry: Path) -> list[str]:
+    """The files of an entry a seal covers: all but ours (seal, memo, users) and what the libraries are
+    writing (tilelang's ``tmp/``, triton's ``tmp.pid_*`` directories, a torch extension's ``lock``)."""
+    found = []
+    for dirpath, dirnames, files in os.walk(entry):
+        rel = os.path.relpath(dirpath, entry)
+        top = rel == "."
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("tmp.pid_") and not (top and d in _NOT_FILES))
+        in_ext = Path(rel).parts[:1] == ("torch-extensions",) and len(Path(rel).parts) == 2
+        for name in files:
+            if (top and (name in _NOT_FILES or name.startswith(_TMP))) or (in_ext and name == "lock"):
+                continue
+            found.append(name if top else os.path.join(rel, name))
+    return sorted(found)
+
+
+def _meta(entry: Path) -> dict | None:
+    try:
+        data = json.loads((entry / META).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("facts"), dict) else None
+
+
+def damage(entry: Path, name: str | None = None) -> list[str]:
+    """What is wrong with an entry's sealed part (empty: every file its seal lists is as sealed). ``name``: the
+    entry's name when ``entry`` is its scratch directory (the key its metadata names must begin with it)."""
+    meta = _meta(entry)
+    if meta is None:
+        return [f"{META}: missing or unreadable"]
+    with contextlib.suppress(OSError):
+        return [(entry / _DAMAGED).read_text().strip() or "found damaged while a lane used it"]
+    if not str(meta.get("key", "")).startswith(name or entry.name) or meta.get("version") != VERSION:
+        return [f"{META}: names key {str(meta.get('key'))[:12]} (version {meta.get('version')}), not this entry's"]
+    digests = sealed(entry)
+    if digests is not None and META not in digests:
+        return [f"{META}: not in the seal"]
+    return sealed_damage(entry, digests)
+
+
+def unsealed(entry: Path) -> list[str]:
+    """Files of the entry its seal does not list (a lane writing now, or one that did not finish)."""
+    digests = sealed(entry) or {}
+    return [name for name in entry_files(entry) if name not in digests]
+
+
+def live_users(entry: Path) -> list[int]:
+    """Process ids of the lanes using ``entry`` now; the records of processes that are gone are removed."""
+    live = []
+    try:
+        records = list((entry / _USERS).iterdir())
+    except OSError:
+        return []
+    for rec in records:
+        pid = rec.name.split("-", 1)[0]
+        if pid.isdigit() and guard.process_exists(int(pid)):
+            live.append(int(pid))
+        else:
+            rec.unlink(missing_ok=True)
+    return live
+
+
+def _remove_unsealed(entry: Path) -> list[str]:
+    """Remove what a lane that did not finish left: unsealed files, and the libraries' scratch (no one writes)."""
+    gone = unsealed(entry)
+    for name in gone:
+        (entry / name).unlink(missing_ok=True)
+    shutil.rmtree(entry / _SCRATCH, ignore_errors=True)
+    for dirpath, dirnames, files in os.walk(entry):
+        for d in [d for d in dirnames if d.startswith("tmp.pid_")]:
+            shutil.rmtree(Path(dirpath) / d, ignore_errors=True)
+        if Path(dirpath).parent.name == "torch-extensions" and "lock" in files:
+            (Path(dirpath) / "lock").unlink(missing_ok=True)
+    return gone
+
+
+def _mark_damaged(entry: Path, problem: str) -> None:
+    """Say in the entry that it is damaged: the lane using it now must not seal it, and the next one removes it."""
+    with contextlib.suppress(OSError):
+        (entry / _DAMAGED).write_text(problem + "\n")
+
+
+def _discard(entry: Path) -> None:
+    """Take ``entry`` out of use at once (a rename), then remove it."""
+    if not entry.exists():
+        return
+    gone = Path(tempfile.mkdtemp(prefix=f"{_TMP}{entry.name}-discard-", dir=entry.parent))
+    os.replace(entry, gone / entry.name)
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def _sweep(where: Path, name: str) -> None:
+    """Scratch of this entry left by a killed process (we hold the entry's lock)."""
+    for child in where.glob(f"{_TMP}{name}-*"):
+        shutil.rmtree(child, ignore_errors=True)
+
+
+def _create(where: Path, facts: Facts) -> Path:
+    """A new, empty, sealed entry for ``facts``, renamed into place whole (we hold its lock)."""
+    final = where / facts.key[:20]
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP}{final.name}-", dir=where))
+    try:
+        os.chmod(tmp, default_mode(directory=True))
+        meta = {"version": VERSION, "key": facts.key, "facts": facts.to_dict(),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        reseal(tmp, entry_files(tmp))
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def check_source(src: Path, key: str | None) -> tuple[str | None, str]:
+    """``(its full key, "")`` for a sealed entry ``src`` whose every file is as sealed, else ``(None, why)``."""
+    problems = damage(src)
+    meta = _meta(src)
+    if meta is None or problems:
+        return None, f"not as sealed ({(problems or ['no metadata'])[0]})"
+    extra = unsealed(src)
+    if extra:
+        return None, f"not as sealed ({extra[0]}: not in the seal)"
+    full = str(meta["key"])
+    if key is not None and full != key:
+        return None, f"names key {full[:12]}, not {key[:12]}"
+    if src.name != full[:20]:
+        return None, f"directory {src.name} is not named by its key {full[:20]}"
+    return full, ""
+
+
+def _install(src: Path, where: Path, final: Path) -> None:
+    """Copy the sealed entry ``src`` to ``final`` whole (a scratch directory renamed in; we hold its lock)."""
+    _sweep(where, final.name)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP}{final.name}-", dir=where))
+    try:
+        os.chmod(tmp, default_mode(directory=True))
+        for name in [*sorted(sealed(src) or {}), SEAL]:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, tmp / name)
+        if damage(tmp, final.name):
+            raise OSError(f"{src} changed while it was copied")
+        _discard(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def adopt_dir(src: Path, where: Path, key: str | None = None) -> tuple[Path | None, str]:
+    """Install the sealed entry ``src`` (unpacked from a bundle or an export) under ``where``.
+
+    Returns ``(entry, what happened)``; ``entry`` is None when ``src`` fails its seal or names another key
+    than ``key``, or when an intact entry of its key is already there (which is kept: it is this host's own).
+    """
+    full, why = check_source(src, key)
+    if full is None:
+        return None, why
+    final = where / full[:20]
+    with _lock(where, final.name):
+        if final.exists() and not damage(final):
+            return None, "already present"
+        if final.exists() and live_users(final):
+            return None, "the entry there is in use"
+        _install(src, where, final)
+    return final, "installed"
+
+
+@contextlib.contextmanager
+def unpacked(tar: Path, where: Path) -> Iterator[list[Path]]:
+    """The entry directories of ``tar`` (a bundle's ``kernel-cache/<entry>.tar``, or an export), unpacked in a
+    scratch directory under ``where`` that is removed afterwards. An unreadable archive is a ConfigError."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"{_TMP}unpack-", dir=where))
+    try:
+        try:
+            with tarfile.open(tar) as tf:
+                tarsafe.extractall(tf, scratch)
+        except (tarfile.TarError, OSError) as exc:
+            raise ConfigError(f"{tar}: cannot read: {exc}") from None
+        top = scratch / TOP if (scratch / TOP).is_dir() else scratch
+        yield sorted(d for d in top.iterdir() if d.is_dir())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def pack(entry: Path, tf: tarfile.TarFile, top: str = "") -> int:
+    """Add ``entry``'s sealed files and its seal to ``tf`` under ``<top>/<entry name>/``; return their bytes."""
+    size = 0
+    for name in [*sorted(sealed(entry) or {}), SEAL]:
+        tf.add(entry / name, arcname=f"{top}/{entry.name}/{name}".lstrip("/"), recursive=False)
+        size += (entry / name).stat().st_size
+    return size
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry as ``harness cache ls`` shows it."""
+
+    path: Path
+    key: str
+    facts: Facts | None
+    files: int  # sealed files the libraries wrote (its metadata not counted)
+    bytes: int
+    last_used: float
+    created: str | None
+
+    def to_dict(self) -> dict:
+        return {"entry": self.path.name, "key": self.key, "files": self.files, "bytes": self.bytes,
+                "last_used": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.last_used)),
+                "created": self.created, "facts": self.facts.to_dict() if self.facts else None}
+
+
+def entries(where: Path) -> list[Entry]:
+    """Every entry under ``where``, least recently used first (no seal is checked: ``damage`` does)."""
+    out = []
+    for path in sorted(p for p in where.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        meta = _meta(path) or {}
+        try:
+            facts = Facts.from_dict(meta["facts"]) if meta else None
+        except (KeyError, TypeError):
+            facts = None
+        digests = sealed(path) or {}
+        size = 0
+        for name in digests:
+            with contextlib.suppress(OSError):
+                size += (path / name).stat().st_size
+        used = _last_used(path)
+        out.append(Entry(path, str(meta.get("key", "?")), facts, len([n for n in digests if n != META]), size, used,
+                         meta.get("created")))
+    return sorted(out, key=lambda e: e.last_used)
+
+
+def _last_used(entry: Path) -> float:
+    for name in (_LAST_USED, META):
+        with contextlib.suppress(OSError):
+            return (entry / name).stat().st_mtime
+    return 0.0
+
+
+def remove(entry: Path) -> bool:
+    """Remove an entry no lane uses now (False: one does, and it is kept)."""
+    with _lock(entry.parent, entry.name):
+        if live_users(entry):
+            return False
+        _discard(entry)
+    return True
+
+
+def verify(entry: Path) -> tuple[list[str], list[str], bool]:
+    """Check one entry: ``(damage, unsealed files removed, removed)``. A damaged entry no lane uses is removed;
+    unsealed files are removed when no lane uses the entry (they are what a lane that did not finish left)."""
+    with _lock(entry.parent, entry.name):
+        users = live_users(entry)
+        problems = damage(entry)
+        if problems:
+            if users:
+                _mark_damaged(entry, problems[0])
+                return problems, [], False
+            _discard(entry)
+            return problems, [], True
+        return [], [] if users else _remove_unsealed(entry), False
+
+
+# ------------------------------------------------------------------------------------------------ a lane
+
+
+@dataclass
+class Lease:
+    """A lane's use of one kernel cache: the directories its child gets, and whether they were warm."""
+
+    facts: Facts
+    mode: str  # "store": the entry of the key; "off": a throwaway directory (PATCHLANE_KERNEL_CACHE=off);
+    #            "throwaway": the entry could not be used (damaged while another lane uses it, no key)
+    path: Path
+    warm: bool = False
+    files: int = 0  # sealed files of the entry when the lane started
+    _lock: object = field(default=None, repr=False)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {var: str(self.path / sub) for var, sub in DIRS.items()}
+
+    def describe(self) -> dict:
+        return {"key": self.facts.key, "mode": self.mode, "warm": self.warm, "files": self.files}
+
+    def seal(self) -> None:
+        """Seal what the lane compiled (only a lane that ran to its end: one killed may have left half a file).
+
+        Every file is sealed as it is now, those the libraries changed in place during the lane included (the
+        CUDA JIT cache's index): the entry was checked when the lane started. Not when another lane found it
+        damaged meanwhile (``.damaged``), or it was removed or replaced under this lane."""
+        if self.mode != "store":
+            return
+        try:
+            with self._lock:  # type: ignore[attr-defined]
+                meta = _meta(self.path)
+                if meta is None or meta.get("key") != self.facts.key or (self.path / _DAMAGED).exists():
+                    return
+                reseal(self.path, entry_files(self.path))
+        except OSError as exc:
+            ui.warn(f"kernel cache {self.path}: cannot seal what this lane compiled ({exc.strerror or exc}); "
+                    "the next lane compiles it again")
+
+
+@contextlib.contextmanager
+def lane(store: Store, facts: Facts, scratch_prefix: str, seed: Path | None = None) -> Iterator[Lease]:
+    """The kernel cache of one lane, registered as in use while the block runs.
+
+    ``scratch_prefix`` names a throwaway directory (``off``), made in the temporary directory and removed
+    after the block; ``seed`` is a bundle's tar of an entry of this key, installed when the store has none.
+    The caller calls ``Lease.seal`` once the lane's child ended by itself.
+    """
+    where = root(store)
+    if where is None or facts.interpreter is None:
+        if facts.interpreter is None and where is not None:
+            ui.warn("kernel cache: the lane's interpreter did not say its compiler versions; this lane gets an "
+                    "empty throwaway cache")
+        with _throwaway(facts, scratch_prefix, "off" if where is None else "throwaway") as lease:
+            yield lease
+        return
+    entry = where / facts.key[:20]
+    lock = _lock(where, entry.name)
+    me = entry / _USERS / f"{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        with lock:
+            usable = _open(where, entry, facts, seed)
+            if usable:
+                me.parent.mkdir(exist_ok=True)
+                me.touch()
+                (entry / _LAST_USED).touch()
+                for sub in DIRS.values():
+                    (entry / sub).mkdir(parents=True, exist_ok=True)
+                files = len([n for n in (sealed(entry) or {}) if n != META])
+    except OSError as exc:
+        raise WriteError.of(exc, "the kernel cache", entry, hint=f"{ROOT_ENV}=off runs lanes without one") from None
+    if not usable:
+        with _throwaway(facts, scratch_prefix, "throwaway") as lease:
+            yield lease
+        return
+    ui.note(f"kernel cache {facts.key[:12]}: {'warm, ' + str(files) + ' file(s)' if files else 'cold'} ({entry})")
+    try:
+        yield Lease(facts, "store", entry, warm=files > 0, files=files, _lock=lock)
+    finally:
+        with lock:
+            me.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _throwaway(facts: Facts, prefix: str, mode: str) -> Iterator[Lease]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        for sub in DIRS.values():
+            (path / sub).mkdir(parents=True, exist_ok=True)
+        yield Lease(facts, mode, path)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _open(where: Path, entry: Path, facts: Facts, seed: Path | None) -> bool:
+    """Make ``entry`` ready for a lane (we hold its lock): checked, cleaned, seeded or made. False: in use by
+    another lane and damaged, so not to be used (nor removed under that lane)."""
+    key = facts.key[:12]
+    _sweep(where, entry.name)
+    if entry.exists():
+        users = live_users(entry)
+        problems = damage(entry)
+        if problems and users:
+            ui.warn(f"kernel cache {key}: the entry {entry} is not as it was sealed ({problems[0]}) and another lane "
+                    "uses it; this lane gets an empty throwaway cache")
+            _mark_damaged(entry, problems[0])
+            return False
+        if problems:
+            more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+            ui.warn(f"kernel cache {key}: the entry {entry} is not as it was sealed ({problems[0]}{more}); "
+                    "discarding it, this lane compiles again")
+            _discard(entry)
+        elif not users:
+            left = _remove_unsealed(entry)
+            if left:
+                ui.note(f"kernel cache {key}: removed {len(left)} unsealed file(s) a lane that did not finish left "
+                        f"({left[0]})")
+            return True
+        else:
+            return True
+    if seed is not None and _seed(seed, where, entry, facts.key):
+        ui.note(f"kernel cache {key}: installed from the bundle")
+        return True
+    _create(where, facts)
+    return True
+
+
+def _seed(tar: Path, where: Path, entry: Path, key: str) -> bool:
+    """Install a bundle's entry of ``key`` as ``entry`` (we hold its lock); False, said, when it is not usable."""
+    try:
+        with unpacked(tar, where) as dirs:
+            full, why = check_source(dirs[0], key) if len(dirs) == 1 else (None, f"{len(dirs)} entries, not one")
+            if full is not None:
+                _install(dirs[0], where, entry)
+                return True
+    except ConfigError as exc:
+        why = str(exc)
+    ui.warn(f"kernel cache {key[:12]}: the bundle's entry is not used: {why}")
+    return False

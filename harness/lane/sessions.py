@@ -1,0 +1,102 @@
+"""Nox sessions as data, read from tracking.toml with the standard library only.
+
+The noxfile imports this module before any dependency is installed, so it
+must not import tomlkit, rich or requests. Each pack becomes a session
+``<prefix>_pack<NN>``; the prefix is the manifest's ``session_prefix`` or the
+first word of the target name (``liger-kernel`` -> ``liger``). A manifest's
+optional ``python`` (e.g. ``"3.12"`` where the upstream package requires it)
+becomes the session's interpreter; otherwise nox's own interpreter is used.
+All pack sessions of one target share one virtualenv (``PackSession.lane_env``), installed
+again only when ``lane_env_stamp`` changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.base.fingerprint import file_identity
+from harness.errors import Exit  # stdlib-only, like this module (the noxfile imports both)
+
+STAMP_FILE = ".patchlane-stamp.json"
+STAMP_VERSION = "1"  # bump when what the lane environment installs changes in a way the stamp cannot see
+
+
+@dataclass(frozen=True)
+class PackSession:
+    name: str
+    pack: str
+    target: str
+    description: str
+    requirements: str | None  # requirements/lane-<target>.txt when it exists
+    python: str | None = None  # the manifest's ``python``: interpreter version the session needs
+
+    def lane_env(self, python_version: str) -> str:
+        """The directory name (under nox's envdir) of the virtualenv that all of this target's
+        pack sessions share: ``lane-<target>-py<X.Y>``."""
+        return f"lane-{self.target}-py{python_version}"
+
+    @property
+    def tags(self) -> list[str]:
+        """``nox -t <tag>`` selects every pack session of a target: its name and its session prefix."""
+        prefix = self.name.rsplit("_pack", 1)[0]
+        return [self.target] + ([prefix] if prefix != self.target else [])
+
+
+def lane_env_stamp(root: Path, spec: PackSession, python: str, envdir: Path) -> dict:
+    """What a lane environment's installs depend on; the noxfile installs again only when it changes.
+
+    The interpreter that made the environment (path, real file, size, mtime, inode: an upgrade in
+    place moves it), the environment's and the repository's locations (a venv and an editable
+    install hold absolute paths), and the content of pyproject.toml (the harness's pins, scripts,
+    packages) and of the target's requirements file. The harness itself is installed editable,
+    so a change to its sources needs no reinstall.
+    """
+    def content(rel: str | None) -> str | None:
+        if rel is None:
+            return None
+        path = root / rel
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+    return {"version": STAMP_VERSION, "python": python, "interpreter": file_identity(python),
+            "envdir": str(envdir), "root": str(root), "pyproject.toml": content("pyproject.toml"),
+            "requirements": [spec.requirements, content(spec.requirements)]}
+
+
+def _manifest(root: Path, target: str) -> dict:
+    path = root / "upstream" / f"{target}.toml"
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def session_prefix(root: Path, target: str) -> str:
+    prefix = _manifest(root, target).get("session_prefix")
+    return str(prefix) if prefix else target.split("-")[0]
+
+
+def session_python(root: Path, target: str) -> str | None:
+    python = _manifest(root, target).get("python")
+    return str(python) if python else None
+
+
+def pack_sessions(root: Path) -> list[PackSession]:
+    with open(root / "tracking.toml", "rb") as fh:
+        packs = tomllib.load(fh).get("packs", {})
+    out = []
+    for pid, pack in packs.items():
+        target = pack.get("target", "unknown")
+        reqs = root / "requirements" / f"lane-{target}.txt"
+        state = pack.get("state", "?")
+        lanes = len(pack.get("lanes", []))
+        desc = f"pack {pid} [{pack.get('kind', '?')}, {state}, {lanes} lane(s)]: {pack.get('title', '')}"
+        if not lanes:  # `harness run` exits NO_LANES: the session fails rather than pass on nothing
+            desc += f" -- no lanes: validates nothing, fails with exit {int(Exit.NO_LANES)}"
+        out.append(PackSession(f"{session_prefix(root, target)}_pack{pid}", pid, target, desc,
+                               str(reqs.relative_to(root)) if reqs.is_file() else None,
+                               session_python(root, target)))
+    return out
+

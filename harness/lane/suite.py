@@ -1,0 +1,454 @@
+"""A pack's upstream suite: which upstream test files exercise what its series touches, and the verdict.
+
+``derive`` reads the upstream tree at a base with the pack's series applied and returns the test files a
+maintainer would run for the change, each with how it was found:
+
+* a test file the series adds or edits;
+* a test file that imports a touched module, statically (``ast``: ``import a.b.c``, ``from a.b import c``,
+  ``from a.b.c import x``, relative imports resolved against the file's package; imports inside functions
+  count, as upstream suites import optional kernels lazily);
+* a test file that imports a *helper* of the tests tree (a non-test module there, such as
+  ``tests/.../parity_utils.py``) which itself imports a touched module.
+
+The matching rule: a touched ``pkg/sub/mod.py`` is the module ``pkg.sub.mod`` (a leading ``src/`` dropped;
+``pkg/sub/__init__.py`` is ``pkg.sub``). An import of ``pkg.sub.mod`` or of anything below it matches. A parent
+package (``pkg.sub``) matches only where its ``__init__.py`` itself imports a matching module (it re-exports
+the touched code), followed to a fixed point; importing ``pkg`` alone never matches otherwise, since every
+test imports the top package. Imports through other library modules (``modules/block.py`` importing the
+touched kernel) are not followed: that would select every end-to-end test; a person adds such ids.
+
+The selection is recorded as data, one file per pack and base (``suites/<pack>/<base>.toml``, schema
+``SCHEMA``): the derived files with their reasons and case counts, ids a person added (with a reason) and
+exclusions (each with its reason; one without is refused). ``harness check`` compares the recorded files with
+a fresh derivation, so no file can be dropped silently.
+
+``compare`` turns the per-case outcomes of the unpatched and the patched runs (the suite lanes' receipts) into
+the suite verdict: pass when nothing that passed on the base fails, errors or goes missing on the patched build,
+and every case the series adds fails on the base when the pack claims a fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import tomlkit
+
+from harness.base.pyimports import TEST_TOPS, imported_names, in_tests_tree, is_test_file, module_name
+from harness.base.tomlutil import field as toml_field
+from harness.base.tomlutil import load_document
+from harness.errors import ConfigError
+
+SCHEMA = 1
+SUITES_DIR = "suites"
+KEYS = frozenset({"schema", "pack", "base", "series", "files", "add", "exclude"})
+FILE_KEYS = frozenset({"path", "reasons", "cases"})
+ADD_KEYS = frozenset({"id", "reason"})
+EXCLUDE_KEYS = frozenset({"id", "reason"})
+_ADDED_TEST = re.compile(r"^\+\s*(?:async\s+)?def\s+(test\w*)\s*\(", re.M)
+_DIFF = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
+
+
+class SuiteError(ConfigError):
+    """A suite selection file that cannot be read, breaks its schema, or records an id without a reason."""
+
+
+class SuiteDrift(ConfigError):
+    """A recorded suite selection that no longer matches what derivation gives from the tree."""
+
+
+# ---------------------------------------------------------------------------------------------- the tree
+
+def _matches(name: str, targets: Iterable[str], below: Iterable[str] = ()) -> str | None:
+    """The most specific target ``name`` is, or lies below where the target is in ``below`` (a touched module or
+    package: its submodules run it; a package that only re-exports matches by its own name)."""
+    below = set(below)
+    hits = [t for t in targets if name == t or (t in below and name.startswith(t + "."))]
+    return max(hits, key=len) if hits else None
+
+
+@dataclass(frozen=True)
+class Derived:
+    path: str
+    reasons: tuple[str, ...]
+
+
+def touched_files(patches: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """File -> names of the patches that change it, from ``(patch name, patch text)`` pairs in series order."""
+    out: dict[str, list[str]] = {}
+    for name, text in patches:
+        for m in _DIFF.finditer(text):
+            out.setdefault(m.group(2), [])
+            if name not in out[m.group(2)]:
+                out[m.group(2)].append(name)
+    return out
+
+
+def added_tests(patches: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
+    """Test file -> names of the test functions the series adds there (``+def test_...(`` lines)."""
+    out: dict[str, set[str]] = {}
+    for _, text in patches:
+        for chunk in re.split(r"(?=^diff --git )", text, flags=re.M):
+            m = _DIFF.match(chunk)
+            if m and is_test_file(m.group(2)):
+                found = set(_ADDED_TEST.findall(chunk))
+                if found:
+                    out.setdefault(m.group(2), set()).update(found)
+    return out
+
+
+def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
+    """The upstream test files of ``tree`` (a base with the series applied) that exercise ``touched``."""
+    reasons: dict[str, list[str]] = {}
+    for path, by in touched.items():
+        if is_test_file(path) and (tree / path).is_file():
+            reasons.setdefault(path, []).append(f"changed by the series ({', '.join(by)})")
+    library = {m: path for path in touched if path.endswith(".py") and not in_tests_tree(path)
+               and (tree / path).is_file() and (m := module_name(path))}
+    if library:
+        exposing = set(library)
+        inits = {}  # package -> what its __init__ imports
+        for init in tree.rglob("__init__.py"):
+            rel = init.relative_to(tree).as_posix()
+            if in_tests_tree(rel) or "/." in f"/{rel}":
+                continue
+            pkg = module_name(rel)
+            if pkg:
+                inits[pkg] = imported_names(init.read_text(encoding="utf-8", errors="replace"), pkg, True)
+        grew = True
+        while grew:  # a package whose __init__ imports touched code re-exports it
+            grew = False
+            for pkg, names in inits.items():
+                if pkg not in exposing and any(_matches(n, exposing, library) for n in names):
+                    exposing.add(pkg)
+                    grew = True
+        files = sorted(p.relative_to(tree).as_posix() for top in TEST_TOPS if (tree / top).is_dir()
+                       for p in (tree / top).rglob("*.py"))
+        imports = {}
+        for rel in files:
+            mod = module_name(rel) or rel
+            imports[rel] = imported_names((tree / rel).read_text(encoding="utf-8", errors="replace"), mod,
+                                          rel.endswith("__init__.py"))
+        helpers: dict[str, str] = {}  # helper module -> the touched module it imports (or the helper it uses)
+        grew = True
+        while grew:
+            grew = False
+            for rel in files:
+                name = Path(rel).name
+                if is_test_file(rel) or name in ("conftest.py", "__init__.py"):
+                    continue
+                helper = module_name(rel)
+                if helper is None or helper in helpers:
+                    continue
+                hit = next((n for n in sorted(imports[rel], key=lambda n: (-len(n), n))  # the most specific first
+                            if _matches(n, exposing, library) or _matches(n, helpers, helpers)), None)
+                if hit:
+                    helpers[helper] = hit
+                    grew = True
+        for rel in files:
+            if not is_test_file(rel):
+                continue
+            for n in sorted(imports[rel]):
+                direct = _matches(n, exposing, library)
+                if direct:
+                    why = f"imports {direct}"
+                    if direct not in library:
+                        why += " (its __init__ imports the touched code)"
+                    if why not in reasons.get(rel, []):
+                        reasons.setdefault(rel, []).append(why)
+                    continue
+                helper = _matches(n, helpers, helpers)
+                if helper:
+                    via = helpers[helper]
+                    why = f"imports helper {helper}, which imports {_matches(via, exposing, library) or via}"
+                    if why not in reasons.get(rel, []):
+                        reasons.setdefault(rel, []).append(why)
+    return [Derived(path, tuple(r)) for path, r in sorted(reasons.items())]
+
+
+# ---------------------------------------------------------------------------------------------- the record
+
+@dataclass(frozen=True)
+class SuiteFile:
+    path: str
+    reasons: tuple[str, ...]
+    cases: int | None = None  # cases pytest collected from the file (on the CPU lane environment), when known
+
+
+@dataclass(frozen=True)
+class Choice:
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Selection:
+    pack: str
+    base: str
+    series: tuple[str, ...]  # the patch files the derivation read (their names, in order)
+    files: tuple[SuiteFile, ...]
+    add: tuple[Choice, ...] = ()
+    exclude: tuple[Choice, ...] = ()
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """What the suite lanes run: every selected file, then the added ids not inside a selected file."""
+        files = tuple(f.path for f in self.files)
+        return files + tuple(a.id for a in self.add if a.id.split("::", 1)[0] not in files)
+
+    @property
+    def deselected(self) -> tuple[str, ...]:
+        return tuple(e.id for e in self.exclude)
+
+    @property
+    def cases(self) -> int | None:
+        """Cases collected from the selected files, or None when any file's count is unknown."""
+        counts = [f.cases for f in self.files]
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+    def derived(self) -> list[Derived]:
+        return [Derived(f.path, f.reasons) for f in self.files]
+
+
+def selection_path(root: Path, pack: str, base: str) -> Path:
+    return root / SUITES_DIR / pack / f"{base}.toml"
+
+
+def _closed(table, keys: frozenset[str], where: str) -> None:
+    extra = sorted(set(table) - keys)
+    if extra:
+        raise SuiteError(f"{where}: unknown key '{extra[0]}' (known: {', '.join(sorted(keys))})")
+
+
+def load(path: Path) -> Selection:
+    """A selection file, closed schema; an exclusion or an added id without a reason is refused."""
+    doc = load_document(path)
+    where = str(path)
+    _closed(doc, KEYS, where)
+    if toml_field(doc, "schema", int, where) != SCHEMA:
+        raise SuiteError(f"{where}: schema {doc['schema']}; this harness reads schema {SCHEMA}")
+    files = []
+    for i, t in enumerate(doc.get("files", [])):
+        w = f"{where} files[{i}]"
+        _closed(t, FILE_KEYS, w)
+        reasons = toml_field(t, "reasons", list, w)
+        if not reasons or not all(isinstance(r, str) and r.strip() for r in reasons):
+            raise SuiteError(f"{w}: 'reasons' must list how the file was derived")
+        cases = toml_field(t, "cases", int, w, default=None)
+        files.append(SuiteFile(toml_field(t, "path", str, w), tuple(reasons), cases))
+    chosen: dict[str, list[Choice]] = {"add": [], "exclude": []}
+    for key, keys in (("add", ADD_KEYS), ("exclude", EXCLUDE_KEYS)):
+        for i, t in enumerate(doc.get(key, [])):
+            w = f"{where} {key}[{i}]"
+            _closed(t, keys, w)
+            node = toml_field(t, "id", str, w)
+            reason = toml_field(t, "reason", str, w, default="")
+            if not reason.strip():
+                raise SuiteError(f"{w}: {node!r} has no 'reason'; an id is "
+                                 + ("excluded" if key == "exclude" else "added") + " only with a recorded reason")
+            chosen[key].append(Choice(node, reason))
+    paths = [f.path for f in files]
+    for c in chosen["exclude"]:
+        if c.id.split("::", 1)[0] not in paths:
+            raise SuiteError(f"{where}: exclusion {c.id!r} is not inside a selected file")
+    return Selection(toml_field(doc, "pack", str, where), toml_field(doc, "base", str, where),
+                     tuple(toml_field(doc, "series", list, where)), tuple(files),
+                     tuple(chosen["add"]), tuple(chosen["exclude"]), path)
+
+
+def load_for(root: Path, pack: str, base: str) -> Selection | None:
+    path = selection_path(root, pack, base)
+    return load(path) if path.is_file() else None
+
+
+def refreshed(old: Selection | None, pack: str, base: str, series: Iterable[str], derived: list[Derived],
+              cases: Mapping[str, int] | None = None) -> Selection:
+    """The selection derived now, keeping what a person recorded (added ids, exclusions) and the case counts of
+    files still selected (``cases`` given: the counts of this collection)."""
+    known = {f.path: f.cases for f in old.files} if old else {}
+    files = tuple(SuiteFile(d.path, d.reasons, (cases or {}).get(d.path, known.get(d.path))) for d in derived)
+    paths = {d.path for d in derived}
+    exclude = tuple(e for e in (old.exclude if old else ()) if e.id.split("::", 1)[0] in paths)
+    return Selection(pack, base, tuple(series), files, old.add if old else (), exclude)
+
+
+def dump(sel: Selection) -> str:
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment(f"The upstream suite of pack {sel.pack} at {sel.base}: written by "
+                            f"`harness suite select {sel.pack} --base {sel.base}`."))
+    doc.add(tomlkit.comment("files/reasons are derived from the tree (docs/upstream-tests.md); `harness check "
+                            "--apply` compares them."))
+    doc.add(tomlkit.comment("A person edits only [[add]] and [[exclude]], each with its reason."))
+    doc["schema"] = SCHEMA
+    doc["pack"] = sel.pack
+    doc["base"] = sel.base
+    doc["series"] = list(sel.series)
+    for key, rows in (("files", [{"path": f.path, "reasons": list(f.reasons),
+                                  **({"cases": f.cases} if f.cases is not None else {})} for f in sel.files]),
+                      ("add", [{"id": a.id, "reason": a.reason} for a in sel.add]),
+                      ("exclude", [{"id": e.id, "reason": e.reason} for e in sel.exclude])):
+        if rows:
+            aot = tomlkit.aot()
+            for row in rows:
+                t = tomlkit.table()
+                for k, v in row.items():
+                    if isinstance(v, list) and v:
+                        arr = tomlkit.array()
+                        arr.extend(v)
+                        arr.multiline(True)
+                        t[k] = arr
+                    else:
+                        t[k] = v
+                aot.append(t)
+            doc[key] = aot
+    return tomlkit.dumps(doc)
+
+
+def differences(recorded: Selection, derived: list[Derived], series: Iterable[str]) -> list[str]:
+    """How the recorded selection differs from a fresh derivation (empty: it matches)."""
+    out = []
+    if tuple(series) != recorded.series:
+        out.append(f"the series is now {', '.join(series) or 'empty'}; recorded for "
+                   f"{', '.join(recorded.series) or 'none'}")
+    now = {d.path: d.reasons for d in derived}
+    was = {f.path: f.reasons for f in recorded.files}
+    out += [f"{p}: derived ({'; '.join(now[p])}) but not recorded" for p in sorted(set(now) - set(was))]
+    out += [f"{p}: recorded but no longer derived" for p in sorted(set(was) - set(now))]
+    out += [f"{p}: reasons differ (recorded {list(was[p])}, derived {list(now[p])})"
+            for p in sorted(set(now) & set(was)) if now[p] != was[p]]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the verdict
+
+GOOD = "passed"
+BAD = ("failed", "error", "not run", "timed out")  # a case the patched run did not pass, skip aside
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    base: str  # outcome on the unpatched build ("absent": not in that run)
+    patched: str
+    added: bool  # a test the series adds
+    verdict: str  # "ok", "patched-only failure", "base-only failure", "fails on both", "fixed", ...
+
+
+@dataclass(frozen=True)
+class Comparison:
+    cases: tuple[Case, ...]
+    ok: bool
+    reasons: tuple[str, ...]
+
+    @property
+    def patched_only(self) -> list[Case]:
+        return [c for c in self.cases if c.verdict == "patched-only failure"]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.cases:
+            out[c.verdict] = out.get(c.verdict, 0) + 1
+        return out
+
+    def as_json(self) -> dict:
+        return {"ok": self.ok, "reasons": list(self.reasons), "counts": self.counts(),
+                "cases": [{"id": c.id, "base": c.base, "patched": c.patched, "added": c.added,
+                           "verdict": c.verdict} for c in self.cases]}
+
+
+def _case_function(node: str) -> tuple[str, str]:
+    path, _, rest = node.partition("::")
+    return path, rest.split("::")[-1].split("[", 1)[0]
+
+
+def compare(base: Mapping[str, str], patched: Mapping[str, str], added: Mapping[str, set[str]],
+            claims_fix: bool) -> Comparison:
+    """Per case: its outcome on both builds and what that says. Pass: no case that passed on the base fails,
+    errors or is missing on the patched build; with ``claims_fix``, every test function the series adds has at
+    least one case that fails on the base and passes patched. Its other cases may pass on both: a control
+    parametrization at a shape that already worked (``control``) is how upstream tests pin the old behaviour."""
+    cases = []
+    reasons = []
+    shows_fix: dict[tuple[str, str], bool] = {}
+    for node in sorted(set(base) | set(patched)):
+        b, p = base.get(node, "absent"), patched.get(node, "absent")
+        path, func = _case_function(node)
+        new = func in added.get(path, set())
+        if new:
+            verdict = ("fixed" if b != GOOD and p == GOOD else "control" if b == GOOD and p == GOOD
+                       else "ok" if p == GOOD else "patched-only failure" if b == GOOD else "fails on both")
+            shows_fix[(path, func)] = shows_fix.get((path, func), False) or verdict == "fixed"
+        elif b == GOOD and p != GOOD and p != "skipped":
+            verdict = "patched-only failure"
+        elif b in BAD and p == GOOD:
+            verdict = "fixed"
+        elif b in BAD and p in BAD:
+            verdict = "fails on both"
+        elif b in BAD:
+            verdict = "base-only failure"
+        elif b == "skipped" or p == "skipped":
+            verdict = "skipped"
+        else:
+            verdict = "ok"
+        if verdict == "patched-only failure":
+            reasons.append(f"{node}: {verdict} (base {b}, patched {p})")
+        cases.append(Case(node, b, p, new, verdict))
+    if claims_fix:
+        for (path, func), fixed in sorted(shows_fix.items()):
+            if not fixed:
+                reasons.append(f"{path}::{func}: added test passes on the base (no case of it fails there and "
+                               "passes with the change)")
+                cases = [replace(c, verdict="added test passes on the base")
+                         if c.added and _case_function(c.id) == (path, func) and c.verdict == "control" else c
+                         for c in cases]
+    return Comparison(tuple(cases), not reasons, tuple(reasons))
+
+
+RECORDED = "UPSTREAM_SUITE_RECORDED"  # the suite runner's sentinel (harness/lane/upstream_tests.py SENTINEL_SUITE_RAN)
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The cases of a suite's lanes, merged per build from their latest receipts' sentinel details."""
+
+    base: dict[str, str]
+    patched: dict[str, str]
+    collected: int | None  # M: what pytest collected from the selection on the base build (the most any shard saw)
+    missing: tuple[str, ...]  # lanes without a receipt that holds the recorded cases
+
+    @property
+    def ran(self) -> int:
+        """N: the cases with an outcome on the base build (a skip counts: pytest ran it and said why not)."""
+        return sum(1 for o in self.base.values() if o != "not run")
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for o in self.base.values() if o == "skipped")
+
+
+def merge(lanes: Iterable[tuple[str, bool]], details: Mapping[str, Mapping | None]) -> Merged:
+    """``lanes``: (name, patched) of the suite's lanes; ``details``: each lane's latest ``RECORDED`` details."""
+    sides: dict[bool, dict[str, str]] = {False: {}, True: {}}
+    missing, collected = [], []
+    for name, patched in lanes:
+        d = details.get(name)
+        if d is None:
+            missing.append(name)
+            continue
+        sides[patched].update(d.get("cases") or {})
+        if not patched:
+            collected.append(int(d.get("collected") or 0))
+    return Merged(sides[False], sides[True], max(collected) if collected else None, tuple(missing))
+
+
+def summary_line(merged: Merged, comparison: Comparison) -> str:
+    """The suite's result in one line, as the body's evidence row and ``harness status`` state it."""
+    counts = comparison.counts()
+    total = merged.collected if merged.collected is not None else "?"
+    both = counts.get("base-only failure", 0) + counts.get("fails on both", 0)
+    return (f"{merged.ran} of {total} cases run ({merged.skipped} skipped); {len(comparison.patched_only)} fail only "
+            f"with the change; {both} fail without it too"
+            + (f"; {len(merged.missing)} run(s) missing" if merged.missing else ""))

@@ -1,0 +1,94 @@
+"""A pack's recorded decisions about overlapping upstream work (``[[packs.NN.related]]``), read as data.
+
+Pure functions of a loaded ``Pack``: where a comment goes, whether upstream work replaces ours, and the
+related section of a filing body. ``harness/watch/related.py`` finds the candidates; this module only reads
+what the person filing decided, so the filing code can use it without the search machinery.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+
+from harness.lane.tracking import Decision, Pack, Thread
+from harness.upstream.github import parse_thread
+
+
+def last_decision(pack: Pack) -> date | None:
+    return max((d.date for d in pack.related), default=None)
+
+
+def decision_for(pack: Pack, ref: str) -> Decision | None:
+    return next((d for d in pack.related if d.ref.lower() == ref.lower()), None)
+
+
+def superseded_by(pack: Pack) -> Decision | None:
+    return next((d for d in pack.related if d.relation == "supersedes-us"), None)
+
+
+def comment_target(pack: Pack) -> str | None:
+    """The thread a comment pack is filed on: its ``comment-there`` decision's, else its ``filing target``."""
+    d = next((d for d in pack.related if d.relation == "comment-there" and "#" in d.ref), None)
+    if d is not None:
+        listed = next((t.url for t in pack.threads if _label(t.url) == d.ref.lower()), None)
+        return listed or d.url
+    return next((t.url for t in pack.threads if t.role == "filing target"), None)
+
+
+def _label(url: str) -> str:
+    ref = parse_thread(url)
+    return f"{ref.owner}/{ref.repo}#{ref.number}".lower() if ref else url
+
+
+def thread_of(pack: Pack, url: str) -> Thread | None:
+    ref = _label(url)
+    return next((t for t in pack.threads if _label(t.url) == ref), None)
+
+
+def targets(pack: Pack) -> list[str]:
+    """Where the pack would be filed or is discussed as its own: the comment target and 'filing target' threads."""
+    urls = [t.url for t in pack.threads if t.role == "filing target"]
+    target = comment_target(pack) if pack.kind == "comment" else None
+    if target and all(_label(u) != _label(target) for u in urls):
+        urls.insert(0, target)
+    return urls
+
+
+# How a body names each relation: what the thread is (kind, state, whether it is another repository's) and the
+# decision's one-line reason, which is written for the maintainer who reads the body (the body check lints it).
+_LEADS = {
+    "supersedes-us": "replaces this change",
+    "we-extend": "this change builds on it",
+    "comment-there": "",  # the thread the comment is posted on: not listed in its own body
+    "independent": "",
+    "duplicate-of-ours": "proposes the same change",
+}
+_KIND_WORDS = {"pr": "pull request", "issue": "issue", "commit": "commit"}
+
+
+def describe(d: Decision, home: str) -> str:
+    """``d`` as a maintainer of ``home`` (owner/repo) reads it: 'NVIDIA/Megatron-LM#3574 (merged pull request)'."""
+    assert d.kind is not None and d.state is not None
+    what = _KIND_WORDS[d.kind] if d.kind == "commit" else f"{d.state} {_KIND_WORDS[d.kind]}"
+    if d.kind == "commit":
+        what = "commit" if d.state == "merged" else f"{d.state} commit"
+    if d.slug.lower() != home.lower():
+        what += " in another repository"
+    label = d.ref if d.kind != "commit" else f"{d.slug}@{d.ref.split('@', 1)[1][:10]}"
+    return f"{label} ({what})"
+
+
+def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str], list[str]]:
+    """(the filing body's related section, problems): one line per decided upstream thread or commit, from its
+    recorded kind, state and reason. A decision without a recorded kind or state is a problem, never guessed.
+    The thread a comment goes to and the filing base's own commit (the body's "Where" names it) are not listed."""
+    lines, problems = [], []
+    for d in pack.related:
+        if d.relation == "comment-there" or (base_commit and d.ref.endswith("@" + base_commit)):
+            continue
+        if d.kind is None or d.state is None:
+            problems.append(f"related {d.ref}: no kind/state recorded in [[packs.{pack.id}.related]] (keys 'kind': "
+                            "pr | issue | commit, 'state': open | draft | merged | closed)")
+            continue
+        lead = _LEADS[d.relation]
+        lines.append(f"- {describe(d, home)}: " + (f"{lead}; " if lead else "") + d.reason.rstrip("."))
+    return lines, problems
