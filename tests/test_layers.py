@@ -74,9 +74,13 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         5: {"landing", "performance"},  # filing waves; claims judged current by readiness's test
     },
     "host": {
-        0: {"index", "payloads", "fatbin"},  # standard library only: the bootstrap uses them
-        1: {"bundle", "sweep"},  # made from lanes; many lanes at once
-        2: {""},
+        0: {"index", "payloads", "fatbin",  # standard library only: the bootstrap uses them
+            "sweep_schedule"},  # what a task needs, the host's GPUs and slots, the pure scheduler
+        1: {"bundle",  # made from lanes
+            "sweep_plan"},  # lanes into tasks (readiness says which are current)
+        2: {"sweep_estimate"},  # the scheduler replayed over recorded durations
+        3: {"sweep"},  # the runner
+        4: {""},
     },
     "commands": {
         0: {"_args", "_context", "error_handler"},  # what the verbs share

@@ -1,6 +1,6 @@
 """``harness sweep``: the scheduler's rules on fake jobs, and real sweeps of the fake repository.
 
-The scheduler is a pure function (``sweep.schedule``), so its rules are checked on data: exclusive GPUs for
+The scheduler is a pure function (``sweep_schedule.schedule``), so its rules are checked on data: exclusive GPUs for
 time and memory lanes, groups for multi-GPU lanes, disjoint GPUs, sharing within declared memory, the CPU
 cap. The rest runs real sweeps (in-process and as a subprocess) of ``lane_repo`` with more packs: resume from
 current receipts, failure isolation and the worst exit code, GPU assignment through CUDA_VISIBLE_DEVICES
@@ -22,8 +22,8 @@ import pytest
 from conftest import alive, cli
 
 from harness.errors import Exit
-from harness.host import sweep
-from harness.host.sweep import Free, GpuUse, Job, Need
+from harness.host import sweep_estimate, sweep_plan, sweep_schedule
+from harness.host.sweep_schedule import Free, GpuUse, Job, Need
 from harness.lane import runs
 from harness.lane.receipts import find
 
@@ -43,24 +43,24 @@ def _ids(started) -> dict[str, tuple[str, ...]]:
 def test_timing_and_memory_lanes_get_their_gpu_alone():
     whole = Need(gpus=1, whole=True)
     shared = Need(gpus=1, whole=False, memory_gib=10)
-    started = sweep.schedule([Job("timing", whole), Job("memory", whole), Job("a", shared)], _gpus(1))
+    started = sweep_schedule.schedule([Job("timing", whole), Job("memory", whole), Job("a", shared)], _gpus(1))
     assert list(_ids(started)) == ["timing"]  # nothing else on its GPU
     free = _gpus(1)
     free.take(shared, ("0",))
-    assert sweep.schedule([Job("timing", whole)], free) == []  # a GPU someone shares is not idle
+    assert sweep_schedule.schedule([Job("timing", whole)], free) == []  # a GPU someone shares is not idle
 
 
 def test_correctness_lanes_share_a_gpu_only_within_declared_memory():
     small = Need(gpus=1, whole=False, memory_gib=30)
-    started = sweep.schedule([Job(f"c{i}", small) for i in range(4)], _gpus(1, gib=80))
+    started = sweep_schedule.schedule([Job(f"c{i}", small) for i in range(4)], _gpus(1, gib=80))
     assert list(_ids(started)) == ["c0", "c1"]  # 30 + 30 <= 80 < 90
-    assert sweep.schedule([Job("c", small)], _gpus(1, gib=None)) == []  # unknown memory: nobody shares
+    assert sweep_schedule.schedule([Job("c", small)], _gpus(1, gib=None)) == []  # unknown memory: nobody shares
 
 
 def test_a_shared_lane_packs_onto_a_used_gpu_and_leaves_idle_ones_for_whole_lanes():
     free = _gpus(2)
     free.take(Need(gpus=1, whole=False, memory_gib=10), ("1",))
-    started = sweep.schedule([Job("shared", Need(gpus=1, whole=False, memory_gib=10)),
+    started = sweep_schedule.schedule([Job("shared", Need(gpus=1, whole=False, memory_gib=10)),
                               Job("whole", Need(gpus=1, whole=True))], free)
     assert _ids(started) == {"shared": ("1",), "whole": ("0",)}
 
@@ -68,7 +68,7 @@ def test_a_shared_lane_packs_onto_a_used_gpu_and_leaves_idle_ones_for_whole_lane
 def test_multi_gpu_lanes_get_a_group_and_every_assignment_is_disjoint():
     jobs = [Job("one-a", Need(gpus=1)), Job("tp2", Need(gpus=2)), Job("one-b", Need(gpus=1)),
             Job("tp4", Need(gpus=4))]
-    started = _ids(sweep.schedule(jobs, _gpus(8)))
+    started = _ids(sweep_schedule.schedule(jobs, _gpus(8)))
     assert set(started) == {"tp4", "tp2", "one-a", "one-b"}
     assert len(started["tp4"]) == 4 and len(started["tp2"]) == 2
     every = [g for ids in started.values() for g in ids]
@@ -76,14 +76,14 @@ def test_multi_gpu_lanes_get_a_group_and_every_assignment_is_disjoint():
 
 
 def test_the_largest_gpu_group_is_placed_first():
-    started = _ids(sweep.schedule([Job("one", Need(gpus=1)), Job("tp4", Need(gpus=4))], _gpus(4)))
+    started = _ids(sweep_schedule.schedule([Job("one", Need(gpus=1)), Job("tp4", Need(gpus=4))], _gpus(4)))
     assert list(started) == ["tp4"]  # the 1-GPU lane waits; the 4-GPU lane is not starved
 
 
 def test_the_cpu_cap_bounds_how_many_children_run():
     free = Free(slots=3, gpus=[])
-    started = sweep.schedule([Job(f"cpu{i}", Need(slots=1)) for i in range(5)] + [Job("tp4-cpu", Need(slots=4))],
-                             free)
+    started = sweep_schedule.schedule([Job(f"cpu{i}", Need(slots=1)) for i in range(5)]
+                                      + [Job("tp4-cpu", Need(slots=4))], free)
     assert list(_ids(started)) == ["cpu0", "cpu1", "cpu2"]
     assert free.slots == 3  # pure: the caller's state is not changed
 
@@ -161,8 +161,8 @@ def test_memory_and_performance_lanes_are_exclusive_and_cannot_be_declared_other
     from harness.lane.tracking import Tracking
 
     pack = Tracking.load(lane_repo.root).pack("01")
-    assert "performance" in sweep.exclusive_reason(pack, pack.lane("fix"))
-    assert sweep.exclusive_reason(pack, pack.lane("bug")) is None
+    assert "performance" in sweep_plan.exclusive_reason(pack, pack.lane("fix"))
+    assert sweep_plan.exclusive_reason(pack, pack.lane("bug")) is None
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('expect = "FIX_VALIDATED"', 'expect = "FIX_VALIDATED"\nexclusive = false'))
     assert cli("sweep", "--plan", *lane_repo.args()) == Exit.USAGE
@@ -444,31 +444,31 @@ def test_a_fully_cached_lane_does_not_wait_for_the_store_lock(lane_repo):
 
 # --------------------------------------------------------------------------- the estimate, on data
 
-def _task(index: int, gpus: int = 1, whole: bool = True, memory: float | None = None) -> sweep.Task:
-    return sweep.Task(index=index, pack=f"{index:02d}", target="fake", lanes=("lane",),
+def _task(index: int, gpus: int = 1, whole: bool = True, memory: float | None = None) -> sweep_plan.Task:
+    return sweep_plan.Task(index=index, pack=f"{index:02d}", target="fake", lanes=("lane",),
                       requires="cuda" if gpus else "cpu", need=Need(gpus=gpus, whole=whole, memory_gib=memory),
                       why=(), timeout_s=60, state="run")
 
 
-def _host(n: int, jobs: int = 16) -> sweep.Host:
-    return sweep.Host(tuple(sweep.Gpu(str(i), 80.0) for i in range(n)), jobs, "--gpus")
+def _host(n: int, jobs: int = 16) -> sweep_schedule.Host:
+    return sweep_schedule.Host(tuple(sweep_schedule.Gpu(str(i), 80.0) for i in range(n)), jobs, "--gpus")
 
 
 def test_the_estimate_replays_the_scheduler_longest_first():
-    plan = sweep.Plan((_task(0), _task(1), _task(2)))
-    est = sweep.estimate(plan, {0: 10.0, 1: 10.0, 2: 30.0}, _host(2))
+    plan = sweep_plan.Plan((_task(0), _task(1), _task(2)))
+    est = sweep_estimate.estimate(plan, {0: 10.0, 1: 10.0, 2: 30.0}, _host(2))
     # in plan order the 30 s task would start at 10 s and end at 40 s; offered first it ends at 30 s
     assert (est.serial_s, est.makespan_s, est.longest_s) == (50.0, 30.0, 30.0)
     starts = {r["index"]: (r["start_s"], r["gpus"]) for r in est.tasks}
     assert starts[2] == (0.0, ["0"]) and starts[0][0] == 0.0 and starts[1][0] == 10.0
     assert est.as_json()["makespan_over_serial"] == 0.6
-    assert [t.index for t in sweep.by_length(plan.tasks, {0: 10.0, 1: None, 2: 30.0})] == [1, 2, 0]
+    assert [t.index for t in sweep_estimate.by_length(plan.tasks, {0: 10.0, 1: None, 2: 30.0})] == [1, 2, 0]
 
 
 def test_the_estimate_holds_groups_and_shares_and_names_what_it_left_out():
-    plan = sweep.Plan((_task(0, gpus=2), _task(1, whole=False, memory=30.0), _task(2, whole=False, memory=30.0),
+    plan = sweep_plan.Plan((_task(0, gpus=2), _task(1, whole=False, memory=30.0), _task(2, whole=False, memory=30.0),
                        _task(3, gpus=4), _task(4), _task(5, gpus=0)))
-    est = sweep.estimate(plan, {0: 20.0, 1: 5.0, 2: 5.0, 3: 1.0, 4: None, 5: 7.0}, _host(2, jobs=1))
+    est = sweep_estimate.estimate(plan, {0: 20.0, 1: 5.0, 2: 5.0, 3: 1.0, 4: None, 5: 7.0}, _host(2, jobs=1))
     rows = {r["index"]: r for r in est.tasks}
     assert set(rows) == {0, 1, 2, 5}
     assert est.unknown == ("04 lane",) and est.too_big == ("03 lane",)

@@ -7,7 +7,7 @@ import json
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.host import bundle, sweep
+from harness.host import bundle, sweep_plan
 
 
 def register(sub) -> None:
@@ -41,7 +41,7 @@ def main(args) -> int:
     ctx = context(args)
     only: dict[str, list[str]] | None = None
     if args.lanes:  # exactly the lanes the sweep would run for this selection, paired baselines included
-        plan = sweep.make_plan(ctx, sweep.Selection(packs=tuple(args.packs), bases=tuple(args.base),
+        plan = sweep_plan.make_plan(ctx, sweep_plan.Selection(packs=tuple(args.packs), bases=tuple(args.base),
                                                     lanes=tuple(args.lanes)), rerun=True)
         only = {}
         for task in plan.tasks:

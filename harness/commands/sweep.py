@@ -10,7 +10,7 @@ from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
-from harness.host import sweep
+from harness.host import sweep, sweep_estimate, sweep_plan, sweep_schedule
 from harness.lane.receipts import Verdict
 
 _STYLE = {Verdict.PASS.value: "green", "current": "green", "skipped": "yellow"}
@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--rerun", action="store_true", help="run lanes whose latest receipt is current too")
     p.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                    help=f"CPU slots: children at once, a CPU lane taking one per rank (default: this host's "
-                        f"cores, {sweep.cpu_count()} here)")
+                        f"cores, {sweep_schedule.cpu_count()} here)")
     p.add_argument("--gpus", default=None, metavar="LIST",
                    help="GPU ids to use, as CUDA_VISIBLE_DEVICES writes them (default: CUDA_VISIBLE_DEVICES, else "
                         "every GPU the driver shows); '' for none")
@@ -83,20 +83,20 @@ def main(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     ctx = context(args, receipts_dir=args.receipts_dir)
-    jobs = args.jobs or sweep.cpu_count()
+    jobs = args.jobs or sweep_schedule.cpu_count()
     if args.from_plan is not None:
         if args.packs or args.target or args.base or args.lanes:
             raise UsageError("--from-plan runs the plan's task as written: no PACK, --target, --base or --lane")
-        task = sweep.Plan.load(args.from_plan, ctx.tracking).task(args.task)
+        task = sweep_plan.Plan.load(args.from_plan, ctx.tracking).task(args.task)
         # the plan's judgement of currency stands (a pin-bump plan is written with --rerun), unless --rerun here
-        plan = sweep.Plan((dataclasses.replace(task, index=0, state="run") if args.rerun
+        plan = sweep_plan.Plan((dataclasses.replace(task, index=0, state="run") if args.rerun
                            else dataclasses.replace(task, index=0),))
     else:
-        plan = sweep.make_plan(ctx, sweep.Selection(tuple(args.packs), tuple(args.target), tuple(args.base),
+        plan = sweep_plan.make_plan(ctx, sweep_plan.Selection(tuple(args.packs), tuple(args.target), tuple(args.base),
                                                     tuple(args.lanes)), rerun=args.rerun, jobs=jobs)
     if args.plan and args.estimate:
-        durations = sweep.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir)
-        return _print_estimate(sweep.estimate(plan, durations, _host(args, ctx, jobs)), args)
+        durations = sweep_estimate.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir)
+        return _print_estimate(sweep_estimate.estimate(plan, durations, _host(args, ctx, jobs)), args)
     if args.plan:
         return _print_plan(plan, args, ctx)
     to_run = [t for t in plan.tasks if t.state == "run"]
@@ -105,7 +105,7 @@ def main(args) -> int:
             f"{len(host.gpus)} GPU(s) ({host.gpu_source}), {jobs} CPU slot(s)")
     spec = sweep.ChildSpec(python=sweep.python_for(_per_target(args.lane_python)), options=_child_options(args, ctx))
     result = sweep.run(plan, host, spec, ctx.root,
-                       durations=sweep.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir))
+                       durations=sweep_estimate.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir))
     if args.json:
         json.dump(result.as_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -139,16 +139,17 @@ def _child_options(args, ctx) -> tuple[str, ...]:
     return tuple(opts)
 
 
-def _host(args, ctx, jobs: int, needed: bool = True) -> sweep.Host:
+def _host(args, ctx, jobs: int, needed: bool = True) -> sweep_schedule.Host:
     """The host the sweep (or its estimate) schedules on: --gpus, else the GPUs found, each with its memory
     (--gpu-memory-gib, else nvidia-smi's); no GPU looked for when no task ``needed`` one."""
-    ids, source = (sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus) if needed
-                   else ([], "not needed"))
-    memory = sweep.gpu_memory(ids) if args.gpu_memory_gib is None else {}
-    return sweep.Host(tuple(sweep.Gpu(i, args.gpu_memory_gib or memory.get(i)) for i in ids), jobs, source)
+    ids, source = (sweep_schedule.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
+                   if needed else ([], "not needed"))
+    memory = sweep_schedule.gpu_memory(ids) if args.gpu_memory_gib is None else {}
+    gpus = tuple(sweep_schedule.Gpu(i, args.gpu_memory_gib or memory.get(i)) for i in ids)
+    return sweep_schedule.Host(gpus, jobs, source)
 
 
-def _print_estimate(est: sweep.Estimate, args) -> int:
+def _print_estimate(est: sweep_estimate.Estimate, args) -> int:
     if args.json:
         json.dump(est.as_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -167,7 +168,7 @@ def _print_estimate(est: sweep.Estimate, args) -> int:
     return int(Exit.OK)
 
 
-def _print_plan(plan: sweep.Plan, args, ctx=None) -> int:
+def _print_plan(plan: sweep_plan.Plan, args, ctx=None) -> int:
     """The plan's tasks. JSON: for any host (a CI matrix, a Slurm array), unchanged. The table also says what this
     host would do: a task that needs more GPUs than it has is 'skip here', not 'run'."""
     if args.json:
@@ -176,10 +177,10 @@ def _print_plan(plan: sweep.Plan, args, ctx=None) -> int:
         return int(Exit.OK)
     here = None
     if ctx is not None and any(t.need.gpus and t.state == "run" for t in plan.tasks):
-        ids, source = sweep.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
+        ids, source = sweep_schedule.discover_gpus(ctx.python, ctx.store.area("memo") / "cuda-devices", args.gpus)
         here = (len(ids), source)
 
-    def state(t: sweep.Task) -> str:
+    def state(t: sweep_plan.Task) -> str:
         if here is not None and t.state == "run" and t.need.gpus > here[0]:
             return f"skip here (needs {t.need.gpus} GPU(s), this host has {here[0]})"
         return t.state
