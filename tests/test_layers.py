@@ -92,20 +92,26 @@ SUBRANK = {(pkg, name): rank for pkg, layers in SUBLAYERS.items() for rank, name
 
 
 def _module_name(path: Path, root: Path = HARNESS) -> str:
-    """``errors`` for harness/errors.py, ``lane.series`` for harness/lane/series.py, ``lane.`` for its __init__."""
-    rel = path.relative_to(root)
-    if len(rel.parts) == 1:
-        return rel.stem
-    return f"{rel.parts[0]}." + ("" if rel.stem == "__init__" else rel.stem)
+    """``errors`` for harness/errors.py, ``lane.series`` for harness/lane/series.py, ``lane.`` for the package's
+    __init__ (``lane.receipts.`` one level down), ``__init__`` for harness/__init__.py."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        return ".".join(parts[:-1]) + "."
+    return ".".join(parts)
 
 
 def _entry(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def _subrank(name: str) -> int:
-    pkg, _, sub = name.partition(".")
-    return SUBRANK.get((pkg, sub), SUBRANK.get((pkg, "*"), -1))
+def _subrank(pkg: str, child: str) -> int:
+    """``child``'s sub-layer inside package ``pkg`` (``""``: its __init__); -1 when it has none."""
+    return SUBRANK.get((pkg, child), SUBRANK.get((pkg, "*"), -1))
+
+
+def _resolve(parts: list[str], root: Path) -> str:
+    """The module name of ``harness.<parts>``: a package (its __init__) or a module."""
+    return ".".join(parts) + ("." if (root.joinpath(*parts) / "__init__.py").is_file() else "")
 
 
 def _imports(path: Path, root: Path = HARNESS) -> set[str]:
@@ -121,56 +127,75 @@ def _imports(path: Path, root: Path = HARNESS) -> set[str]:
             continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "harness":
             parts = node.module.split(".")[1:]
-            if not parts:  # from harness import x: a top-level module or package, or the version
-                found.update("__init__" if a.name == "__version__" else a.name for a in node.names)
-            elif len(parts) == 1 and parts[0] in SUBLAYERS:  # from harness.lane import series (or a re-export)
-                found.update(f"{parts[0]}.{a.name}" if (root / parts[0] / f"{a.name}.py").is_file()
-                             else f"{parts[0]}." for a in node.names)
-            elif parts[0] in SUBLAYERS:  # from harness.lane.series import x
-                found.add(f"{parts[0]}.{parts[1]}")
-            else:
-                found.add(parts[0])
+            here = root.joinpath(*parts)
+            for a in node.names:
+                if not parts and a.name == "__version__":
+                    found.add("__init__")
+                elif (here / f"{a.name}.py").is_file() or (here / a.name / "__init__.py").is_file():
+                    found.add(_resolve([*parts, a.name], root))  # from harness.lane import series: a module
+                else:
+                    found.add(_resolve(parts, root))  # a name the module (or the package's __init__) defines
         elif isinstance(node, ast.Import):
             for a in node.names:
                 parts = a.name.split(".")
                 if parts[0] == "harness" and len(parts) > 1:
-                    found.add(".".join(parts[1:3]) if parts[1] in SUBLAYERS and len(parts) > 2
-                              else parts[1] + ("." if parts[1] in SUBLAYERS else ""))
+                    found.add(_resolve(parts[1:], root))
     return found
+
+
+def _places(name: str) -> list[tuple[str, str]]:
+    """Each (package, child) a module sits in, outermost first: ``lane.receipts.model`` sits in ``lane`` as
+    ``receipts`` and in ``lane.receipts`` as ``model``."""
+    parts = name.split(".")
+    return [(".".join(parts[:k]), parts[k]) for k in range(1, len(parts))]
 
 
 def _unplaced(root: Path) -> set[str]:
     """Modules under ``root`` that LAYERS / SUBLAYERS give no place."""
     modules = {_module_name(p, root) for p in root.rglob("*.py")}
-    return {m for m in modules if _entry(m) not in RANK or ("." in m and _subrank(m) < 0)}
+    return {m for m in modules if _entry(m) not in RANK or any(_subrank(pkg, c) < 0 for pkg, c in _places(m))}
+
+
+def _wrong(me: str, dep: str) -> str | None:
+    """Why ``me`` may not import ``dep`` (None when it may): compared where their paths part."""
+    a, b = me.split("."), dep.split(".")
+    k = 0
+    while k < min(len(a), len(b)) and a[k] == b[k]:
+        k += 1
+    if k == len(a) == len(b):
+        return None
+    if k == 0:
+        ra, rb = RANK[a[0]], RANK[b[0]]
+        return None if rb < ra else f"layer {rb} >= {ra}"
+    pkg = ".".join(a[:k])
+    ra, rb = _subrank(pkg, a[k]), _subrank(pkg, b[k])
+    return None if rb < ra else f"sub-layer {rb} >= {ra} in {pkg}"
 
 
 def _wrong_imports(root: Path) -> list[str]:
     wrong = []
     for path in sorted(root.rglob("*.py")):
         me = _module_name(path, root)
-        for dep in _imports(path, root):
-            if _entry(dep) == _entry(me) and _entry(me) in SUBLAYERS:
-                if _subrank(dep) >= _subrank(me):
-                    wrong.append(f"{path.relative_to(root)} imports {dep} "
-                                 f"(sub-layer {_subrank(dep)} >= {_subrank(me)})")
-            elif RANK[_entry(dep)] >= RANK[_entry(me)]:
-                wrong.append(f"{path.relative_to(root)} imports {dep} "
-                             f"(layer {RANK[_entry(dep)]} >= {RANK[_entry(me)]})")
+        for dep in sorted(_imports(path, root)):
+            why = _wrong(me, dep)
+            if why:
+                wrong.append(f"{path.relative_to(root)} imports {dep} ({why})")
     return wrong
 
 
 def test_every_module_has_a_layer():
     assert _unplaced(HARNESS) == set(), "give each top-level entry a layer in LAYERS, each package module a sub-layer"
     modules = {_module_name(p) for p in HARNESS.rglob("*.py")}
-    named = {f"{pkg}.{name}" for pkg, name in SUBRANK if name != "*"}
-    assert named - modules == set(), "SUBLAYERS names a module that is not there"
+    missing = {f"{pkg}.{name}" for pkg, name in SUBRANK
+               if name != "*" and not {f"{pkg}.{name}", f"{pkg}.{name}."} & modules}
+    assert missing == set(), "SUBLAYERS names a module that is not there"
 
 
 def test_every_package_says_what_it_owns_and_may_import():
     for pkg in SUBLAYERS:
-        doc = ast.get_docstring(ast.parse((HARNESS / pkg / "__init__.py").read_text())) or ""
-        assert "May import" in doc, f"harness/{pkg}/__init__.py: say what the package owns and what it may import"
+        init = HARNESS.joinpath(*pkg.split(".")) / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert "May import" in doc, f"{init}: say what the package owns and what it may import"
 
 
 def test_imports_go_down_only():
@@ -189,5 +214,5 @@ def test_the_checks_see_a_wrong_import_and_a_stray_module(tmp_path):
     (fake / "filing").mkdir()
     (fake / "filing" / "readiness.py").write_text("")
     assert sorted(_wrong_imports(fake)) == ["lane/tracking.py imports filing.readiness (layer 5 >= 3)",
-                                    "lane/tracking.py imports lane.lanes (sub-layer 4 >= 1)"]
+                                            "lane/tracking.py imports lane.lanes (sub-layer 4 >= 1 in lane)"]
     assert _unplaced(fake) == {"lane.stray"}
