@@ -57,6 +57,9 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         4: {"lanes"},  # base -> series -> build -> reproducer -> receipt
         5: {""},
     },
+    "lane.receipts": {
+        0: {""},
+    },
     "watch": {
         0: {"threads", "decisions", "rebase", "provenance"},
         1: {"related", "absorbed"},  # overlapping work needs decisions; absorbed needs rebase

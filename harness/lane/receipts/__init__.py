@@ -14,6 +14,8 @@ receipt.json and in ``output.log.sha256``, and what receipt.json says the
 reproducer printed (sentinels, host stamp, figures, verdict) is what its log
 says. Receipts written before ``SHA256SUMS`` existed are *legacy*: they are
 checked by everything but the manifest, and reported as log-only.
+
+May import: ``harness.errors``, ``harness.base``, ``harness.lane.runs``.
 """
 
 from __future__ import annotations
