@@ -58,7 +58,10 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         5: {""},
     },
     "lane.receipts": {
-        0: {""},
+        0: {"records"},  # the parts of a receipt, the closed schema
+        1: {"model"},  # Receipt, load, dump
+        2: {"write", "verify", "index"},  # a directory written; checked; found
+        3: {""},  # __init__: re-exports
     },
     "watch": {
         0: {"threads", "decisions", "rebase", "provenance"},

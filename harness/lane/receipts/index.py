@@ -1,0 +1,87 @@
+"""Finding receipts: every run directory, the receipts of a target or pack, each lane's latest, and the brief
+entry tracking.toml keeps for a lane."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.lane.receipts.model import Receipt, load
+
+
+def receipts_root(root: Path) -> Path:
+    return root / "receipts"
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Every receipt directory (``receipts/<target>/<pack>/<run>/``), whatever it holds; scratch dirs excepted.
+
+    A target or pack directory that cannot be listed is returned itself, in place of the runs it hides, so
+    that ``check_dir`` reports it as unreadable instead of it being skipped in silence.
+    """
+    found: list[Path] = []
+
+    def walk(directory: Path, depth: int) -> None:
+        try:
+            children = sorted(d for d in directory.iterdir() if d.is_dir() and not d.name.startswith("."))
+        except OSError:
+            found.append(directory)
+            return
+        for child in children:
+            if depth == 2:
+                found.append(child)
+            else:
+                walk(child, depth + 1)
+
+    base = receipts_root(root)
+    if base.is_dir():
+        walk(base, 0)
+    return sorted(found)
+
+
+def find(root: Path, target: str | None = None, pack: str | None = None,
+         receipts_dir: Path | None = None) -> list[Receipt]:
+    """All receipts (optionally of one target/pack), oldest first by start time; under ``receipts_dir`` when
+    given (a run's ``--receipts-dir``), else the repository's ``receipts/``."""
+    base = receipts_dir or receipts_root(root)
+    pattern = f"{target or '*'}/{pack or '*'}/*/receipt.json"
+    found = [load(p) for p in base.glob(pattern)]
+    return sorted(found, key=lambda r: (r.started, str(r.path)))
+
+
+def latest(root: Path, target: str, pack: str, lane: str | None = None) -> Receipt | None:
+    found = [r for r in find(root, target, pack) if lane is None or r.lane == lane]
+    return found[-1] if found else None
+
+
+def latest_by_lane(root: Path, target: str, pack: str, receipts_dir: Path | None = None) -> dict[str, Receipt]:
+    """Each lane's latest receipt, from one scan of the pack's receipts (callers that loop over lanes)."""
+    return {r.lane: r for r in find(root, target, pack, receipts_dir)}  # oldest first: the last one per lane stays
+
+
+def display_path(path: Path, root: Path) -> str:
+    """``path`` relative to the repository root when it lies inside it (as tracking.toml names receipts)."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def host_description(receipt: Receipt) -> str:
+    """'<GPU> (cc <x.y>)', else the platform, as tracking.toml's validation entries name the host."""
+    host = receipt.host
+    if host is not None and host.gpu:
+        return f"{host.gpu} (cc {host.compute_capability})"
+    return (host.platform if host is not None else None) or "unknown host"
+
+
+def summary(receipt: Receipt, root: Path) -> dict:
+    """The validation entry tracking.toml keeps for a lane: the latest receipt in brief."""
+    path = receipt.path
+    assert path is not None, "only a written receipt is summarized"
+    return {
+        "verdict": receipt.verdict.value,
+        "expected": receipt.expected.value,
+        "seen": ", ".join(receipt.sentinels) or "none",
+        "base": receipt.base.name,
+        "patched": receipt.patched,
+        "host": host_description(receipt),
+        "date": receipt.started,
+        "receipt": display_path(path, root),
+    }
