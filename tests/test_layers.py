@@ -48,6 +48,9 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         2: {"linters"},  # a manifest's policy checks on a git tree
         3: {""},
     },
+    "upstream.pins": {
+        0: {""},
+    },
     "lane": {
         0: {"stubs", "runs", "runtime", "kernel_cache", "suite", "upstream_tests", "sessions",
             "host_builds"},  # stdlib + base: the bootstrap compiles a host build with it

@@ -13,6 +13,8 @@ A manifest names the upstream repository and its named bases. A base is one of t
 
 Either way the result is a git checkout tagged ``pristine`` in the store: the base every series
 applies to. A base that cannot be had leaves nothing in the cache.
+
+May import: ``harness.errors``, ``harness.base``, ``harness.upstream.git``.
 """
 
 from __future__ import annotations
