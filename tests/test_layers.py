@@ -63,7 +63,7 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "lane.receipts": {
         0: {"records"},  # the parts of a receipt, the closed schema
         1: {"model"},  # Receipt, load, dump
-        2: {"write", "verify", "index"},  # a directory written; checked; found
+        2: {"writer", "verifier", "index"},  # a directory written; checked; found
         3: {""},  # __init__: re-exports
     },
     "watch": {

@@ -19,8 +19,8 @@ The package, one module per concept (imports go down this list):
 
 * ``records``: the parts of a receipt and the closed schema they are read with;
 * ``model``: ``Receipt`` itself, and ``load`` / ``dump``, its one reader and writer of text;
-* ``write``: a receipt directory, made in a scratch directory and renamed into place;
-* ``verify``: ``check_dir``, a receipt directory checked as a whole;
+* ``writer``: a receipt directory, made in a scratch directory and renamed into place;
+* ``verifier``: ``check_dir``, a receipt directory checked as a whole;
 * ``index``: finding receipts (every run directory, the latest per lane) and tracking.toml's entry for one.
 
 The names below are the package's public surface; callers use ``receipts.load(...)`` and so on.
@@ -59,8 +59,8 @@ from harness.lane.receipts.records import (
     stamp_time,
     utc_now,
 )
-from harness.lane.receipts.verify import Check, check_dir, verify
-from harness.lane.receipts.write import helper_digests, write, write_manifest
+from harness.lane.receipts.verifier import Check, check_dir, verify
+from harness.lane.receipts.writer import helper_digests, write, write_manifest
 
 __all__ = [
     "BaseRecord", "BuildRecord", "Check", "Figure", "HarnessRecord", "Host", "KernelCacheRecord", "LOG",
