@@ -49,7 +49,10 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         3: {""},
     },
     "upstream.pins": {
-        0: {""},
+        0: {"model"},  # a manifest as typed data
+        1: {"load", "downloads"},  # upstream/<target>.toml read into it; an artefact found or fetched
+        2: {"checkout", "releases"},  # a base materialized; a release read from the registry and written in
+        3: {""},  # __init__: re-exports
     },
     "lane": {
         0: {"stubs", "runs", "runtime", "kernel_cache", "suite", "upstream_tests", "sessions",

@@ -9,6 +9,7 @@ from conftest import cli
 from harness.base.store import Store
 from harness.errors import ConfigError, Exit, PinError
 from harness.upstream import git, pins
+from harness.upstream.pins import checkout as pins_checkout
 
 
 def test_materialize_makes_a_pristine_git_checkout_and_reuses_it(lane_repo, monkeypatch):
@@ -23,7 +24,7 @@ def test_materialize_makes_a_pristine_git_checkout_and_reuses_it(lane_repo, monk
     def boom(*a, **k):
         raise AssertionError("a second materialize must not extract again")
 
-    monkeypatch.setattr(pins, "_extract", boom)
+    monkeypatch.setattr(pins_checkout, "_extract", boom)
     again = pins.materialize(manifest, "1.0", store)
     assert again.path == first.path and again.commit == first.commit
 
