@@ -69,6 +69,9 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         2: {"writer", "verifier", "index"},  # a directory written; checked; found
         3: {""},  # __init__: re-exports
     },
+    "lane.tracking": {
+        0: {""},
+    },
     "watch": {
         0: {"threads", "decisions", "rebase", "provenance"},
         1: {"related", "absorbed"},  # overlapping work needs decisions; absorbed needs rebase

@@ -5,6 +5,9 @@ survive the tool's edits. Loading validates everything a run relies on and
 names the pack and key at fault: unknown targets, kinds and states, unknown
 packs in ``depends_on``, dependency cycles, lanes on bases the manifest lacks,
 unknown sentinels.
+
+May import: ``harness.errors``, ``harness.base``, ``harness.upstream``, ``harness.lane.suite``,
+``harness.lane.upstream_tests``.
 """
 
 from __future__ import annotations
