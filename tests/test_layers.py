@@ -70,7 +70,11 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         3: {""},  # __init__: re-exports
     },
     "lane.tracking": {
-        0: {""},
+        0: {"model"},  # a pack as typed data
+        1: {"threads"},  # its threads and related decisions, checked
+        2: {"load"},  # a pack's table read with a closed schema
+        3: {"document"},  # Tracking: the file, its document and the tool's edits
+        4: {""},  # __init__: re-exports
     },
     "watch": {
         0: {"threads", "decisions", "rebase", "provenance"},

@@ -1,0 +1,186 @@
+"""``Tracking``: tracking.toml parsed and validated, with its round-trippable document, and the tool's edits to
+it (recorded, then replayed under a lock on the file as it is when saved)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+from filelock import FileLock
+
+from harness.base import ui
+from harness.base.tomlutil import load_document
+from harness.errors import ConfigError, WriteError
+from harness.lane.tracking.load import _check_graph, _load_pack, unknown_keys
+from harness.lane.tracking.model import PACK_ID, SCHEMA, Pack, normalize_id
+from harness.upstream import pins
+
+
+class Tracking:
+    """The parsed, validated tracking.toml plus its round-trippable document.
+
+    The tool's edits go through ``edit`` (or the ``record_*`` / ``update_*`` methods built on it):
+    each is applied to ``doc`` at once and remembered, and ``save`` replays them, under a lock, on
+    the file as it is then. Two processes that loaded the file before either saved therefore both
+    keep their edits, and a person's edit saved in the meantime survives.
+    """
+
+    def __init__(self, root: Path, path: Path, doc: tomlkit.TOMLDocument, packs: dict[str, Pack]):
+        self.root = root
+        self.path = path
+        self.doc = doc
+        self.packs = packs
+        self._edits: list[tuple[Callable[[tomlkit.TOMLDocument], None], str | None]] = []
+
+    @classmethod
+    def load(cls, root: Path, path: Path | None = None) -> Tracking:
+        path = path or root / "tracking.toml"
+        doc = load_document(path)
+        schema = doc.get("schema")
+        if schema is not None and schema != SCHEMA:
+            raise ConfigError(f"{path}: key 'schema' is {schema!r}; this harness reads schema {SCHEMA}",
+                              hint="upgrade the harness, or check the file was not written by another tool")
+        warnings = unknown_keys(path, doc)
+        for line in warnings:
+            ui.warn(line)
+        packs_table = doc.get("packs")
+        if not isinstance(packs_table, dict) or not packs_table:
+            raise ConfigError(f"{path}: no [packs.NN] tables")
+        packs = {}
+        manifests: dict[str, pins.Manifest] = {}
+        for pid, table in packs_table.items():
+            where = f"{path} [packs.{pid}]"
+            if not PACK_ID.match(pid):
+                raise ConfigError(f"{where}: pack ids are two digits, like 09")
+            if not isinstance(table, dict):
+                raise ConfigError(f"{where}: must be a table")
+            packs[pid] = _load_pack(root, pid, table, where, manifests)
+        _check_graph(path, packs)
+        return cls(root, path, doc, packs)
+
+    def pack(self, pid: str) -> Pack:
+        pid = normalize_id(pid)
+        try:
+            return self.packs[pid]
+        except KeyError:
+            raise ConfigError(f"no pack '{pid}' in {self.path} (packs: {', '.join(self.packs)})") from None
+
+    def closure(self, pid: str) -> list[Pack]:
+        """The pack's dependencies (transitively, dependencies first), then the pack."""
+        order: list[Pack] = []
+        seen: set[str] = set()
+
+        def visit(p: str) -> None:
+            if p in seen:
+                return
+            seen.add(p)
+            for dep in self.packs[p].depends_on:
+                visit(dep)
+            order.append(self.packs[p])
+
+        visit(self.pack(pid).id)
+        return order
+
+    # ------------------------------------------------------------------ tool edits
+
+    def edit(self, change: Callable[[tomlkit.TOMLDocument], None], pack: str | None = None) -> None:
+        """Apply ``change`` to the document now, and again to the file's current text when saving.
+
+        ``pack`` names the pack whose table it changes, for the message when that pack is gone by then.
+        """
+        change(self.doc)
+        self._edits.append((change, pack))
+
+    def record_validation(self, pid: str, lane: str, entry: dict[str, Any]) -> None:
+        """Set ``[packs.<pid>.validation.<lane>]`` to ``entry`` (replacing what was there)."""
+
+        def change(doc) -> None:
+            table = doc["packs"][pid]
+            if "validation" not in table:
+                validation = tomlkit.table(is_super_table=True)
+                table.append("validation", validation)
+            lane_table = tomlkit.table()
+            for key, value in entry.items():
+                if value is not None:
+                    lane_table[key] = value
+            table["validation"][lane] = lane_table
+
+        self.edit(change, pid)
+
+    def update_thread(self, pid: str, index: int, values: dict[str, Any]) -> None:
+        """Set keys of ``[[packs.<pid>.threads]]`` entry ``index`` (existing keys keep their place)."""
+
+        def change(doc) -> None:
+            thread = doc["packs"][pid]["threads"][index]
+            for key, value in values.items():
+                if value is not None:
+                    thread[key] = value
+
+        self.edit(change, pid)
+
+    def check_filing_slot(self, pid: str) -> None:
+        table = self.doc["packs"][pid]
+        if "filing" in table and not isinstance(table["filing"], dict):
+            raise ConfigError(f"{self.path} [packs.{pid}]: key 'filing' is a note, not a table; "
+                              "a filing cannot be recorded over it")
+
+    def record_filing(self, pid: str, entry: dict[str, Any]) -> None:
+        """Set ``[packs.<pid>.filing]``: who decided to post, when, and what was posted."""
+        self.check_filing_slot(pid)
+
+        def change(doc) -> None:
+            filing = tomlkit.table()
+            for key, value in entry.items():
+                if value is not None:
+                    filing[key] = value
+            doc["packs"][pid]["filing"] = filing
+
+        self.edit(change, pid)
+
+    def save(self) -> None:
+        """Write the edits made since the last save, serialized with every other process saving this file.
+
+        Under an exclusive lock (``.<name>.lock`` beside the file) the file is read again, the edits
+        are replayed on what it holds now, and the result replaces it atomically: the old file stays
+        whole if anything fails.
+        """
+        with FileLock(str(self.path.with_name(f".{self.path.name}.lock"))):
+            doc = load_document(self.path)
+            for change, pid in self._edits:
+                try:
+                    change(doc)
+                except (KeyError, IndexError) as exc:
+                    packs = doc.get("packs")
+                    if pid is not None and (not isinstance(packs, dict) or pid not in packs):
+                        gone = f"[packs.{pid}] was removed from it"
+                    else:
+                        gone = f"what this command updates{f' in [packs.{pid}]' if pid else ''} is gone ({exc})"
+                    raise ConfigError(f"{self.path}: changed while this command ran; {gone}, so this command's "
+                                      "update cannot be applied (nothing written)") from None
+            text = tomlkit.dumps(doc)
+            mode = stat.S_IMODE(self.path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
+            except OSError as exc:
+                raise WriteError.of(exc, "tracking.toml's new copy", self.path.parent) from None
+            try:
+                os.fchmod(fd, mode)
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())  # a full disk shows here at the latest, before the old file is replaced
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                Path(tmp).unlink(missing_ok=True)
+                raise WriteError.of(exc, "tracking.toml", self.path,
+                                    hint=f"free space in {self.path.parent}; {self.path} is as it was") from None
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        self.doc = doc
+        self._edits.clear()

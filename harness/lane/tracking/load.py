@@ -1,0 +1,388 @@
+"""Reading a pack's table of tracking.toml into a ``Pack``, with a closed schema: every key a table may hold is
+declared here, an unknown one is warned about, and a value that does not fit (an unknown kind, state, base or
+sentinel, a dependency cycle) is a ConfigError naming the file, the pack and the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+import string
+from pathlib import Path
+
+from harness.base.tomlutil import choice, field, str_list
+from harness.errors import ConfigError
+from harness.lane import suite, upstream_tests
+from harness.lane.tracking.model import (
+    BUILDS,
+    CLASSES,
+    DEFAULT_TIMEOUT,
+    FIX_SENTINELS,
+    KINDS,
+    MITIGATION_STATUS,
+    OURS,
+    PICKS,
+    REQUIRES,
+    SCHEMA,
+    STATES,
+    THREAD_STATES,
+    UNPATCHED_KINDS,
+    EvidenceRow,
+    Lane,
+    Pack,
+    Thread,
+    Validation,
+    normalize_id,
+    sentinels,
+)
+from harness.lane.tracking.threads import _check_threads, _load_related
+from harness.upstream import pins
+
+# The closed schema: every key a table may hold. An unknown key is warned about (naming file, pack and key),
+# the way pre-commit treats its config: a typo such as `depends-on` must not pass silently.
+_LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+TOP_KEYS = frozenset({"schema", "packs"})
+PACK_KEYS = frozenset({
+    "title", "target", "kind", "class", "state", "files", "depends_on", "summary", "fix", "requires", "base",
+    "filing_base", "reproducer", "lanes", "threads", "validation", "absorbed", "mitigation", "blocked", "held",
+    "filing", "performance", "evidence", "evidence_note", "minimal_repro",
+    "related",  # [[packs.NN.related]]: a decision per upstream thread or commit that overlaps the pack
+    "suites",  # [[packs.NN.suites]]: the upstream suite at a base, run unpatched and patched (suites/NN/BASE.toml)
+    "error",  # the error message the pack fixes, as users see it (harness related searches upstream for it)
+    # free-text notes people keep next to the data
+    "note", "notes", "base_note", "patch_note", "contract_note",
+    # data a contract pack's reproducer documents (pack 23)
+    "explicit_pre_norm", "uses_identity_norm",
+})
+LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
+                       "with_builds", "minimal", "note", "upstream_tests", "expect_failed",
+                       "test_requires",
+                       # how `harness sweep` may place the lane on a GPU (docs/sweep.md)
+                       "exclusive", "gpu_memory_gib"})
+# [[packs.NN.suites]]: where and how the recorded selection (suites/NN/BASE.toml) runs; expanded into suite lanes
+SUITE_KEYS = frozenset({"base", "requires", "with_builds", "test_requires", "timeout", "shards", "exclusive",
+                        "gpu_memory_gib", "note"})
+SUITE_SIDES = (("base", False), ("patched", True))
+THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", "ours"})
+RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state"})
+
+
+VALIDATION_KEYS = frozenset({"verdict", "receipt", "host", "date", "expected", "seen", "base", "patched", "note"})
+
+
+def unknown_keys(path: Path, doc) -> list[str]:
+    """One line per key tracking.toml holds that its schema does not declare (file, table and key named)."""
+    out = []
+    if doc.get("schema") is None:
+        out.append(f"{path}: no top-level 'schema = {SCHEMA}'")
+    out += [f"{path}: unknown top-level key '{k}'" for k in doc if k not in TOP_KEYS]
+    for pid, table in (doc.get("packs") or {}).items():
+        if not isinstance(table, dict):
+            continue
+        out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
+        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS),
+                            ("suites", SUITE_KEYS)):
+            for i, entry in enumerate(table.get(kind) or []):
+                if isinstance(entry, dict):
+                    out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
+        for lane, entry in (table.get("validation") or {}).items():
+            if isinstance(entry, dict):
+                out += [f"{path} [packs.{pid}.validation.{lane}]: unknown key '{k}'" for k in entry
+                        if k not in VALIDATION_KEYS]
+    return out
+
+
+def _date_text(value) -> str | None:
+    """A thread's ``verified`` date, written either as a TOML date or as a string."""
+    return None if value is None else str(value)
+
+
+def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
+    target = field(t, "target", str, where)
+    if target not in manifests:
+        try:
+            manifests[target] = pins.load_manifest(root, target)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: key 'target': {exc}") from None
+    manifest = manifests[target]
+    base = field(t, "base", str, where, default=None)
+    if base is not None and base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
+                          f"({', '.join(manifest.bases)})")
+    reproducer = field(t, "reproducer", str, where, default=None)
+    if reproducer is not None and not (root / reproducer).is_file():
+        raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
+    lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
+    lanes += tuple(lane for i, st in enumerate(t.get("suites", []))
+                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]"))
+    if reproducer is None and any(not lane.upstream_tests for lane in lanes):
+        raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
+    minimal_repro = field(t, "minimal_repro", str, where, default=None)
+    if minimal_repro is not None and not (root / minimal_repro).is_file():
+        raise ConfigError(f"{where}: key 'minimal_repro': {minimal_repro} does not exist")
+    if minimal_repro is None and any(lane.minimal for lane in lanes):
+        raise ConfigError(f"{where}: a lane has minimal = true but key 'minimal_repro' is missing")
+    kind = choice(t, "kind", KINDS, where)
+    _check_lanes_fit_kind(kind, lanes, where)
+    names = [lane.name for lane in lanes]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"{where}: duplicate lane name(s) {', '.join(sorted(dup))}")
+    threads = tuple(
+        Thread(
+            url=field(th, "url", str, f"{where} threads[{i}]"),
+            role=field(th, "role", str, f"{where} threads[{i}]", default="context"),
+            state=choice(th, "state", THREAD_STATES, f"{where} threads[{i}]", default="unknown"),
+            verified=_date_text(field(th, "verified", (str, datetime.date), f"{where} threads[{i}]", default=None)),
+            updated=field(th, "updated", str, f"{where} threads[{i}]", default=None),
+            ours=choice(th, "ours", OURS, f"{where} threads[{i}]") if "ours" in th else None,
+        )
+        for i, th in enumerate(t.get("threads", []))
+    )
+    _check_threads(threads, manifest, pid, where)
+    related = _load_related(t.get("related", []), where, pid)
+    mitigation = t.get("mitigation")
+    if mitigation is not None:
+        mwhere = f"{where} .mitigation"
+        field(mitigation, "what", str, mwhere)
+        field(mitigation, "retire_when", str, mwhere)
+        choice(mitigation, "status", MITIGATION_STATUS, mwhere, default="active")
+    absorbed = t.get("absorbed")
+    if absorbed is not None:
+        awhere = f"{where} .absorbed"
+        field(absorbed, "version", str, awhere)
+        at = field(absorbed, "base", str, awhere, default=None)  # absorbed at a base of the manifest (e.g. main)
+        if at is not None and at not in manifest.bases:
+            raise ConfigError(f"{awhere}: key 'base' is '{at}', not a base of {manifest.path.name} "
+                              f"({', '.join(manifest.bases)})")
+    filing_base = field(t, "filing_base", str, where, default=None) or manifest.filing_base \
+        or base or manifest.default_base
+    if filing_base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'filing_base' is '{filing_base}', not a base of {manifest.path.name} "
+                          f"({', '.join(manifest.bases)})")
+    depends = tuple(normalize_id(d) for d in str_list(t, "depends_on", where))
+    evidence = tuple(_load_evidence(ev, f"{where} evidence[{i}]", {lane.name for lane in lanes})
+                     for i, ev in enumerate(t.get("evidence", [])))
+    validation = _load_validation(t.get("validation", {}), f"{where} .validation")
+    perf = t.get("performance", [])
+    if not isinstance(perf, list):
+        raise ConfigError(f"{where} .performance: must be an array of tables ([[packs.NN.performance]]), each "
+                          "naming a lane and a figure: performance figures are read from receipts, never typed here")
+    performance = tuple(_load_evidence(pr, f"{where} performance[{i}]", {lane.name for lane in lanes})
+                        for i, pr in enumerate(perf))
+    for lane in lanes:
+        if lane.exclusive is False and any(row.lane == lane.name for row in performance):
+            raise ConfigError(f"{where}: lane '{lane.name}' has exclusive = false, but a [[packs.{pid}.performance]] "
+                              "row reads its figures: a time or memory claim is measured with its GPU to itself")
+    return Pack(
+        id=pid,
+        title=field(t, "title", str, where),
+        target=target,
+        kind=kind,
+        state=choice(t, "state", STATES, where),
+        files=tuple(str_list(t, "files", where)),
+        depends_on=depends,
+        summary=field(t, "summary", str, where, default=""),
+        fix=field(t, "fix", str, where, default=""),
+        requires=choice(t, "requires", REQUIRES, where, default="cuda"),
+        base=base,
+        reproducer=reproducer,
+        lanes=lanes,
+        threads=threads,
+        absorbed=absorbed.unwrap() if absorbed is not None else None,
+        mitigation=mitigation.unwrap() if mitigation is not None else None,
+        blocked=field(t, "blocked", str, where, default=None),
+        held=field(t, "held", str, where, default=None),
+        cls=choice(t, "class", CLASSES, where) if "class" in t else None,
+        filing_base=filing_base,
+        evidence=evidence,
+        performance=performance,
+        validation=validation,
+        evidence_note=field(t, "evidence_note", str, where, default=""),
+        related=related,
+        error=field(t, "error", str, where, default=""),
+        minimal_repro=minimal_repro,
+    )
+
+
+def _load_validation(t, where: str) -> dict[str, Validation]:
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where}: must be a table of lanes ([packs.NN.validation.<lane>])")
+    out = {}
+    for lane, entry in t.items():
+        lwhere = f"{where}.{lane}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{lwhere}: must be a table")
+        out[str(lane)] = Validation(
+            verdict=field(entry, "verdict", str, lwhere),
+            receipt=field(entry, "receipt", str, lwhere, default=None),
+            host=field(entry, "host", str, lwhere, default=None),
+            date=str(entry["date"]) if "date" in entry else None,
+            expected=field(entry, "expected", str, lwhere, default=None),
+            seen=field(entry, "seen", str, lwhere, default=None),
+            base=field(entry, "base", str, lwhere, default=None),
+            patched=field(entry, "patched", bool, lwhere, default=None),
+        )
+    return out
+
+
+def _load_evidence(t, where: str, lanes: set[str]) -> EvidenceRow:
+    if not isinstance(t, dict):
+        raise ConfigError(f"{where}: must be a table ([[packs.NN.evidence]])")
+    lane = field(t, "lane", str, where)
+    if lane not in lanes:
+        raise ConfigError(f"{where}: key 'lane' is '{lane}', not a lane of this pack ({', '.join(sorted(lanes))})")
+    row = EvidenceRow(lane=lane, figure=field(t, "figure", str, where), label=field(t, "label", str, where),
+                      show=field(t, "show", str, where, default="{value}"),
+                      pick=choice(t, "pick", PICKS, where, default="first"),
+                      where=tuple(sorted(field(t, "where", dict, where, default={}).items())),
+                      build=choice(t, "build", BUILDS, where) if "build" in t else None)
+    for key in ("label", "show"):
+        try:
+            list(string.Formatter().parse(getattr(row, key)))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: key '{key}' is not a valid format string: {exc}") from None
+    return row
+
+
+def _check_lanes_fit_kind(kind: str, lanes: tuple[Lane, ...], where: str) -> None:
+    """A lane must not claim to validate a fix the pack does not carry."""
+    for lane in lanes:
+        if kind in UNPATCHED_KINDS and lane.patched:
+            raise ConfigError(f"{where}: lane '{lane.name}' has patched = true, but a {kind} pack carries no "
+                              "patch of ours; its lanes run upstream builds only (key 'patched')")
+        if lane.expect in FIX_SENTINELS and not lane.patched:
+            raise ConfigError(f"{where}: lane '{lane.name}' expects {lane.expect} on an unpatched build; only a "
+                              "patched lane can validate a fix (key 'expect')")
+
+
+def _load_lane(root: Path, manifest: pins.Manifest, t, where: str, suite_lane: bool = False) -> Lane:
+    name = field(t, "name", str, where)
+    if not _LANE_NAME.match(name):
+        raise ConfigError(f"{where}: lane name {name!r} may hold only letters, digits, '.', '_' and '-'")
+    where = f"{where} ({name})"
+    base = field(t, "base", str, where)
+    if base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
+                          f"({', '.join(manifest.bases)})")
+    upstream = tuple(str_list(t, "upstream_tests", where))
+    expect_failed = tuple(str_list(t, "expect_failed", where))
+    test_requires = tuple(str_list(t, "test_requires", where))
+    if upstream:
+        upstream_tests.check_ids(upstream, f"{where}: key 'upstream_tests'")
+        if len(set(upstream)) != len(upstream):
+            raise ConfigError(f"{where}: key 'upstream_tests' lists an id twice")
+        stray = [node for node in expect_failed if node not in upstream]
+        if stray:
+            raise ConfigError(f"{where}: key 'expect_failed' names {stray[0]!r}, not one of 'upstream_tests'")
+        for key in ("args", "with_baseline", "nproc"):
+            if key in t:
+                raise ConfigError(f"{where}: key '{key}' does not apply to an upstream-test lane")
+        wanted = upstream_tests.SENTINEL_SUITE_RAN if suite_lane else upstream_tests.expected_sentinel(expect_failed)
+        if t.get("expect", wanted) != wanted:
+            raise ConfigError(f"{where}: key 'expect' is '{t['expect']}'; an upstream-test lane "
+                              + ("with" if expect_failed else "without") + f" 'expect_failed' expects {wanted}")
+    elif expect_failed or test_requires:
+        raise ConfigError(f"{where}: keys 'expect_failed' and 'test_requires' need 'upstream_tests'")
+    expect = (field(t, "expect", str, where) if not upstream else upstream_tests.SENTINEL_SUITE_RAN if suite_lane
+              else upstream_tests.expected_sentinel(expect_failed))
+    known = sentinels(root)
+    if expect not in known:
+        raise ConfigError(f"{where}: key 'expect' is '{expect}', not a sentinel ({', '.join(known)})")
+    timeout = field(t, "timeout", int, where, default=DEFAULT_TIMEOUT)
+    if timeout <= 0:
+        raise ConfigError(f"{where}: key 'timeout' must be positive")
+    patched = field(t, "patched", bool, where)
+    with_baseline = field(t, "with_baseline", bool, where, default=False)
+    if with_baseline and not patched:
+        raise ConfigError(f"{where}: key 'with_baseline' needs a patched lane (the baseline is its unpatched twin)")
+    requires = choice(t, "requires", REQUIRES, where, default=None) if "requires" in t else None
+    nproc = field(t, "nproc", int, where, default=1)
+    if nproc < 1:
+        raise ConfigError(f"{where}: key 'nproc' must be at least 1")
+    extra = []
+    for spec in str_list(t, "with_builds", where):
+        target, sep, extra_base = spec.partition("@")
+        if not sep:
+            raise ConfigError(f"{where}: key 'with_builds' entry {spec!r} must read TARGET@BASE")
+        try:
+            other = pins.load_manifest(root, target)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: key 'with_builds': {exc}") from None
+        if extra_base not in other.bases:
+            raise ConfigError(f"{where}: key 'with_builds': {other.path.name} has no base '{extra_base}'")
+        extra.append((target, extra_base))
+    exclusive = field(t, "exclusive", bool, where, default=None)
+    memory = field(t, "gpu_memory_gib", (int, float), where, default=None)
+    if memory is not None and (isinstance(memory, bool) or not memory > 0):
+        raise ConfigError(f"{where}: key 'gpu_memory_gib' must be a positive number (GiB one rank uses at most)")
+    minimal = field(t, "minimal", bool, where, default=False)
+    if minimal and (with_baseline or nproc > 1):
+        raise ConfigError(f"{where}: key 'minimal' runs a plain script: no with_baseline, nproc 1")
+    return Lane(name=name, base=base, patched=patched, expect=expect,
+                args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
+                with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal,
+                upstream_tests=upstream, expect_failed=expect_failed, test_requires=test_requires,
+                exclusive=exclusive, gpu_memory_gib=float(memory) if memory is not None else None)
+
+
+def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:
+    return f"suite-{base}-{side}" + (f"-{shard}of{shards}" if shards > 1 else "")
+
+
+def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str) -> list[Lane]:
+    """The lanes of one [[packs.NN.suites]] table: every shard, on the unpatched and on the patched build; their ids
+    are the recorded selection's (suites/NN/BASE.toml), their exclusions its [[exclude]] ids."""
+    extra = sorted(set(t) - SUITE_KEYS)
+    if extra:
+        raise ConfigError(f"{where}: unknown key '{extra[0]}' (known: {', '.join(sorted(SUITE_KEYS))})")
+    base = field(t, "base", str, where)
+    if base not in manifest.bases:
+        raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name}")
+    sel = suite.load_for(root, normalize_id(pid), base)
+    if sel is None:
+        raise ConfigError(f"{where}: no recorded selection {suite.selection_path(root, normalize_id(pid), base)}",
+                          hint=f"harness suite select {pid} --base {base}")
+    if not sel.ids:
+        raise ConfigError(f"{where}: the selection {sel.path} holds no test file")
+    shards = field(t, "shards", int, where, default=1)
+    if shards < 1:
+        raise ConfigError(f"{where}: key 'shards' must be at least 1")
+    template = {k: t[k] for k in ("requires", "with_builds", "test_requires", "timeout", "exclusive", "gpu_memory_gib")
+                if k in t}
+    out = []
+    for side, patched in SUITE_SIDES:
+        for i in range(1, shards + 1):
+            name = suite_lane_name(base, side, i, shards)
+            lane = _load_lane(root, manifest, {**template, "name": name, "base": base, "patched": patched,
+                                               "upstream_tests": list(sel.ids)}, f"{where} ({name})", suite_lane=True)
+            out.append(dataclasses.replace(lane, shard=(i, shards), deselect=sel.deselected))
+    return out
+
+
+def _check_graph(path: Path, packs: dict[str, Pack]) -> None:
+    for p in packs.values():
+        for dep in p.depends_on:
+            if dep not in packs:
+                raise ConfigError(f"{path} [packs.{p.id}]: depends_on names unknown pack '{dep}'")
+            if dep == p.id:
+                raise ConfigError(f"{path} [packs.{p.id}]: depends_on names the pack itself")
+    # Depth-first search for a cycle; report it as a path.
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(pid: str) -> None:
+        state[pid] = 1
+        stack.append(pid)
+        for dep in packs[pid].depends_on:
+            if state.get(dep) == 1:
+                cycle = stack[stack.index(dep):] + [dep]
+                raise ConfigError(f"{path}: dependency cycle {' -> '.join(cycle)} (key 'depends_on')")
+            if dep not in state:
+                visit(dep)
+        stack.pop()
+        state[pid] = 2
+
+    for pid in packs:
+        if pid not in state:
+            visit(pid)

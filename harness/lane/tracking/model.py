@@ -1,0 +1,243 @@
+"""A pack as typed data: its kind, state, lanes, evidence rows, threads, related decisions and validations, and
+the vocabularies tracking.toml's values are checked against."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import re
+from dataclasses import dataclass
+from dataclasses import field as field_
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.lane import upstream_tests
+
+KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
+STATES = ("planned", "held", "ready", "filed", "absorbed", "retired", "blocked")
+THREAD_STATES = ("open", "draft", "merged", "closed", "unknown")
+REQUIRES = ("cuda", "cpu")
+MITIGATION_STATUS = ("active", "retired")
+# What a pack's change is; `harness waves` files crash fixes first and refactors late.
+CLASSES = ("crash-fix", "refactor", "feature", "precision", "perf")
+# Kinds that carry no patch of ours: their lanes observe upstream builds only, so a patched lane (or a lane
+# expecting a fix sentinel) would claim to validate a fix that does not exist.
+UNPATCHED_KINDS = ("bug-report", "regression-guard")
+# Sentinels that judge our patched build; only a patched lane may expect them.
+FIX_SENTINELS = ("FIX_VALIDATED", "FIX_FAILED")
+PACK_ID = re.compile(r"^[0-9]{2}$")
+DEFAULT_TIMEOUT = 900
+SCHEMA = 1  # tracking.toml's top-level `schema`: the layout this module reads
+# The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
+# script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
+MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
+# What the person filing decided about an upstream PR, issue or commit that overlaps the pack (docs/related.md):
+# upstream's work replaces ours (the pack is not filed), ours builds on it, our body goes there as a comment,
+# the two are unrelated, or it repeats something of ours.
+RELATIONS = ("supersedes-us", "we-extend", "comment-there", "independent", "duplicate-of-ours")
+# What a related ref is (key 'kind'; a commit ref is a commit) and where it stands (key 'state'): a filing body
+# names both, with the decision's one-line reason, so a related thread is never described by a fixed phrase.
+# Whether it is in another repository follows from its ref.
+RELATED_KINDS = ("pr", "issue", "commit")
+RELATED_STATES = ("open", "draft", "merged", "closed")
+# 'owner/repo#N' (a pull request or issue) or 'owner/repo@<full sha>' (a commit)
+RELATED_REF = re.compile(r"^(?P<slug>[\w.-]+/[\w.-]+)(?:#(?P<num>[1-9][0-9]*)|@(?P<sha>[0-9a-f]{40}))$")
+# What `harness threads refresh` found of ours on a thread: our comment on it, or we opened it.
+OURS = ("comment", "author")
+
+
+@cache
+def sentinels(root: Path) -> dict[str, str]:
+    """The sentinel vocabulary, read from the reproducers' own contract module, and the upstream-test runner's."""
+    spec = importlib.util.spec_from_file_location("_lane", root / "repros" / "_lane.py")
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{root / 'repros' / '_lane.py'}: missing")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return dict(mod.SENTINELS) | upstream_tests.SENTINELS
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str
+    base: str
+    patched: bool
+    expect: str
+    args: tuple[str, ...] = ()
+    timeout: int = DEFAULT_TIMEOUT
+    requires: str | None = None  # overrides the pack's ``requires`` for this lane
+    with_baseline: bool = False  # the reproducer also gets the unpatched build (HARNESS_BASELINE_SITE)
+    nproc: int = 1  # >1: launched with torch.distributed.run, one process per rank (per GPU on cuda lanes)
+    extra_builds: tuple[tuple[str, str], ...] = ()  # (target, base) baseline builds also put on PYTHONPATH
+    minimal: bool = False  # runs the pack's minimal_repro through MINIMAL_RUNNER instead of its reproducer
+    # an upstream-test lane (docs/upstream-tests.md): pytest node ids of the upstream tree run against the build,
+    # the ids of those that must fail, and pip pins the tests need besides the base's runtime and pytest
+    upstream_tests: tuple[str, ...] = ()
+    expect_failed: tuple[str, ...] = ()
+    test_requires: tuple[str, ...] = ()
+    # `harness sweep` (docs/sweep.md): True, the lane's GPU(s) are its own while it runs (a time or memory figure);
+    # None, decided from the lane (a performance row, a MEMORY_* sentinel, a timing/memory argument); False, not
+    exclusive: bool | None = None
+    gpu_memory_gib: float | None = None  # the most GPU memory one rank uses: lanes within it may share a GPU
+    # a suite lane (expanded from [[packs.NN.suites]]): shard I of N of the collected cases, ids excluded with reason
+    shard: tuple[int, int] | None = None
+    deselect: tuple[str, ...] = ()
+
+    @property
+    def suite(self) -> bool:
+        return self.shard is not None
+
+
+# How an evidence row picks among the figures it matches (see EvidenceRow).
+PICKS = ("first", "max", "min")
+BUILDS = ("release", "change")  # an evidence row's optional 'build' (a with_baseline lane measures both)
+
+
+@dataclass(frozen=True)
+class EvidenceRow:
+    """One row of a filing body's evidence table: figures of a lane's latest receipt, never a typed value.
+
+    ``figure`` and ``where`` select figures (name, then equal keys); ``pick`` chooses the one shown
+    (the first, or the one with the largest / smallest ``value``); ``label`` and ``show`` are format
+    strings over that figure's keys (``{value}``, ``{tolerance}``, ``{value.output}`` for a dict) and
+    over counts across every selected figure (``{count}``, ``{n_ok}``, ``{n_finite}``, ``{n_bitwise}``,
+    ``{n_true}``, ``{not_bitwise}``). ``figure = "@verdict"`` reads the run's last sentinel instead: its
+    details are the keys and ``{value}`` its name. See harness/filing/evidence.py.
+    """
+
+    lane: str
+    figure: str
+    label: str
+    show: str = "{value}"
+    pick: str = "first"
+    where: tuple[tuple[str, Any], ...] = ()
+    build: str | None = None  # "release" / "change": which build the figure describes, when not the lane's own
+
+
+@dataclass(frozen=True)
+class Validation:
+    """``[packs.NN.validation.<lane>]``: the lane's latest receipt in brief, as ``harness run`` records it."""
+
+    verdict: str
+    receipt: str | None = None  # repository-relative path of the receipt directory's receipt.json
+    host: str | None = None
+    date: str | None = None
+    expected: str | None = None
+    seen: str | None = None
+    base: str | None = None
+    patched: bool | None = None
+
+
+@dataclass(frozen=True)
+class Thread:
+    url: str
+    role: str
+    state: str
+    verified: str | None
+    updated: str | None = None
+    ours: str | None = None  # "comment" / "author": what threads refresh found of the filer's there
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``[[packs.NN.related]]``: one upstream PR, issue or commit overlapping the pack, and what to do about it."""
+
+    ref: str  # owner/repo#N or owner/repo@<40-hex sha>
+    relation: str  # one of RELATIONS
+    reason: str
+    date: datetime.date
+    kind: str | None = None  # one of RELATED_KINDS; None: not recorded yet (a filing body cannot name it)
+    state: str | None = None  # one of RELATED_STATES; None: not recorded yet
+
+    @property
+    def slug(self) -> str:
+        m = RELATED_REF.match(self.ref)
+        assert m is not None  # checked when loaded
+        return m["slug"]
+
+    @property
+    def url(self) -> str:
+        m = RELATED_REF.match(self.ref)
+        assert m is not None  # checked when loaded
+        if m["sha"]:
+            return f"https://github.com/{m['slug']}/commit/{m['sha']}"
+        return f"https://github.com/{m['slug']}/issues/{m['num']}"  # GitHub redirects to the pull when it is one
+
+
+@dataclass(frozen=True)
+class Pack:
+    id: str
+    title: str
+    target: str
+    kind: str
+    state: str
+    files: tuple[str, ...]
+    depends_on: tuple[str, ...]
+    summary: str
+    requires: str
+    base: str | None
+    reproducer: str | None
+    lanes: tuple[Lane, ...]
+    threads: tuple[Thread, ...]
+    absorbed: dict | None
+    mitigation: dict | None
+    blocked: str | None
+    cls: str | None = None  # tracking.toml key 'class'
+    held: str | None = None  # why a pack in state "held" is held back
+    # the base a filing of this pack is made against: key 'filing_base', else the manifest's, else its base
+    filing_base: str = ""
+    evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
+    validation: dict[str, Validation] = field_(default_factory=dict)  # per lane name: its latest receipt
+    # [[packs.NN.performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
+    # lane's base, and its value is read from that lane's latest receipt (harness/filing/evidence.py resolves both)
+    performance: tuple[EvidenceRow, ...] = ()
+    evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
+    # a plain script (upstream API and torch, at most 40 lines, `python repro.py`, exit 1 while the bug shows)
+    # that issue and bug-report bodies inline; lanes with ``minimal = true`` run it unchanged
+    minimal_repro: str | None = None
+    fix: str = ""  # what the change does, in a line (key 'fix')
+    related: tuple[Decision, ...] = ()  # [[packs.NN.related]], in file order
+    error: str = ""  # the error message the pack fixes (key 'error')
+
+    @property
+    def state_reason(self) -> str | None:
+        """The recorded reason of a blocked or held pack (keys ``blocked`` / ``held``), if any."""
+        return {"blocked": self.blocked, "held": self.held}.get(self.state)
+
+    def lane_script(self, lane: Lane) -> str | None:
+        """The script a lane runs and its receipt pins: the upstream-test runner, the minimal reproducer, or
+        the pack's reproducer."""
+        if lane.upstream_tests:
+            return upstream_tests.SUITE_RUNNER if lane.suite else upstream_tests.RUNNER
+        return self.minimal_repro if lane.minimal else self.reproducer
+
+    def lane_runner(self, lane: Lane) -> str | None:
+        """The script a lane launches (its helper modules are pinned too): the upstream-test runner, the minimal
+        kit, or the reproducer."""
+        if lane.upstream_tests:
+            return upstream_tests.SUITE_RUNNER if lane.suite else upstream_tests.RUNNER
+        return MINIMAL_RUNNER if lane.minimal else self.reproducer
+
+    def lane_requires(self, lane: Lane) -> str:
+        """What hardware ``lane`` needs: its own ``requires``, else the pack's."""
+        return lane.requires or self.requires
+
+    def lane(self, name: str) -> Lane:
+        for lane in self.lanes:
+            if lane.name == name:
+                return lane
+        known = ", ".join(lane.name for lane in self.lanes) or "none"
+        raise ConfigError(f"pack {self.id} has no lane '{name}' (lanes: {known})")
+
+
+def normalize_id(pid: str) -> str:
+    """'9', '09', 'pack09' and 'liger_pack09' all name pack 09."""
+    m = re.search(r"(\d+)$", str(pid))
+    return f"{int(m.group(1)):02d}" if m else str(pid)
+
+
+def latest_today() -> datetime.date:
+    """The latest date it is now anywhere on Earth (UTC+14): a date after it is in the future for everyone."""
+    return (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=14)).date()
