@@ -77,8 +77,9 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         4: {""},  # __init__: re-exports
     },
     "watch": {
-        0: {"threads", "decisions", "rebase", "provenance"},
-        1: {"related", "absorbed"},  # overlapping work needs decisions; absorbed needs rebase
+        0: {"threads", "decisions", "rebase", "provenance",
+            "footprint"},  # what a series touches, and how close upstream work comes to it
+        1: {"related", "absorbed"},  # overlapping work needs decisions and footprints; absorbed needs rebase
         2: {""},
     },
     "filing": {

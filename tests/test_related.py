@@ -22,7 +22,7 @@ from conftest import CORE_BUGGY, REPO, cli, make_patch
 from harness.errors import ConfigError, Exit
 from harness.filing.readiness import ReasonCode
 from harness.lane.tracking import Tracking
-from harness.watch import decisions, related
+from harness.watch import decisions, footprint, related
 
 SLUG = "acme/fake"
 
@@ -111,26 +111,26 @@ def _hunk(start: int, function: str, text: str = "-x\n+y") -> str:
 
 
 def test_parse_diff_finds_changed_lines_and_function():
-    (h,) = related.parse_diff(PACK_DIFF)
+    (h,) = footprint.parse_diff(PACK_DIFF)
     assert (h.path, h.first, h.last, h.function) == ("m.py", 13, 13, "scale")
     # git's header names the def before the hunk; a def among the context lines above the change wins
-    (h,) = related.parse_diff(PACK_DIFF.replace(" b\n", " def inner():\n", 1))
+    (h,) = footprint.parse_diff(PACK_DIFF.replace(" b\n", " def inner():\n", 1))
     assert (h.first, h.function) == (13, "inner")
 
 
 def test_candidates_rank_same_hunk_then_function_then_file_then_mention():
-    fp = related.Footprint("1.0", ("m.py",), tuple(related.parse_diff(PACK_DIFF)))
+    fp = footprint.Footprint("1.0", ("m.py",), tuple(footprint.parse_diff(PACK_DIFF)))
     found = []
     for ref, diff in (("o/r#1", _hunk(80, "def other(a):")),  # same file only
                       ("o/r#2", _hunk(14, "def scale(xs, w):")),  # within our hunk's lines
                       ("o/r#3", _hunk(60, "def scale(xs, w):"))):  # same function, other lines
-        overlap, where = fp.describe(related.parse_diff(diff))
+        overlap, where = fp.describe(footprint.parse_diff(diff))
         assert overlap is not None
         found.append(related.Candidate(ref, "pull", "", "2026-01-01", "open", overlap, where, "test"))
-    found.append(related.Candidate("o/r#4", "issue", "", "2026-02-01", "open", related.Overlap.MENTION, "", "t"))
+    found.append(related.Candidate("o/r#4", "issue", "", "2026-02-01", "open", footprint.Overlap.MENTION, "", "t"))
     assert [c.ref for c in related.rank(found)] == ["o/r#2", "o/r#3", "o/r#1", "o/r#4"]
     assert [c.overlap.label for c in related.rank(found)] == ["same hunk", "same function", "same file", "mention"]
-    other = related.parse_diff(_hunk(14, "def scale(xs, w):").replace("m.py", "n.py"))
+    other = footprint.parse_diff(_hunk(14, "def scale(xs, w):").replace("m.py", "n.py"))
     assert fp.describe(other) == (None, "")  # not our file
 
 
@@ -278,22 +278,22 @@ def test_symbols_and_error_texts_come_from_the_changed_lines():
             "-    assert n > 0, \"n must be positive\"\n"
             "+    return fallback_impl(cc)  # comment\n"
             "+from pkg.utils import mark_keep_in_fp32, other as o\n")
-    hunks = related.parse_diff(diff)
+    hunks = footprint.parse_diff(diff)
     # the removed lines' messages, an f-string by its longest literal part; "n must be positive" is short
-    assert related.error_texts(hunks) == ("Unsupported architecture", "n must be positive")
-    assert {"fallback_impl", "mark_keep_in_fp32", "other"} <= related.called_names(hunks)
-    fp = related.Footprint("1.0", ("m.py",), tuple(hunks), "", frozenset({"mark_keep_in_fp32"}),
-                           related.error_texts(hunks))
-    terms = related.search_terms(fp)
+    assert footprint.error_texts(hunks) == ("Unsupported architecture", "n must be positive")
+    assert {"fallback_impl", "mark_keep_in_fp32", "other"} <= footprint.called_names(hunks)
+    fp = footprint.Footprint("1.0", ("m.py",), tuple(hunks), "", frozenset({"mark_keep_in_fp32"}),
+                           footprint.error_texts(hunks))
+    terms = footprint.search_terms(fp)
     assert {"pick_arch", "mark_keep_in_fp32", "m", "Unsupported architecture"} <= set(terms)
     assert fp.mentions("we hit Unsupported architecture: 12 on a 5090") == ["the error message"]
     assert fp.mentions("mark_keep_in_fp32 loses the tag") == ["mark_keep_in_fp32"]
     # a file's subject as prose names it, abbreviations spelled out; names every module has are not searched
-    assert related.file_phrase("pkg/ops/mamba3_siso_bwd.py") == "siso backward"
-    assert related.file_phrase("pkg/core.py") == ""
-    generic = related.Footprint("1.0", ("pkg/ops/mamba3_siso_bwd.py",), (related.DiffHunk(
+    assert footprint.file_phrase("pkg/ops/mamba3_siso_bwd.py") == "siso backward"
+    assert footprint.file_phrase("pkg/core.py") == ""
+    generic = footprint.Footprint("1.0", ("pkg/ops/mamba3_siso_bwd.py",), (footprint.DiffHunk(
         "pkg/ops/mamba3_siso_bwd.py", 3, 3, "forward", frozenset(), "-x"),))
-    assert related.search_terms(generic) == ["mamba3_siso_bwd", "siso backward"]
+    assert footprint.search_terms(generic) == ["mamba3_siso_bwd", "siso backward"]
     assert generic.mentions("the forward pass") == []
 
 

@@ -17,7 +17,7 @@ from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
-from harness.watch import decisions, related
+from harness.watch import decisions, footprint, related
 
 JSON_SCHEMA = 1
 
@@ -106,7 +106,7 @@ def lines(s: related.Scan) -> list[str]:
         d = decisions.decision_for(pack, c.ref)
         state = f" {c.state}" if c.state else ""
         decided = (f"decided {d.relation} ({d.date})" if d else "UNDECIDED" if c.ref in open_
-                   else "not decided (older than the last decision)" if c.overlap >= related.Overlap.FILE
+                   else "not decided (older than the last decision)" if c.overlap >= footprint.Overlap.FILE
                    else "not decided (mention only)")
         out.append(f"  [{c.overlap.label}] {c.ref} {c.kind}{state} {c.date[:10] or 'date?'}: {c.title}")
         out.append(f"      {c.where}; {decided}")

@@ -1,0 +1,286 @@
+"""A pack's footprint: what its series touches (files, the lines of each hunk, the functions they change, the
+names it calls, the error messages it fixes), and how close an upstream diff or text comes to it (``Overlap``).
+
+``related`` ranks upstream commits, pull requests and issues by it.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.lane import series
+from harness.lane.tracking import Pack, Tracking
+from harness.upstream import git
+
+_MARGIN = 3  # lines either side of one of our hunks that still count as the same hunk
+_DEF = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
+_CONTEXT_DEF = re.compile(r"(?:async\s+)?(?:def|class)\s+(\w+)")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@(.*)$")
+
+
+class Overlap(enum.IntEnum):
+    """How close a candidate comes to the pack (higher ranks first)."""
+
+    MENTION = 0  # names a function, file or the error message, changes none of them
+    FILE = 1
+    FUNCTION = 2
+    HUNK = 3
+
+    @property
+    def label(self) -> str:
+        return {Overlap.HUNK: "same hunk", Overlap.FUNCTION: "same function", Overlap.FILE: "same file",
+                Overlap.MENTION: "mention"}[self]
+
+
+# ---------------------------------------------------------------------------------------------- diffs
+
+@dataclass(frozen=True)
+class DiffHunk:
+    path: str
+    first: int  # first and last line of the old side the hunk changes (an insertion: the line it follows)
+    last: int
+    function: str  # the enclosing def/class git names in the hunk header ("" when none)
+    defines: frozenset[str]  # functions and classes whose def/class line the hunk adds or removes
+    text: str  # the changed lines
+
+
+def parse_diff(text: str) -> list[DiffHunk]:
+    """The hunks of a unified diff (``git diff``, a format-patch, a PR file's ``patch``), changed lines only."""
+    out: list[DiffHunk] = []
+    path = ""
+    cur: dict | None = None
+
+    def close() -> None:
+        nonlocal cur
+        if cur is not None and cur["changed"]:
+            first = cur["first"] if cur["first"] is not None else cur["insert"]
+            last = cur["last"] if cur["last"] is not None else first
+            out.append(DiffHunk(path, first, last, cur["function"], frozenset(cur["defines"]),
+                                "\n".join(cur["changed"])))
+        cur = None
+
+    for line in text.splitlines():
+        if line.startswith("diff --git "):
+            close()
+            m = re.match(r"^diff --git a/(.+) b/(.+)$", line)
+            path = m.group(2) if m else path
+        elif line.startswith("+++ ") and cur is None:
+            name = line[4:].strip()
+            path = name[2:] if name.startswith("b/") else (path if name == "/dev/null" else name)
+        elif line.startswith("--- ") and cur is None:
+            continue
+        elif (m := _HUNK.match(line)) is not None:
+            close()
+            named = _CONTEXT_DEF.search(m.group(3))
+            start = int(m.group(1))
+            # -U0 style "@@ -12,0 +13 @@" inserts after line 12; otherwise the old side starts at line 12
+            cur = {"line": start if (m.group(2) != "0") else start + 1, "first": None, "last": None,
+                   "insert": start, "function": named.group(1) if named else "", "defines": set(), "changed": []}
+            # git names the last def *before* the hunk; a def among the context lines above the first change
+            # is the one the change sits in
+            if start == 0:  # "@@ -0,0 ...": the file is created (or, in another tree, exists whole)
+                cur["first"] = cur["last"] = 0
+        elif cur is not None:
+            d = _DEF.match(line[1:]) if line[:1] in " -" and not cur["changed"] else None
+            if d:
+                cur["function"] = d.group(1)
+            if line.startswith("-"):
+                cur["first"] = cur["line"] if cur["first"] is None else cur["first"]
+                cur["last"] = cur["line"]
+                cur["line"] += 1
+                cur["changed"].append(line)
+            elif line.startswith("+"):
+                if cur["first"] is None:
+                    cur["insert"] = max(cur["line"] - 1, 1)
+                cur["changed"].append(line)
+            elif line.startswith(" "):
+                cur["line"] += 1
+            elif line.startswith("\\"):
+                continue
+            else:
+                close()
+                continue
+            d = _DEF.match(line[1:]) if line[:1] in "+-" else None
+            if d:
+                cur["defines"].add(d.group(1))
+    close()
+    return out
+
+
+_IDENT = re.compile(r"\b([A-Za-z_]\w*)\s*\(")  # a name called in a changed line
+_IMPORTED = re.compile(r"^[-+]\s*from\s+[\w.]+\s+import\s+\(?([\w\s,]+)\)?")
+_RAISED = re.compile(r"^-.*\b(?:raise\s+\w+\s*\(|assert\b[^#]*?,)\s*(?:[rbuf]{0,2})(['\"])(.+?)\1")
+_FSTRING_FIELD = re.compile(r"\{[^{}]*\}")
+_MIN_ERROR_TEXT = 12  # a shorter literal fragment of a message matches too much to search for
+
+
+def called_names(hunks: Iterable[DiffHunk]) -> frozenset[str]:
+    """Names the changed lines call or import (``name(``, ``from x import name``): what the series touches
+    beyond the functions its hunks sit in. Filtered against the upstream's own definitions by the caller."""
+    out: set[str] = set()
+    for h in hunks:
+        for line in h.text.splitlines():
+            out.update(_IDENT.findall(line[1:]))
+            if (m := _IMPORTED.match(line)) is not None:
+                out.update(n.strip().split(" as ")[0] for n in m.group(1).split(",") if n.strip())
+    return frozenset(out)
+
+
+def error_texts(hunks: Iterable[DiffHunk]) -> tuple[str, ...]:
+    """The messages upstream raises in lines the series removes (``raise X("...")``, ``assert c, "..."``):
+    the error a user of upstream sees, so the text an issue would quote. An f-string keeps its longest
+    literal fragment; fragments shorter than _MIN_ERROR_TEXT are left out."""
+    out: list[str] = []
+    for h in hunks:
+        for line in h.text.splitlines():
+            m = _RAISED.match(line)
+            if m is None:
+                continue
+            frag = max((p.strip(" :,.") for p in _FSTRING_FIELD.split(m.group(2))), key=len, default="")
+            if len(frag) >= _MIN_ERROR_TEXT:
+                out.append(frag)
+    return tuple(dict.fromkeys(out))
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What of upstream the pack changes: files, the base lines of each hunk, the functions they sit in, the
+    upstream symbols its changed lines use, and the error messages it is about."""
+
+    base: str  # the base the hunks' line numbers refer to
+    files: tuple[str, ...]
+    hunks: tuple[DiffHunk, ...]
+    error: str = ""  # the pack's own ``error`` key (the message its reproducer shows)
+    symbols: frozenset[str] = frozenset()  # upstream functions/classes the changed lines call or import
+    errors: tuple[str, ...] = ()  # messages upstream raises in the lines the series removes
+
+    @property
+    def functions(self) -> frozenset[str]:
+        return frozenset(n for h in self.hunks for n in ({h.function} | h.defines) if n)
+
+    @property
+    def error_texts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(([self.error] if self.error else []) + list(self.errors)))
+
+    def classify(self, hunk: DiffHunk) -> Overlap | None:
+        """How ``hunk`` (of an upstream change) overlaps ours; None when it touches none of our files."""
+        if hunk.path not in self.files:
+            return None
+        mine = [h for h in self.hunks if h.path == hunk.path]
+        if hunk.first > 0 and any(hunk.first <= h.last + _MARGIN and h.first - _MARGIN <= hunk.last for h in mine):
+            return Overlap.HUNK
+        names = {n for h in mine for n in ({h.function} | h.defines) if n}
+        theirs = {hunk.function} | hunk.defines
+        if names & theirs or any(re.search(rf"\b{re.escape(n)}\b", hunk.text) for n in names):
+            return Overlap.FUNCTION
+        return Overlap.FILE
+
+    def describe(self, hunks: Iterable[DiffHunk]) -> tuple[Overlap | None, str]:
+        """The closest overlap of ``hunks`` and where it is (file, function, lines)."""
+        best: tuple[Overlap, DiffHunk] | None = None
+        for h in hunks:
+            o = self.classify(h)
+            if o is not None and (best is None or o > best[0]):
+                best = (o, h)
+        if best is None:
+            return None, ""
+        o, h = best
+        lines = "the whole file" if h.first == 0 else f"lines {h.first}-{h.last}" if h.last >= h.first else ""
+        where = " ".join(x for x in (h.path, h.function, lines) if x)
+        return o, where
+
+    def mentions(self, text: str) -> list[str]:
+        """Which of our functions, symbols, files and error messages ``text`` names."""
+        names = (self.functions | self.symbols) - GENERIC_NAMES
+        found = [n for n in sorted(names) if re.search(rf"\b{re.escape(n)}\b", text)]
+        found += [f for f in self.files if f in text or Path(f).name in text]
+        if any(e.lower() in text.lower() for e in self.error_texts):
+            found.append("the error message")
+        return found
+
+
+def footprint(root: Path, tracking: Tracking, pack: Pack, base: str,
+              defined: Callable[[str], frozenset[str]] | None = None) -> Footprint:
+    """The pack's own patches for ``base`` (its ported series there, else its top-level one) as a footprint.
+
+    ``defined(path)`` names the functions and classes upstream defines in one of the pack's files at the base
+    (read from a mirror); a name the changed lines call or import counts as a symbol of the series when
+    upstream defines it there, or when the changed lines import it. Without ``defined``, only imports count."""
+    hunks: list[DiffHunk] = []
+    for patch in series.load_series(root, pack.target, pack.id, base):
+        hunks += parse_diff(series_diff_text(patch.path))
+    files = tuple(dict.fromkeys([*pack.files, *(h.path for h in hunks)]))
+    known: set[str] = set()
+    if defined is not None:
+        for f in files:
+            known |= defined(f)
+    imported = {n for h in hunks for line in h.text.splitlines() if (m := _IMPORTED.match(line)) is not None
+                for n in (x.strip().split(" as ")[0] for x in m.group(1).split(",")) if n}
+    code = [h for h in hunks if not _is_test(h.path)]
+    symbols = frozenset(n for n in called_names(code) if (n in known or n in imported) and not n.startswith("_")
+                        and len(n) > 3)
+    return Footprint(base, files, tuple(hunks), pack.error, symbols, error_texts(code))
+
+
+def _is_test(path: str) -> bool:
+    name = Path(path).name
+    return "tests/" in path or name.startswith("test_") or name.endswith("_test.py")
+
+
+def defined_names(mirror: Path, commit: str) -> Callable[[str], frozenset[str]]:
+    """``path`` -> the top-level and nested def/class names upstream's file holds at ``commit`` (empty when
+    the mirror lacks the file)."""
+    def names(path: str) -> frozenset[str]:
+        res = git.call(mirror, "show", f"{commit}:{path}")
+        if not res.ok:
+            return frozenset()
+        return frozenset(m.group(1) for line in res.stdout.splitlines() if (m := _DEF.match(line)) is not None)
+    return names
+
+
+def series_diff_text(path: Path) -> str:
+    text = path.read_text(encoding="utf-8", errors="replace")
+    start = text.find("diff --git ")
+    return text[start:] if start >= 0 else ""
+
+
+# Names too common to search for: every module has them, so they find everything and rank nothing.
+GENERIC_NAMES = frozenset({"forward", "backward", "apply", "setup", "main", "run", "call", "module", "build",
+                           "update", "reset", "init", "step", "load", "save", "get", "set"})
+_SPELLED = {"bwd": "backward", "fwd": "forward"}  # how a thread spells what a file stem abbreviates
+
+
+def file_phrase(path: str) -> str:
+    """How people name a file's subject in prose: the last two words of its stem, abbreviations spelled out
+    (``mamba3_siso_bwd.py`` -> "siso backward"); "" for a stem of one word (the stem itself is searched)."""
+    words = [_SPELLED.get(w, w) for w in Path(path).stem.split("_") if w]
+    return " ".join(words[-2:]) if len(words) >= 2 else ""
+
+
+def search_terms(fp: Footprint) -> list[str]:
+    """What to search upstream threads for: our functions and the upstream symbols the series uses, our files'
+    names and the phrase a thread would use for them, and the error messages (the pack's own and those
+    raised in lines the series removes)."""
+    terms = sorted(n for n in fp.functions | fp.symbols if not n.startswith("__") and n not in GENERIC_NAMES)
+    code = [f for f in fp.files if not _is_test(f)]
+    terms += [Path(f).stem for f in fp.files]  # GitHub's search splits words on '.', so the stem finds the file
+    terms += [p for f in code if (p := file_phrase(f))]
+    terms += [e.replace('"', " ").strip() for e in fp.error_texts]
+    return list(dict.fromkeys(t for t in terms if t))
+
+
+def text_overlap(fp: Footprint, text: str, is_pr: bool) -> tuple[Overlap, str]:
+    """How close a thread comes by what it says. An issue that quotes our error or names our function is
+    about the same failure or code (ranked as the same function), one naming our file as the same file; a
+    PR's own files decide its rank, so a PR that only talks about them is a mention."""
+    named = fp.mentions(text)
+    where = "names " + ", ".join(named) if named else "matched the search"
+    if is_pr or not named:
+        return Overlap.MENTION, where
+    if "the error message" in named or any(n in fp.functions for n in named):
+        return Overlap.FUNCTION, where
+    return Overlap.FILE, where
