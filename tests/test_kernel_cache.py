@@ -23,7 +23,7 @@ from conftest import REPO, cli
 
 from harness.base.hashing import SEAL
 from harness.errors import ConfigError, Exit
-from harness.lane import kernel_cache
+from harness.lane import kernel_cache, kernel_key
 from harness.lane.receipts import Receipt, find, verify
 
 COMPILE = textwrap.dedent('''\
@@ -51,7 +51,7 @@ def kc_repo(lane_repo, monkeypatch):
     path.write_text(text.replace(marker, marker + COMPILE))
     monkeypatch.delenv(kernel_cache.ROOT_ENV, raising=False)
     monkeypatch.delenv("FAKE_MODE", raising=False)
-    kernel_cache._interpreters.clear()  # the faked compiler versions below change between runs of one process
+    kernel_key._interpreters.clear()  # the faked compiler versions below change between runs of one process
     return lane_repo
 
 
@@ -153,7 +153,7 @@ def test_another_compiler_version_gets_another_entry(kc_repo, monkeypatch, tmp_p
     first, again = _runs_twice(kc_repo)
     assert again.kernel_cache.warm and again.kernel_cache.key == first.kernel_cache.key
     _fake_triton(site, "3.2.0")
-    kernel_cache._interpreters.clear()  # a new process would ask again; this one remembers per paths
+    kernel_key._interpreters.clear()  # a new process would ask again; this one remembers per paths
     time.sleep(1.1)
     assert _run(kc_repo, "--lane", "bug") == Exit.OK
     upgraded = _latest(kc_repo, "bug")
@@ -258,7 +258,7 @@ def test_a_damaged_entry_another_lane_uses_is_left_alone(kc_repo, capsys):
     assert _run(kc_repo, "--lane", "bug") == Exit.OK
     first = _latest(kc_repo, "bug")
     entry = _entry(kc_repo, first)
-    facts = kernel_cache.Facts.from_dict(json.loads((entry / "kernel-cache.json").read_text())["facts"])
+    facts = kernel_key.Facts.from_dict(json.loads((entry / "kernel-cache.json").read_text())["facts"])
     with kernel_cache.lane(Store(kc_repo.cache), facts, "patchlane-test-") as other:  # a lane running meanwhile
         assert other.mode == "store" and other.warm
         (entry / "triton" / "0123abcd" / "kernel.cubin").write_bytes(b"changed")
@@ -281,7 +281,7 @@ def test_files_a_lane_running_beside_it_writes_are_never_removed(kc_repo):
 
     assert _run(kc_repo, "--lane", "bug") == Exit.OK
     entry = _entry(kc_repo, _latest(kc_repo, "bug"))
-    facts = kernel_cache.Facts.from_dict(json.loads((entry / "kernel-cache.json").read_text())["facts"])
+    facts = kernel_key.Facts.from_dict(json.loads((entry / "kernel-cache.json").read_text())["facts"])
     with kernel_cache.lane(Store(kc_repo.cache), facts, "patchlane-test-") as other:
         fresh = other.path / "triton" / "feedbeef" / "other.cubin"
         fresh.parent.mkdir(parents=True)

@@ -55,9 +55,11 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         3: {""},  # __init__: re-exports
     },
     "lane": {
-        0: {"stubs", "runs", "runtime", "kernel_cache", "suite", "upstream_tests", "sessions",
+        0: {"stubs", "runs", "runtime", "suite", "upstream_tests", "sessions",
+            "kernel_key",  # what a lane's compiled kernels depend on
             "host_builds"},  # stdlib + base: the bootstrap compiles a host build with it
-        1: {"tracking", "builds", "receipts"},  # the packs (with their suites); builds (with stubs); run records
+        1: {"tracking", "builds", "receipts",  # the packs (with their suites); builds (with stubs); run records
+            "kernel_cache"},  # compiled kernels kept per key
         2: {"series", "scaffold"},  # the one owner of patch files; a new pack's first files
         3: {"context"},  # repository + frozen run options
         4: {"lanes"},  # base -> series -> build -> reproducer -> receipt

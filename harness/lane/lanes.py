@@ -21,7 +21,18 @@ from harness import __version__
 from harness.base import fingerprint, guard, ui
 from harness.base.hashing import sha256_file
 from harness.errors import BuildError, ConfigError, Exit
-from harness.lane import builds, host_builds, kernel_cache, receipts, runs, runtime, series, suite, upstream_tests
+from harness.lane import (
+    builds,
+    host_builds,
+    kernel_cache,
+    kernel_key,
+    receipts,
+    runs,
+    runtime,
+    series,
+    suite,
+    upstream_tests,
+)
 from harness.lane.context import Context
 from harness.lane.receipts import Verdict
 from harness.lane.tracking import Lane, Pack, sentinels
@@ -351,7 +362,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
-        kfacts = kernel_cache.facts(prep.build_keys, prep.runtime_requires, ctx.python, env, ctx.store.area("memo"))
+        kfacts = kernel_key.facts(prep.build_keys, prep.runtime_requires, ctx.python, env, ctx.store.area("memo"))
         seed = ctx.bundle.kernel_cache_seed(kfacts.key) if ctx.bundle is not None else None
         with kernel_cache.lane(ctx.store, kfacts, f"{_RUN_PREFIX}{os.getpid()}-kcache-", seed) as kcache:
             env.update(kcache.env)
