@@ -15,7 +15,7 @@ from conftest import REPO, cli
 from test_runtime import _wheel
 
 from harness.errors import BundleError, Exit
-from harness.host.bundle import OpenBundle, unpack
+from harness.host.unpacked import OpenBundle, unpack
 
 
 @pytest.fixture
@@ -150,9 +150,9 @@ def test_bootstrap_installs_only_the_harness_wheels_not_a_base_runtime_pin(tmp_p
 
 @pytest.mark.network
 def test_a_real_bundle_lists_the_lock_as_its_harness_wheels(tmp_path):
-    from harness.host import bundle
-    wheels = bundle.download_wheels([["packaging==26.0"]], tmp_path / "w", "3.12", REPO / bundle.LOCK_FILE)
-    harness_side = {w.name for w in wheels if w.parent.name == bundle.HARNESS_WHEELS}
-    runtime_side = {w.name for w in wheels if w.parent.name != bundle.HARNESS_WHEELS}
+    from harness.host import wheels as host_wheels
+    wheels = host_wheels.download_wheels([["packaging==26.0"]], tmp_path / "w", "3.12", REPO / host_wheels.LOCK_FILE)
+    harness_side = {w.name for w in wheels if w.parent.name == host_wheels.HARNESS_WHEELS}
+    runtime_side = {w.name for w in wheels if w.parent.name != host_wheels.HARNESS_WHEELS}
     assert "packaging-26.0-py3-none-any.whl" in runtime_side
     assert any(n.startswith("packaging-26.3") for n in harness_side)

@@ -11,7 +11,7 @@ import pytest
 from conftest import CORE_BUGGY, CORE_FIXED, cli, make_patch
 
 from harness.errors import BundleError, Exit
-from harness.host.bundle import OpenBundle, unpack
+from harness.host.unpacked import OpenBundle, unpack
 from harness.lane.receipts import find
 
 

@@ -15,6 +15,7 @@ from conftest import REPO, cli
 
 from harness.errors import BundleError, Exit
 from harness.host import bundle
+from harness.host import wheels as host_wheels
 
 _spec = importlib.util.spec_from_file_location("lock_tool", REPO / "tools" / "lock.py")
 assert _spec and _spec.loader
@@ -28,7 +29,7 @@ def copies(tmp_path) -> tuple[Path, Path]:
     """This repository's pyproject.toml and lock, copied so a test can make them drift."""
     pyproject, lock = tmp_path / "pyproject.toml", tmp_path / "harness.lock"
     shutil.copyfile(REPO / "pyproject.toml", pyproject)
-    shutil.copyfile(REPO / bundle.LOCK_FILE, lock)
+    shutil.copyfile(REPO / host_wheels.LOCK_FILE, lock)
     return pyproject, lock
 
 
@@ -39,8 +40,8 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def test_the_lock_agrees_with_pyproject():
-    assert lock_tool.check(REPO / "pyproject.toml", REPO / bundle.LOCK_FILE) == []
-    entries = lock_tool.parse_lock((REPO / bundle.LOCK_FILE).read_text())
+    assert lock_tool.check(REPO / "pyproject.toml", REPO / host_wheels.LOCK_FILE) == []
+    entries = lock_tool.parse_lock((REPO / host_wheels.LOCK_FILE).read_text())
     direct = lock_tool.direct_requirements(REPO / "pyproject.toml")
     assert set(direct) < set(entries)  # the transitive ones are there too
     assert all(e.hashes for e in entries.values())
@@ -105,20 +106,20 @@ def test_regenerating_the_lock_gives_the_same_file(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "lock.py"), "--output", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert out.read_text() == (REPO / bundle.LOCK_FILE).read_text()
+    assert out.read_text() == (REPO / host_wheels.LOCK_FILE).read_text()
 
 
 @pytest.mark.network
 def test_the_bundle_downloads_exactly_the_locked_wheels(tmp_path):
-    lock = REPO / bundle.LOCK_FILE
-    wheels = bundle.download_wheels([], tmp_path / "wheels", "3.12", lock)
+    lock = REPO / host_wheels.LOCK_FILE
+    wheels = host_wheels.download_wheels([], tmp_path / "wheels", "3.12", lock)
     entries = lock_tool.parse_lock(lock.read_text())
     names = {w.name.split("-")[0].lower().replace("_", "-") for w in wheels}
     assert names == set(entries)
     tampered = tmp_path / "tampered.lock"
     tampered.write_text(lock.read_text().replace(next(iter(entries["rich"].hashes)), "0" * 64))
     with pytest.raises(BundleError, match="cannot download wheels"):
-        bundle.download_wheels([], tmp_path / "again", "3.12", tampered)
+        host_wheels.download_wheels([], tmp_path / "again", "3.12", tampered)
 
 
 @pytest.mark.network
@@ -129,7 +130,7 @@ def test_harness_bundle_with_downloaded_dependencies(lane_repo, tmp_path):
     with tarfile.open(out) as tf:
         index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
     got = {Path(w["file"]).name.split("-")[0].lower().replace("_", "-") for w in index["wheels"]}
-    assert got == set(lock_tool.parse_lock((REPO / bundle.LOCK_FILE).read_text()))
+    assert got == set(lock_tool.parse_lock((REPO / host_wheels.LOCK_FILE).read_text()))
 
 
 def test_bases_with_conflicting_runtime_pins_download_in_separate_pip_runs(tmp_path, monkeypatch):
@@ -143,7 +144,7 @@ def test_bases_with_conflicting_runtime_pins_download_in_separate_pip_runs(tmp_p
             raise bundle.BundleError(f"cannot download wheels for the bundle ({what}): conflicting pins")
         runs.append(reqs)
 
-    monkeypatch.setattr(bundle, "_pip", fake_pip)
-    bundle.download_wheels([["apache-tvm-ffi==0.1.9", "z3-solver==4.15.4.0"], ["apache-tvm-ffi==0.1.12"]],
+    monkeypatch.setattr(host_wheels, "_pip", fake_pip)
+    host_wheels.download_wheels([["apache-tvm-ffi==0.1.9", "z3-solver==4.15.4.0"], ["apache-tvm-ffi==0.1.12"]],
                            tmp_path / "w", "3.12")
     assert runs == [["apache-tvm-ffi==0.1.9", "z3-solver==4.15.4.0"], ["apache-tvm-ffi==0.1.12"]]

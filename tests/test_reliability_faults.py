@@ -535,7 +535,7 @@ def test_the_stand_in_fails_as_python_3_11_3_does(no_tar_filter, tmp_path):
 
 
 def test_run_bundle_and_receipts_import_work_without_tar_filters(no_tar_filter, lane_repo, tmp_path, capsys):
-    from harness.host.bundle import OpenBundle, unpack
+    from harness.host.unpacked import OpenBundle, unpack
 
     assert cli("run", "01", "--quiet", *lane_repo.args()) == Exit.OK, capsys.readouterr().err  # unpacks the sdist
     wheels = tmp_path / "wheels"

@@ -226,7 +226,7 @@ def test_a_bundle_carries_the_test_tree_to_a_host_without_the_upstream(upstream_
         index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
     [entry] = index["tests_trees"].values()
     assert entry["lanes"] == ["01/tests-bug"] and len(entry["sha256"]) == 64
-    from harness.host.bundle import unpack
+    from harness.host.unpacked import unpack
 
     bundle_dir = unpack(out, tmp_path / "unpacked")
     upstream_repo.sdist.unlink()  # no artefact: the tests can only come from the bundle

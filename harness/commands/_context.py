@@ -58,7 +58,7 @@ def options(args, root: Path | None = None, **overrides) -> Options:
         values["python"] = python
     bundle_dir = getattr(args, "bundle_dir", None)
     if bundle_dir is not None:
-        from harness.host.bundle import OpenBundle  # only offline runs need it
+        from harness.host.unpacked import OpenBundle  # only offline runs need it
 
         values["bundle"] = OpenBundle.open(Path(bundle_dir))
     return Options(**(values | overrides))

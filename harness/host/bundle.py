@@ -22,21 +22,18 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from harness.base import guard, hashing, interpreters, tarsafe, ui
-from harness.base.hashing import sha256_file, verify_files
-from harness.base.store import Store
+from harness.base import guard, hashing, interpreters, ui
+from harness.base.hashing import sha256_file
 from harness.errors import BundleError
 from harness.host import fatbin, payloads
-from harness.host.index import FORMAT, TOP, VERIFIED, expected_files
-from harness.lane import builds, kernel_cache, lanes, receipts, upstream_tests
+from harness.host.index import FORMAT, TOP
+from harness.host.wheels import HARNESS_WHEELS, download_wheels, lock_file
+from harness.lane import builds, kernel_cache, lanes, receipts
 from harness.lane.context import Context
 from harness.lane.tracking import Lane, Pack
 from harness.upstream import git, pins
@@ -45,54 +42,6 @@ from harness.upstream.pins import Manifest
 # One device-tool call carries at most 64 MiB with the working tree (about 5 MiB of it the repository) and the
 # bundle itself: 48 MiB parts leave room for both.
 PART_SIZE = 48 * 2**20
-# The harness's own dependencies, transitive ones included, pinned with wheel hashes; generated from
-# pyproject.toml by tools/lock.py (tests/test_lock.py fails when the two disagree).
-LOCK_FILE = Path("requirements") / "harness.lock"
-PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux1_x86_64"]
-
-
-HARNESS_WHEELS = "harness"  # the subdirectory the lock's wheels are downloaded into, apart from runtime pins
-
-
-def download_wheels(requirement_sets: list[list[str]], dest: Path, python_version: str,
-                    lock: Path | None = None) -> list[Path]:
-    """Binary wheels of exactly each set in ``requirement_sets`` and of the ``lock`` file (no dependency
-    resolution) for the GPU host's Python; the lock's wheels must match its hashes (``pip --require-hashes``).
-
-    Each set is one base's runtime pins (with its lanes' extra builds'), downloaded in a pip run of its own:
-    two bases of one target may pin one distribution at two versions (tilelang 0.1.8 needs apache-tvm-ffi
-    0.1.9, 0.1.15 needs 0.1.12), which one pip run refuses as a conflict; the bundle carries both."""
-    dest.mkdir(parents=True, exist_ok=True)
-    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-            "--python-version", python_version, "--implementation", "cp"]
-    for plat in PLATFORMS:
-        base += ["--platform", plat]
-    # pip checks hashes for every requirement of a run once one has them: the lock and the manifests'
-    # runtime wheels (which carry none) are two runs
-    if lock is not None:
-        _pip(base + ["--require-hashes", "-r", str(lock), "--dest", str(dest / HARNESS_WHEELS)],
-             f"the harness's dependencies ({lock.name})",
-             hint=f"a Python the lock has no hashes for? regenerate it: python tools/lock.py (see {lock})")
-    for requirements in requirement_sets:
-        if requirements:
-            _pip(base + ["--dest", str(dest), *requirements], ", ".join(requirements))
-    return sorted(dest.glob("*.whl")) + sorted((dest / HARNESS_WHEELS).glob("*.whl"))
-
-
-def _pip(cmd: list[str], what: str, hint: str | None = None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
-        raise BundleError(f"cannot download wheels for the bundle ({what}):\n{tail}", hint=hint)
-
-
-def lock_file(root: Path) -> Path:
-    path = root / LOCK_FILE
-    if not path.is_file():
-        raise BundleError(f"{path}: missing; it pins the harness's own dependencies for the GPU host",
-                          hint="python tools/lock.py writes it from pyproject.toml")
-    return path
 
 
 class Members(dict[str, Path]):
@@ -524,82 +473,3 @@ def _tar_dir(src: Path, dest: Path) -> Path:
     with tarfile.open(dest, "w") as tf:
         tf.add(src, arcname="site", filter=sealed_only)
     return dest
-
-
-@dataclass
-class OpenBundle:
-    """An unpacked bundle directory whose files all matched ``bundle.json``."""
-
-    path: Path
-    index: dict
-
-    @classmethod
-    def open(cls, path: Path) -> OpenBundle:
-        meta = path / "bundle.json"
-        if not meta.is_file():
-            raise BundleError(f"{path}: not an unpacked bundle (no bundle.json)")
-        index = json.loads(meta.read_text())
-        if index.get("format") != FORMAT:
-            raise BundleError(f"{meta}: bundle format {index.get('format')!r}, this harness reads {FORMAT}")
-        # files that matched before and have not been touched since (same size, mtime, ctime, inode)
-        # are not read again: a warm run from a 60 MB bundle would otherwise hash it all every time
-        joined = {e["file"]: e["sha256"] for e in index.get("payloads", [])}
-        bad = verify_files(path, expected_files(index) | joined, path / VERIFIED)
-        for name in bad:
-            if not (path / name).is_file() and name in joined:
-                raise BundleError(f"{path}: payload {name} is not joined yet",
-                                  hint="start the run with python3 -m harness.bootstrap BUNDLE --parts DIR -- ...; "
-                                       "it joins the payloads from their parts")
-            if not (path / name).is_file():
-                raise BundleError(f"{path}: {name} is missing")
-        if bad:
-            raise BundleError(f"{path}: {bad[0]} does not match its sha256 in bundle.json")
-        return cls(path, index)
-
-    def build_for(self, key: str, manifest: Manifest, store: Store, label: str, python: str | None = None
-                  ) -> builds.Build:
-        entry = self.index["builds"].get(key)
-        if entry is None:
-            made_for = str(self.index.get("python") or "?")
-            running = builds.interpreter_version(python) if python else None
-            if manifest.build == "wheel" and running and running != made_for:
-                raise BundleError(f"the bundle has no build for {label} (key {key[:12]}): it was made for Python "
-                                  f"{made_for}, and this run's interpreter {python} is Python {running} (a wheel "
-                                  "build's key includes the interpreter)",
-                                  hint=f"run with --python pointing at a python{made_for}, or make the bundle "
-                                       f"with 'harness bundle ... --python-version {running}'")
-            raise BundleError(f"the bundle has no build for {label} (key {key[:12]}; interpreter {python or '?'}, "
-                              f"bundle made for Python {made_for}); the series or pins changed since it was made: "
-                              "make it again with 'harness bundle'")
-        src = self.path / entry["file"]
-        if src.suffix == ".whl" and manifest.build == "overlay":  # an unpatched overlay carried as its wheel
-            return builds.adopt_overlay_wheel(src, key, manifest, store, label)
-        if src.suffix == ".whl":
-            return builds.adopt_wheel(src, key, manifest, store, label)
-        return builds.adopt_site_tar(src, key, manifest, store, label)
-
-
-    def kernel_cache_seed(self, key: str) -> Path | None:
-        """The bundle's kernel-cache entry of ``key`` (a tar, checked against bundle.json), or None."""
-        entry = self.index.get("kernel_caches", {}).get(key)
-        return None if entry is None else self.path / entry["file"]
-
-    def tests_tree_for(self, key: str, store: Store, label: str) -> Path:
-        entry = self.index.get("tests_trees", {}).get(key)
-        if entry is None:
-            raise BundleError(f"the bundle has no upstream test tree for {label} (key {key[:12]}); the series or "
-                              "the lane's ids changed since it was made: make it again with 'harness bundle'")
-        return upstream_tests.adopt_tree(self.path / entry["file"], key, store, label)
-
-
-def unpack(archive: Path, dest: Path) -> Path:
-    """Extract ``archive`` under ``dest``; return the bundle directory."""
-    try:
-        with tarfile.open(archive) as tf:
-            for m in tf.getmembers():
-                if not m.name.startswith(TOP + "/") and m.name != TOP:
-                    raise BundleError(f"{archive}: unexpected member {m.name!r}; not a patch-lane bundle")
-            tarsafe.extractall(tf, dest)
-    except (tarfile.TarError, OSError) as exc:
-        raise BundleError(f"cannot read bundle {archive}: {exc}") from None
-    return dest / TOP

@@ -6,7 +6,7 @@ bases come from, an offline bundle, where receipts go). A command builds both on
 down; no workflow changes them. Workflows (lanes, edit, rebase, absorbed, bundle) import this
 module and never one another for it.
 
-``Offline`` is what a lane asks of an offline bundle; ``bundle.OpenBundle`` is the one implementation. The
+``Offline`` is what a lane asks of an offline bundle; ``unpacked.OpenBundle`` is the one implementation. The
 lane states what it needs here, so this module names nothing above it (the bundle is made from lanes).
 """
 
