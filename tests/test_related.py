@@ -564,12 +564,12 @@ def test_comment_goes_to_the_thread_the_decision_names_and_stale_targets_show(la
     (lane_repo.root / "tracking.toml").write_text(text + COMMENT_PACK)
     t = Tracking.load(lane_repo.root)
     assert decisions.comment_target(t.pack("01")) == "https://github.com/acme/fake/pull/11"
-    health = related.target_health(t.pack("01"), today=date(2026, 11, 24))
+    health = decisions.target_health(t.pack("01"), today=date(2026, 11, 24))
     assert [h.problem for h in health] == ["stale (no activity since 2026-01-01)"]
     _decide(lane_repo, "acme/fake#12", "comment-there", "2026-01-03", "the live thread")
     t = Tracking.load(lane_repo.root)
     assert decisions.comment_target(t.pack("01")) == "https://github.com/acme/fake/pull/12"
-    assert [h.url for h in related.target_health(t.pack("01"))][0] == "https://github.com/acme/fake/pull/12"
+    assert [h.url for h in decisions.target_health(t.pack("01"))][0] == "https://github.com/acme/fake/pull/12"
     # the thread the decision names is closed: readiness refuses the comment, status shows it
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('pull/12"\nrole = "context"\nstate = "open"',

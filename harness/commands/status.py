@@ -138,8 +138,8 @@ def pack_json(ctx, state: readiness.Readiness) -> dict:
         "reasons": [{"code": r.code.value, "text": r.text} for r in state.reasons],
         # upstream work overlapping the pack (None: not looked for, e.g. a pack that is not to be filed)
         "related": state.related.as_json() if state.related is not None else None,
-        # where it would be filed: closed, merged or stale (no activity in related.STALE_DAYS days) targets
-        "targets": [h.as_json() for h in related.target_health(pack)],
+        # where it would be filed: closed, merged or stale (no activity in decisions.STALE_DAYS days) targets
+        "targets": [h.as_json() for h in decisions.target_health(pack)],
         # the upstream suite at the filing base: N of M cases run, patched-only failures (None: none declared)
         "suite": None if state.suite is None else {k: v for k, v in state.suite.as_json().items() if k != "cases"},
     }
@@ -164,7 +164,7 @@ def _age(delta) -> str:
 def _upstream(pack) -> str:
     target = next((t for t in pack.threads if t.role == "filing target"), None)
     others = len(pack.threads) - (target is not None)
-    stale = any(h.problem and h.problem.startswith("stale") for h in related.target_health(pack))
+    stale = any(h.problem and h.problem.startswith("stale") for h in decisions.target_health(pack))
     more = f"{others} other thread{'s' if others != 1 else ''}"
     if target is None:  # nothing filed yet: say so, and how many threads it follows
         return f"not filed, {more}" if others else "-"
@@ -265,7 +265,7 @@ def story(ctx, state: readiness.Readiness) -> None:
         lines.append("  threads:")
         lines += [f"    {thread_label(t.url)}  {t.role}  {t.state}" + (f" (verified {t.verified})" if t.verified
                                                                           else "") for t in pack.threads]
-    for h in related.target_health(pack):
+    for h in decisions.target_health(pack):
         if h.problem:
             lines.append(f"  filing target {thread_label(h.url)}: {h.problem}")
     if state.related is not None:

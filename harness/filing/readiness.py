@@ -299,7 +299,7 @@ def _related(ctx, pack: Pack) -> tuple[related.Scan | None, list[Reason]]:
     d = decisions.superseded_by(pack)
     if d is not None:
         reasons.append(Reason(ReasonCode.SUPERSEDED, f"{d.ref} supersedes it (decided {d.date}): {d.reason}"))
-    there = related.already_there(pack)
+    there = decisions.already_there(pack)
     if there is not None:
         what = "our comment is" if there.ours == "comment" else "our own thread is"
         reasons.append(Reason(ReasonCode.ALREADY_THERE, f"{what} already on {thread_label(there.url)}: "

@@ -1,13 +1,16 @@
 """A pack's recorded decisions about overlapping upstream work (``[[packs.NN.related]]``), read as data.
 
-Pure functions of a loaded ``Pack``: where a comment goes, whether upstream work replaces ours, and the
-related section of a filing body. ``harness/watch/related.py`` finds the candidates; this module only reads
-what the person filing decided, so the filing code can use it without the search machinery.
+Pure functions of a loaded ``Pack``: where a comment goes, whether upstream work replaces ours, the
+related section of a filing body, whether its filing targets are still open and active (``target_health``),
+and whether we are already on one (``already_there``). ``harness/watch/related.py`` finds the candidates;
+this module only reads what the person filing decided, so the filing code can use it without the search
+machinery.
 """
 
 from __future__ import annotations
 
-from datetime import date
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
 
 from harness.lane.tracking import Decision, Pack, Thread
 from harness.upstream.github import parse_thread
@@ -92,3 +95,47 @@ def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str],
         lead = _LEADS[d.relation]
         lines.append(f"- {describe(d, home)}: " + (f"{lead}; " if lead else "") + d.reason.rstrip("."))
     return lines, problems
+
+
+STALE_DAYS = 90  # a filing target with no activity for this long is flagged stale
+
+
+@dataclass(frozen=True)
+class TargetHealth:
+    url: str
+    state: str
+    updated: str | None
+    problem: str | None  # "closed", "merged", "stale (no activity since ...)", None when healthy
+
+    def as_json(self) -> dict:
+        return {"url": self.url, "state": self.state, "updated": self.updated, "problem": self.problem}
+
+
+def target_health(pack: Pack, today: date | None = None, stale_days: int = STALE_DAYS) -> list[TargetHealth]:
+    today = today or datetime.now(UTC).date()
+    out = []
+    for url in targets(pack):
+        t = thread_of(pack, url)
+        state = t.state if t else "unknown"
+        updated = t.updated if t else None
+        problem = None
+        if state in ("closed", "merged"):
+            problem = state
+        elif updated:
+            try:
+                last = date.fromisoformat(updated[:10])
+            except ValueError:
+                last = None
+            if last is not None and (today - last).days > stale_days:
+                problem = f"stale (no activity since {last.isoformat()})"
+        out.append(TargetHealth(url, state, updated, problem))
+    return out
+
+
+def already_there(pack: Pack) -> Thread | None:
+    """A thread on which threads refresh found our comment (comment packs) or our own PR/issue (others)."""
+    if pack.kind == "comment":
+        target = comment_target(pack)
+        t = thread_of(pack, target) if target else None
+        return t if t is not None and t.ours is not None else None
+    return next((t for t in pack.threads if t.ours == "author" and t.role == "filing target"), None)

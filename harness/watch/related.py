@@ -26,10 +26,10 @@ from typing import Any
 from urllib.parse import urlencode
 
 from harness.errors import HarnessError, UpstreamError
-from harness.lane.tracking import RELATED_REF, Decision, Pack, Thread, Tracking
+from harness.lane.tracking import RELATED_REF, Decision, Pack, Tracking
 from harness.upstream import git, pins
 from harness.upstream.github import ThreadNotFound, repo_slug, thread_state
-from harness.watch.decisions import comment_target, decision_for, last_decision, targets, thread_of
+from harness.watch.decisions import decision_for, last_decision
 from harness.watch.footprint import (
     DiffHunk,
     Footprint,
@@ -42,7 +42,6 @@ from harness.watch.footprint import (
 )
 
 Day = date  # Candidate has a field named 'date'
-STALE_DAYS = 90  # a filing target with no activity for this long is flagged stale
 SEARCH_DAYS = 365  # "recently": PRs and issues updated within this many days are searched
 _TERMS_PER_QUERY = 6  # GitHub's search allows five AND/OR/NOT operators in one query
 MAX_PR_FILES = 30  # pulls/{n}/files lookups per pack (newest first); the rest are ranked by their text only
@@ -430,47 +429,6 @@ def undecided(pack: Pack, candidates: Iterable[Candidate], gating: Overlap = Ove
         if last is None or c.day is None or c.day > last:
             out.append(c)
     return out
-
-
-@dataclass(frozen=True)
-class TargetHealth:
-    url: str
-    state: str
-    updated: str | None
-    problem: str | None  # "closed", "merged", "stale (no activity since ...)", None when healthy
-
-    def as_json(self) -> dict:
-        return {"url": self.url, "state": self.state, "updated": self.updated, "problem": self.problem}
-
-
-def target_health(pack: Pack, today: date | None = None, stale_days: int = STALE_DAYS) -> list[TargetHealth]:
-    today = today or datetime.now(UTC).date()
-    out = []
-    for url in targets(pack):
-        t = thread_of(pack, url)
-        state = t.state if t else "unknown"
-        updated = t.updated if t else None
-        problem = None
-        if state in ("closed", "merged"):
-            problem = state
-        elif updated:
-            try:
-                last = date.fromisoformat(updated[:10])
-            except ValueError:
-                last = None
-            if last is not None and (today - last).days > stale_days:
-                problem = f"stale (no activity since {last.isoformat()})"
-        out.append(TargetHealth(url, state, updated, problem))
-    return out
-
-
-def already_there(pack: Pack) -> Thread | None:
-    """A thread on which threads refresh found our comment (comment packs) or our own PR/issue (others)."""
-    if pack.kind == "comment":
-        target = comment_target(pack)
-        t = thread_of(pack, target) if target else None
-        return t if t is not None and t.ours is not None else None
-    return next((t for t in pack.threads if t.ours == "author" and t.role == "filing target"), None)
 
 
 def offline_line(pack_ids: list[str]) -> UpstreamError:
