@@ -204,27 +204,27 @@ def test_regen_never_empties_a_series(lane_repo, tmp_path, capsys):
 
 
 def test_the_backup_is_kept_until_the_new_series_is_verified(lane_repo, tmp_path, monkeypatch, capsys):
-    from harness.lane import series
+    from harness.lane import series_write
 
     d = _edit(lane_repo, tmp_path)
     core = d / CORE
     core.write_text(core.read_text().replace("return sum(xs)", "return float(sum(xs))"))
     git(d, "commit", "-q", "-am", "core: total is a float\n\nUpstream-Status: Pending\nPack: 01\n")
     before = _series(lane_repo)
-    real = series.replace_series
+    real = series_write.replace_series
 
     def lossy(dest, new):  # the swap "succeeds" but a file of the new series did not survive it
         backup = real(dest, new)
         sorted(dest.glob("*.patch"))[-1].unlink()
         return backup
 
-    monkeypatch.setattr(series, "replace_series", lossy)
+    monkeypatch.setattr(series_write, "replace_series", lossy)
     capsys.readouterr()
     assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.USAGE
     assert "the previous series was put back" in capsys.readouterr().err
     assert _series(lane_repo) == before
     assert not [p for p in (lane_repo.root / "patches" / "fake").iterdir() if p.name.startswith(".")]
-    monkeypatch.setattr(series, "replace_series", real)
+    monkeypatch.setattr(series_write, "replace_series", real)
     assert cli("regen", "01", "--dir", str(d), *lane_repo.args()) == Exit.OK  # the checkout still regenerates
     assert len(_series(lane_repo)) == 2
 

@@ -61,7 +61,8 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         1: {"tracking", "builds", "receipts",  # the packs (with their suites); builds (with stubs); run records
             "kernel_cache"},  # compiled kernels kept per key
         2: {"series", "scaffold"},  # the one owner of patch files; a new pack's first files
-        3: {"context"},  # repository + frozen run options
+        3: {"context",  # repository + frozen run options
+            "series_write"},  # a series written back (format-patch normalized, swapped in)
         4: {"lanes"},  # base -> series -> build -> reproducer -> receipt
         5: {""},
     },

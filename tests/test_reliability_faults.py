@@ -389,7 +389,7 @@ def test_a_regenerated_series_that_does_not_apply_is_never_kept(lane_repo, tmp_p
 
     from conftest import git
 
-    from harness.lane import series
+    from harness.lane import series_write
 
     lane_repo.write_patch(_binary_patch(tmp_path), name="0002-ship-the-weight-table.patch")
     before = {p.name: p.read_bytes() for p in (lane_repo.root / "patches" / "fake" / "01").iterdir()}
@@ -397,13 +397,13 @@ def test_a_regenerated_series_that_does_not_apply_is_never_kept(lane_repo, tmp_p
     assert cli("edit", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
     (edit / "src" / "fakepkg" / "table.bin").write_bytes(BLOB[::-1])
     git(edit, "commit", "-q", "-a", "--amend", "--no-edit")
-    real = series.normalize_patch
+    real = series_write.normalize_patch
 
     def every_index_cut(data: bytes) -> bytes:  # what regen used to write: binary index lines cut to 7 digits
         return re.sub(rb"(?m)^index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}", rb"index \1..\2",
                       real(data))
 
-    monkeypatch.setattr(series, "normalize_patch", every_index_cut)
+    monkeypatch.setattr(series_write, "normalize_patch", every_index_cut)
     capsys.readouterr()
     assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
@@ -441,10 +441,10 @@ def test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree(lane_re
                                                                         sig):
     import signal
 
-    from harness.lane import series
+    from harness.lane import series_write
 
     edit = _amended_checkout(lane_repo, tmp_path, capsys)
-    real = series.replace_series
+    real = series_write.replace_series
 
     def signalled_at_the_swap(dest, new):
         backup = real(dest, new)
@@ -453,10 +453,10 @@ def test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree(lane_re
         signal.pthread_kill(threading.main_thread().ident, getattr(signal, sig))
         return backup
 
-    monkeypatch.setattr(series, "replace_series", signalled_at_the_swap)
+    monkeypatch.setattr(series_write, "replace_series", signalled_at_the_swap)
     code = cli("regen", "01", "--dir", str(edit), *lane_repo.args())
     assert code == (Exit.INTERRUPT if sig == "SIGINT" else Exit.TERMINATED)
-    monkeypatch.setattr(series, "replace_series", real)
+    monkeypatch.setattr(series_write, "replace_series", real)
     _settled(lane_repo, edit, capsys)
 
 

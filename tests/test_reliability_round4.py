@@ -558,7 +558,7 @@ def test_check_fails_on_a_patched_pack_with_no_series_at_all(lane_repo, capsys):
 
 
 def test_a_live_regens_scratch_is_never_swept(lane_repo, tmp_path):
-    from harness.lane import series
+    from harness.lane import series_write
 
     parent = lane_repo.root / "patches" / "fake"
     mine = parent / f".regen-01-{os.getpid()}-abc"
@@ -566,7 +566,7 @@ def test_a_live_regens_scratch_is_never_swept(lane_repo, tmp_path):
     old = parent / ".regen-01-xyz"  # named before pids were
     for d in (mine, dead, old):
         d.mkdir()
-    assert series.sweep_regen_scratch(parent, "01") == [dead, old]
+    assert series_write.sweep_regen_scratch(parent, "01") == [dead, old]
     assert mine.is_dir()
 
 

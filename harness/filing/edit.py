@@ -6,7 +6,7 @@ one commit per patch (the ``gbp pq import`` / ``devtool modify`` model). Which
 commits belong to which pack is recorded in ``.git/patchlane-edit.json``.
 
 ``regenerate`` turns the pack's commits (everything after its dependencies'
-last commit) back into the series with ``series.format_series`` (deterministic:
+last commit) back into the series with ``series_write.format_series`` (deterministic:
 an unchanged commit gives a byte-identical file). A checkout made on the pack's
 own base writes ``patches/<target>/<pack>/``; one made on another base (``edit
 --base main``) writes the ported series ``patches/<target>/<pack>/<base>/``.
@@ -33,7 +33,7 @@ from pathlib import Path
 from harness.base import ui
 from harness.base.hashing import sha256_file, sha256_text
 from harness.errors import ConfigError, EditError, SeriesError
-from harness.lane import series
+from harness.lane import series, series_write
 from harness.lane.context import Context
 from harness.lane.tracking import Pack
 from harness.upstream import git
@@ -128,7 +128,7 @@ def start(ctx: Context, pack: Pack, base_name: str | None, dest: Path, force: bo
 
 # --------------------------------------------------------------------------- regenerate
 
-Regenerated = series.SeriesDiff
+Regenerated = series_write.SeriesDiff
 
 
 def _refuse_unregenerated(checkout: Path) -> None:
@@ -201,7 +201,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     try:
         _check_commits(pack, repo, own.start, "HEAD")
         try:
-            files = series.format_series(repo, own.start, "HEAD", scratch)
+            files = series_write.format_series(repo, own.start, "HEAD", scratch)
         except SeriesError as exc:
             raise EditError(str(exc)) from None
         if not files:
@@ -211,8 +211,8 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
                                  "that is really meant")
         for f in files:
             series.parse_patch(pack.id, f)  # the Upstream-Status value itself, as every loader checks it
-        series.keep_unchanged(source, series.keep_names(source, files))
-        result = series.compare(source, scratch)
+        series_write.keep_unchanged(source, series_write.keep_names(source, files))
+        result = series_write.compare(source, scratch)
         expected = {p.name: sha256_file(p) for p in sorted(scratch.glob("*.patch"))}
         if current != own.patches:
             if not result.changed and not dry_run:  # a regen cut after its swap: only its bookkeeping is left
@@ -230,7 +230,7 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
             return result
         _check_applies(ctx, pack, state.base, scratch)
         with _signals_held():  # Ctrl-C, SIGTERM, SIGHUP act once the new series and the state agree
-            backup = series.replace_series(dest, scratch)
+            backup = series_write.replace_series(dest, scratch)
             leftover = None  # it is the series now
             _verify_or_restore(pack, dest, expected, backup)
             _settle(state, own, repo, checkout, expected, dest)
@@ -245,10 +245,10 @@ def _recover(pack: Pack, dest: Path, dry_run: bool) -> None:
     (killed between the two renames) is put back, so this regen starts from the series the checkout records."""
     if dry_run:
         return
-    for scratch in series.sweep_regen_scratch(dest.parent, pack.id):
+    for scratch in series_write.sweep_regen_scratch(dest.parent, pack.id):
         ui.info(f"removed {scratch}, left by a regen of pack {pack.id} that was killed")
     try:
-        restored = series.recover_swap(dest)
+        restored = series_write.recover_swap(dest)
     except ConfigError as exc:
         raise EditError(str(exc)) from None
     if restored is not None:
@@ -266,7 +266,7 @@ def _settle(state: EditState, own: PackRange, repo: git.Repo, checkout: Path, ex
 
 
 def _backups(dest: Path) -> list[Path]:
-    """The previous series kept by ``series.replace_series`` beside ``dest`` (``.<name>.bak-<pid>``)."""
+    """The previous series kept by ``series_write.replace_series`` beside ``dest`` (``.<name>.bak-<pid>``)."""
     return sorted(p for p in dest.parent.glob(f".{dest.name}.bak-*") if p.is_dir())
 
 
@@ -331,7 +331,7 @@ def _check_applies(ctx: Context, pack: Pack, base: str, new: Path) -> None:
                             f"{exc}") from None
 
 
-def print_result(result: series.SeriesDiff, dest: Path) -> None:
+def print_result(result: series_write.SeriesDiff, dest: Path) -> None:
     if not result.changed:
         ui.data(f"{dest}: unchanged (regenerated series is byte-identical)")
         return

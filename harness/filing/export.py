@@ -1,7 +1,7 @@
 """The series as it is filed: ``git am``-able patches for an upstream base, with nothing of ours in them.
 
 ``export`` takes a pack's series for a base (its ported series where it has one), applies it to a
-clone of that base, and writes it back with the deterministic format of ``series.format_series``
+clone of that base, and writes it back with the deterministic format of ``series_write.format_series``
 minus this repository's own trailers (``Upstream-Status:``, ``Pack:``). It then proves the result:
 the written files must apply with plain ``git am`` to a fresh clone of the base and give the same
 tree. When the pack's own series does not apply alone, the same-target dependencies that are not
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import CheckError, IdentityError, SeriesError
-from harness.lane import series
+from harness.lane import series, series_write
 from harness.lane.context import Context
 from harness.lane.tracking import Pack
 from harness.upstream import git, linters
@@ -150,7 +150,7 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
             repo = _applied(checkout, dep_patches + own, work / "stacked")
         _file_as(repo, checkout.commit, who, policy.signoff)
         fmt = work / "formatted"
-        files = series.format_series(repo, checkout.commit, "HEAD", fmt)
+        files = series_write.format_series(repo, checkout.commit, "HEAD", fmt)
         for f in files:
             f.write_bytes(strip_ours(f.read_bytes()))
         tree = repo.tree()

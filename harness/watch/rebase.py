@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.lane import series
+from harness.lane import series, series_write
 from harness.lane.context import Context
 from harness.lane.tracking import Pack
 from harness.upstream import git, pins
@@ -132,9 +132,9 @@ def try_pack(ctx: Context, pack: Pack, checkout: pins.Checkout, scratch: Path, r
         out = Path(tempfile.mkdtemp(prefix=f".refresh-{pack.id}-", dir=dest.parent))
         leftover: Path | None = out  # removed on the way out unless it became the series
         try:
-            series.keep_names(source, series.format_series(repo, own_start, "HEAD", out))
-            changed = series.compare(source, out)
-            backup = series.replace_series(dest, out)
+            series_write.keep_names(source, series_write.format_series(repo, own_start, "HEAD", out))
+            changed = series_write.compare(source, out)
+            backup = series_write.replace_series(dest, out)
             leftover = None
             if backup is not None:
                 shutil.rmtree(backup)
