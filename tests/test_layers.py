@@ -64,7 +64,8 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         3: {"context",  # repository + frozen run options
             "series_write"},  # a series written back (format-patch normalized, swapped in)
         4: {"lanes"},  # base -> series -> build -> reproducer -> receipt
-        5: {""},
+        5: {"suite_check"},  # the upstream suite's verdict from its lanes; the commit-by-commit check
+        6: {""},
     },
     "lane.receipts": {
         0: {"records"},  # the parts of a receipt, the closed schema

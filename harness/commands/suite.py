@@ -8,7 +8,7 @@ from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
-from harness.lane import lanes, suite
+from harness.lane import lanes, suite, suite_check
 
 
 def register(sub) -> None:
@@ -102,10 +102,10 @@ def main(args) -> int:
 def _collected_cases(ctx, pack, base: str) -> dict[str, int] | None:
     """Cases per file that the suite lanes' latest receipts on the base build collected, when every shard has one
     (else None: the counts recorded before stay)."""
-    chosen = lanes.suite_lanes(pack, base)
+    chosen = suite_check.suite_lanes(pack, base)
     if not chosen:
         return None
-    result = lanes.suite_verdict(ctx, pack, base)
+    result = suite_check.suite_verdict(ctx, pack, base)
     base_missing = [lane.name for lane in chosen if not lane.patched and lane.name in result.missing]
     if base_missing or result.collected is None or len(result.merged.base) < result.collected:
         return None
@@ -117,7 +117,7 @@ def _collected_cases(ctx, pack, base: str) -> dict[str, int] | None:
 
 
 def _compare(ctx, pack, base: str, as_json: bool) -> int:
-    result = lanes.suite_verdict(ctx, pack, base)
+    result = suite_check.suite_verdict(ctx, pack, base)
     if as_json:
         ui.out.print_json(json.dumps(result.as_json()))
     else:
@@ -138,7 +138,7 @@ def _commits(ctx, args) -> int:
         chosen = [(p, args.base) for p in ctx.tracking.packs.values()
                   if p.kind == "pr" and suite.selection_path(ctx.root, p.id, args.base or p.filing_base).is_file()]
     started = time.monotonic()
-    results = [lanes.commit_check(ctx, pack, base or pack.filing_base, args.timeout) for pack, base in chosen]
+    results = [suite_check.commit_check(ctx, pack, base or pack.filing_base, args.timeout) for pack, base in chosen]
     if args.json:
         ui.out.print_json(json.dumps({"ok": all(r.ok for r in results), "checks": [r.as_json() for r in results],
                                       "duration_s": round(time.monotonic() - started, 1)}))

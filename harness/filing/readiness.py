@@ -40,8 +40,7 @@ from harness.base.hashing import sha256_file
 from harness.errors import ConfigError, HarnessError, PinError
 from harness.filing import body as filing_body
 from harness.filing import check as body_check
-from harness.lane import lanes as lanes_mod
-from harness.lane import receipts, series, upstream_tests
+from harness.lane import receipts, series, suite_check, upstream_tests
 from harness.lane.receipts import Sentinel, Verdict
 from harness.lane.tracking import Lane, Pack, Tracking
 from harness.upstream import git, pins
@@ -185,7 +184,7 @@ class Readiness:
     reasons: tuple[Reason, ...]  # why it is not ready; empty when ready
     apply: ApplyCheck | None = None
     related: related.Scan | None = None  # the upstream work found overlapping it (None: not looked for)
-    suite: lanes_mod.SuiteResult | None = None  # the upstream suite at the filing base (None: none declared)
+    suite: suite_check.SuiteResult | None = None  # the upstream suite at the filing base (None: none declared)
 
     @property
     def ready(self) -> bool:
@@ -369,18 +368,18 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
     return None
 
 
-def suite_reasons(ctx, pack: Pack, fbase: str) -> tuple[list[Reason], lanes_mod.SuiteResult | None]:
+def suite_reasons(ctx, pack: Pack, fbase: str) -> tuple[list[Reason], suite_check.SuiteResult | None]:
     """Why the pack's upstream suite at ``fbase`` does not yet vouch for it (each suite lane's currency is a
     ``lane`` reason already): none declared, a shard without a complete receipt, a case short of full
     coverage, or a case that fails only when patched."""
     recorded = (ctx.root / "suites" / pack.id / f"{fbase}.toml").is_file()
-    if not lanes_mod.suite_lanes(pack, fbase):
+    if not suite_check.suite_lanes(pack, fbase):
         if not recorded:  # not yet required of a pack without a recorded selection (docs/upstream-tests.md)
             return [], None
         return [Reason(ReasonCode.SUITE, f"no [[packs.{pack.id}.suites]] at {fbase}: the upstream's own tests of "
                                          "the touched code never ran base vs patched")], None
     try:
-        result = lanes_mod.suite_verdict(ctx, pack, fbase)
+        result = suite_check.suite_verdict(ctx, pack, fbase)
     except HarnessError as exc:
         return [Reason(ReasonCode.SUITE, f"suite at {fbase}: {exc}")], None
     out = []
