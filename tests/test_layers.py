@@ -16,6 +16,7 @@ Imports under ``if TYPE_CHECKING:`` are annotations only and are not counted.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
@@ -242,3 +243,21 @@ def test_the_checks_see_a_wrong_import_and_a_stray_module(tmp_path):
     assert sorted(_wrong_imports(fake)) == ["lane/tracking.py imports filing.readiness (layer 5 >= 3)",
                                             "lane/tracking.py imports lane.lanes (sub-layer 4 >= 1 in lane)"]
     assert _unplaced(fake) == {"lane.stray"}
+
+
+def _undrawn(doc: str, root: Path = HARNESS) -> set[str]:
+    """Modules and packages under ``root`` that docs/layout.md's tree does not name (the verbs aside)."""
+    words = set(re.findall(r"[A-Za-z_]+", doc))
+    names = {p.stem for p in root.rglob("*.py") if p.parent.name != "commands" and p.stem != "__init__"}
+    names |= {p.name for p in root.rglob("*") if (p / "__init__.py").is_file()}
+    return {n for n in names if n not in words}
+
+
+def test_the_layout_doc_draws_every_module(tmp_path):
+    assert _undrawn((HARNESS.parent / "docs" / "layout.md").read_text()) == set(), \
+        "docs/layout.md: name the new module in the tree of 'The harness, by stage of the lane'"
+    fake = tmp_path / "harness"
+    (fake / "lane").mkdir(parents=True)
+    (fake / "lane" / "__init__.py").write_text("")
+    (fake / "lane" / "stray.py").write_text("")
+    assert _undrawn("lane", fake) == {"stray"}
