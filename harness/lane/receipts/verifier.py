@@ -16,6 +16,7 @@ from harness.lane.receipts.records import LOG, MANIFEST, RECEIPT
 
 _SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
 
+
 @dataclass(frozen=True)
 class Check:
     """The verification of one receipt directory."""

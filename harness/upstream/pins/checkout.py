@@ -21,8 +21,6 @@ from harness.upstream.pins.model import Base, GitPin, Manifest
 MIRRORS_ENV = "PATCHLANE_GIT_MIRRORS"
 
 
-# --------------------------------------------------------------------------- materializing
-
 @dataclass(frozen=True)
 class Sources:
     """Where bases may come from besides their URLs: artefact directories and git mirror directories."""

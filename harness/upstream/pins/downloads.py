@@ -20,8 +20,6 @@ from harness.upstream.pins.model import Artifact
 PYPI_URL = "https://pypi.org/pypi"
 
 
-# --------------------------------------------------------------------------- fetching
-
 def fetch(artifact: Artifact, store: Store, search_dirs: Sequence[Path] = ()) -> Path:
     """The verified artefact file in the store, downloading it if needed.
 

@@ -14,7 +14,6 @@ from harness.upstream.pins.downloads import PYPI_URL, _read_json
 from harness.upstream.pins.load import load_manifest
 from harness.upstream.pins.model import Artifact, Base, Manifest
 
-# --------------------------------------------------------------------------- a release not in the manifest
 
 def pypi_base(manifest: Manifest, version: str) -> Base:
     """The base for release ``version`` from the PyPI JSON API, same artefact kind as the default base."""
