@@ -196,6 +196,8 @@ def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path
     assert out["counts"]["patched-only failure"] == 1
     assert [c["id"] for c in out["cases"] if c["verdict"] == "patched-only failure"] == \
         ["tests/test_core.py::test_total"]
+    why = next(c["why"] for c in out["cases"] if c["verdict"] == "patched-only failure")
+    assert why["base"] is None and why["patched"].startswith("assert 0 == ")  # the exception, from the log
     from harness.base.store import Store
     from harness.filing import readiness
     from harness.lane.context import Context
@@ -207,6 +209,48 @@ def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path
     assert suite_reasons == ["suite at 1.0: tests/test_core.py::test_total: patched-only failure (base passed, "
                              "patched failed)"]
     assert state.suite is not None and len(state.suite.comparison.patched_only) == 1
+
+
+def test_failure_reasons_come_from_each_tracebacks_first_error_line(tmp_path):
+    """Read from a real pytest log: a class, a long parametrized name (pytest's one-underscore header), an
+    error in a fixture, and a test name two files share (left out: the header does not name the file)."""
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    long = "test_" + "x" * 90
+    (tests / "test_a.py").write_text(textwrap.dedent(f'''
+        import pytest
+
+        class TestGroup:
+            def test_in_class(self):
+                raise MemoryError("out of memory on the shared GPU")
+
+        @pytest.mark.parametrize("n", [1, 2])
+        def {long}(n):
+            assert n == 1, "n is not one"
+
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("fixture broke")
+
+        def test_uses_fixture(broken):
+            pass
+
+        def test_twin():
+            assert False
+    '''))
+    (tests / "test_b.py").write_text("def test_twin():\n    assert False\n")
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests"], cwd=tmp_path,
+                         capture_output=True, text=True, check=False)
+    nodes = ["tests/test_a.py::TestGroup::test_in_class", f"tests/test_a.py::{long}[1]",
+             f"tests/test_a.py::{long}[2]", "tests/test_a.py::test_uses_fixture", "tests/test_a.py::test_twin",
+             "tests/test_b.py::test_twin"]
+    why = suite.failure_reasons(run.stdout, nodes)
+    assert why == {"tests/test_a.py::TestGroup::test_in_class": "MemoryError: out of memory on the shared GPU",
+                   f"tests/test_a.py::{long}[2]": "AssertionError: n is not one",
+                   "tests/test_a.py::test_uses_fixture": "RuntimeError: fixture broke"}
 
 
 def test_a_dropped_file_fails_check(suite_repo, capsys):

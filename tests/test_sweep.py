@@ -264,7 +264,8 @@ def test_one_process_lanes_running_at_once_get_distinct_rendezvous_ports(lane_re
     assert code == Exit.OK, result
     by = {o["pack"]: o for o in result["lanes"]}
     assert by["02"]["verdict"] == by["03"]["verdict"] == "pass"
-    ports = {r.pack: r.sentinel_details[r.sentinels[0]]["port"] for r in find(lane_repo.root, "fake") if r.pack in {"02", "03"}}
+    ports = {r.pack: r.sentinel_details[r.sentinels[0]]["port"]
+             for r in find(lane_repo.root, "fake") if r.pack in {"02", "03"}}
     assert len(set(ports.values())) == 2 and 29500 not in ports.values()
 
 

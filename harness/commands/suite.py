@@ -123,7 +123,10 @@ def _compare(ctx, pack, base: str, as_json: bool) -> int:
     else:
         for case in result.comparison.cases:
             if case.verdict != "ok":
-                ui.data(f"{case.id}: base {case.base}, patched {case.patched}: {case.verdict}")
+                why = "; ".join(f"{side}: {text}" for side, text in (("base", case.why_base),
+                                                                     ("patched", case.why_patched)) if text)
+                ui.data(f"{case.id}: base {case.base}, patched {case.patched}: {case.verdict}"
+                        + (f" ({why})" if why else ""))
         ui.note(result.line())
     return Exit.OK if result.ok else Exit.MISMATCH
 

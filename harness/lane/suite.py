@@ -335,6 +335,8 @@ class Case:
     patched: str
     added: bool  # a test the series adds
     verdict: str  # "ok", "patched-only failure", "base-only failure", "fails on both", "fixed", ...
+    why_base: str | None = None  # the exception a failing case ended with on that build, from the run's log
+    why_patched: str | None = None
 
 
 @dataclass(frozen=True)
@@ -356,7 +358,44 @@ class Comparison:
     def as_json(self) -> dict:
         return {"ok": self.ok, "reasons": list(self.reasons), "counts": self.counts(),
                 "cases": [{"id": c.id, "base": c.base, "patched": c.patched, "added": c.added,
-                           "verdict": c.verdict} for c in self.cases]}
+                           "verdict": c.verdict, "why": {"base": c.why_base, "patched": c.why_patched}}
+                          for c in self.cases]}
+
+    def explained(self, base: Mapping[str, str], patched: Mapping[str, str]) -> Comparison:
+        """The same verdicts with each failing case's exception on either build (``failure_reasons``)."""
+        return replace(self, cases=tuple(
+            replace(c, why_base=base.get(c.id) if c.base in BAD else None,
+                    why_patched=patched.get(c.id) if c.patched in BAD else None) for c in self.cases))
+
+
+_TRACEBACK_HEAD = re.compile(r"^_+ (\S.*?) _+$")  # pytest's "____ test_x[p] ____" above each failure
+_RAISED = re.compile(r"^E\s+(\S.*)$")
+_SECTION = re.compile(r"^={3,} (.+?) ={3,}$")
+
+
+def failure_reasons(log: str, nodes: Iterable[str]) -> dict[str, str]:
+    """Node id -> the first ``E`` line of its traceback in a pytest log (an exception and its message, cut to
+    200 characters), for the ``nodes`` whose traceback the log holds. pytest heads a traceback with the
+    test's name as ``Class.test[params]``, without the file: a name two files share is left out."""
+    by_head: dict[str, list[str]] = {}
+    for node in nodes:
+        by_head.setdefault(node.split("::", 1)[-1].replace("::", "."), []).append(node)
+    out: dict[str, str] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        section = _SECTION.match(line)
+        if section:
+            current = None
+            continue
+        head = _TRACEBACK_HEAD.match(line)
+        if head:  # "test_x[p]", or "ERROR at setup of test_x[p]" for a fixture's error
+            matches = by_head.get(re.sub(r"^ERROR at \w+ of ", "", head.group(1)), [])
+            current = matches[0] if len(matches) == 1 else None
+            continue
+        raised = _RAISED.match(line)
+        if current and raised and current not in out:
+            out[current] = raised.group(1).strip()[:200]
+    return out
 
 
 def _case_function(node: str) -> tuple[str, str]:
