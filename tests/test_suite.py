@@ -209,6 +209,29 @@ def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path
     assert suite_reasons == ["suite at 1.0: tests/test_core.py::test_total: patched-only failure (base passed, "
                              "patched failed)"]
     assert state.suite is not None and len(state.suite.comparison.patched_only) == 1
+    from harness.filing import evidence
+    from harness.lane import receipts
+
+    pack = ctx.tracking.pack("01")
+    row = evidence._suite_row(pack, receipts.latest_by_lane(ctx.root, pack.target, pack.id, None), "this PR")
+    assert row is not None and row.label.startswith("the upstream's own tests of the touched code (1 file)")
+    assert row.result == "5 of 5 cases run (1 skipped); 1 fail only with the change; 0 fail without it too"
+
+
+def test_cases_failing_without_the_change_are_grouped_by_file_and_exception():
+    cases = {"a/test_x.py::test_1": ("failed", "failed"), "a/test_x.py::test_2": ("failed", "failed"),
+             "a/test_y.py::test_3": ("error", "passed"), "a/test_y.py::test_4": ("failed", "skipped"),
+             "a/test_y.py::test_5": ("passed", "passed")}
+    comparison = suite.compare({k: b for k, (b, _) in cases.items()}, {k: p for k, (_, p) in cases.items()}, {},
+                               claims_fix=False)
+    why = {"a/test_x.py::test_1": "KeyError: 'module'", "a/test_x.py::test_2": "KeyError: 'module'",
+           "a/test_y.py::test_4": "torch.OutOfMemoryError: CUDA out of memory"}
+    explained = comparison.explained(why, {})
+    assert suite.failing_without_change(explained) == (
+        "2 in test_x.py (KeyError: 'module'), 1 in test_y.py (torch.OutOfMemoryError: CUDA out of memory)")
+    assert suite.failing_without_change(explained, most=1) == "2 in test_x.py (KeyError: 'module'), 1 more"
+    assert suite.failing_without_change(comparison) == (
+        "2 in test_x.py (no exception in the log), 1 in test_y.py (no exception in the log)")
 
 
 def test_failure_reasons_come_from_each_tracebacks_first_error_line(tmp_path):

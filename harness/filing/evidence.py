@@ -300,15 +300,19 @@ def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str
     if not any(details.values()):  # never run: no row (readiness says why, reason 'suite')
         return None
     merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
-    comparison = suite.compare(merged.base, merged.patched, {}, claims_fix=False)
+    comparison = suite.explain_from_logs(suite.compare(merged.base, merged.patched, {}, claims_fix=False),
+                                         receipts.suite_logs((lane.patched, latest[lane.name]) for lane in chosen
+                                                             if lane.name in latest))
     files = sorted({node.split("::", 1)[0] for node in chosen[0].upstream_tests})
     shown = next((latest[lane.name] for lane in chosen if lane.patched and lane.name in latest), None)
     row = EvidenceRow(lane=chosen[0].name, figure="@suite", label="", show="")
     base = str(shown.base.version or shown.base.name) if shown is not None else pack.filing_base
-    return EvidenceRowResult(row, f"the upstream's own tests of the touched code ({len(files)} file(s)), "
-                                  "every case with and without the change",
-                             suite.summary_line(merged, comparison), None, f"{base} and {base} + {change_name}",
-                             shown)
+    result = suite.summary_line(merged, comparison)
+    failing = suite.failing_without_change(comparison)
+    return EvidenceRowResult(row, f"the upstream's own tests of the touched code ({len(files)} "
+                                  f"{'file' if len(files) == 1 else 'files'}), every case with and without the change",
+                             result + (f": {failing}" if failing else ""), None,
+                             f"{base} and {base} + {change_name}", shown)
 
 
 def table_cell(text: str) -> str:

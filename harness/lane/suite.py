@@ -368,6 +368,29 @@ class Comparison:
                     why_patched=patched.get(c.id) if c.patched in BAD else None) for c in self.cases))
 
 
+def explain_from_logs(comparison: Comparison, logs: Iterable[tuple[bool, str]]) -> Comparison:
+    """``comparison`` with the reasons read from its lanes' pytest logs, given as (patched, log text)."""
+    why: dict[bool, dict[str, str]] = {False: {}, True: {}}
+    for patched, text in logs:
+        failing = [c.id for c in comparison.cases if (c.patched if patched else c.base) in BAD]
+        why[patched].update(failure_reasons(text, failing))
+    return comparison.explained(why[False], why[True])
+
+
+def failing_without_change(comparison: Comparison, most: int = 3) -> str:
+    """The cases that fail on the base too, grouped by file and exception: ``20 in test_x.py (KeyError: 'a')``."""
+    groups: dict[tuple[str, str], int] = {}
+    for c in comparison.cases:
+        if c.verdict in ("fails on both", "base-only failure"):
+            key = (c.id.split("::", 1)[0].rsplit("/", 1)[-1], c.why_base or "no exception in the log")
+            groups[key] = groups.get(key, 0) + 1
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
+    parts = [f"{n} in {name} ({why})" for (name, why), n in ranked[:most]]
+    if len(ranked) > most:
+        parts.append(f"{sum(n for _, n in ranked[most:])} more")
+    return ", ".join(parts)
+
+
 _TRACEBACK_HEAD = re.compile(r"^_+ (\S.*?) _+$")  # pytest's "____ test_x[p] ____" above each failure
 _RAISED = re.compile(r"^E\s+(\S.*)$")
 _SECTION = re.compile(r"^={3,} (.+?) ={3,}$")
@@ -490,4 +513,5 @@ def summary_line(merged: Merged, comparison: Comparison) -> str:
     both = counts.get("base-only failure", 0) + counts.get("fails on both", 0)
     return (f"{merged.ran} of {total} cases run ({merged.skipped} skipped); {len(comparison.patched_only)} fail only "
             f"with the change; {both} fail without it too"
-            + (f"; {len(merged.missing)} run(s) missing" if merged.missing else ""))
+            + (f"; {len(merged.missing)} shard run{'' if len(merged.missing) == 1 else 's'} missing"
+               if merged.missing else ""))

@@ -76,15 +76,8 @@ def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
     added = suite.added_tests([(p.name, p.path.read_text(encoding="utf-8", errors="replace"))
                                for p in series_for(ctx, pack, base) if p.pack == pack.id])
     comparison = suite.compare(merged.base, merged.patched, added, claims_fix=pack.cls in CLAIMS_FIX)
-    why: dict[bool, dict[str, str]] = {False: {}, True: {}}
-    for lane in chosen:
-        path = latest[lane.name].path if lane.name in latest else None
-        log = None if path is None else path.parent / receipts.LOG
-        if log is not None and log.is_file():
-            failing = [c.id for c in comparison.cases if (c.patched if lane.patched else c.base) in suite.BAD]
-            why[lane.patched].update(suite.failure_reasons(log.read_text(encoding="utf-8", errors="replace"),
-                                                           failing))
-    comparison = comparison.explained(why[False], why[True])
+    comparison = suite.explain_from_logs(comparison, receipts.suite_logs(
+        (lane.patched, latest[lane.name]) for lane in chosen if lane.name in latest))
     paths = [latest[lane.name].path for lane in chosen if lane.name in latest]
     read = tuple(receipts.display_path(path, ctx.root) for path in paths if path is not None)
     return SuiteResult(pack.id, base, merged, comparison, read)

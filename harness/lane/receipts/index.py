@@ -3,9 +3,11 @@ entry tracking.toml keeps for a lane."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from harness.lane.receipts.model import Receipt, load
+from harness.lane.receipts.records import LOG
 
 
 def receipts_root(root: Path) -> Path:
@@ -85,3 +87,11 @@ def summary(receipt: Receipt, root: Path) -> dict:
         "date": receipt.started,
         "receipt": display_path(path, root),
     }
+
+
+def suite_logs(lanes: Iterable[tuple[bool, Receipt]]) -> Iterator[tuple[bool, str]]:
+    """(patched, ``output.log`` text) of suite lanes' receipts that have their log on disk."""
+    for patched, receipt in lanes:
+        log = None if receipt.path is None else receipt.path.parent / LOG
+        if log is not None and log.is_file():
+            yield patched, log.read_text(encoding="utf-8", errors="replace")
