@@ -13,7 +13,7 @@ from test_upstream_tests import upstream_repo  # noqa: F401  (the fixture: a fak
 
 from harness.base import pyimports
 from harness.errors import ConfigError, Exit
-from harness.lane import suite, upstream_tests
+from harness.lane import suite, suite_reasons, upstream_tests
 from harness.lane.receipts import find
 
 
@@ -227,10 +227,10 @@ def test_cases_failing_without_the_change_are_grouped_by_file_and_exception():
     why = {"a/test_x.py::test_1": "KeyError: 'module'", "a/test_x.py::test_2": "KeyError: 'module'",
            "a/test_y.py::test_4": "torch.OutOfMemoryError: CUDA out of memory"}
     explained = comparison.explained(why, {})
-    assert suite.failing_without_change(explained) == (
+    assert suite_reasons.failing_without_change(explained) == (
         "2 in test_x.py (KeyError: 'module'), 1 in test_y.py (torch.OutOfMemoryError: CUDA out of memory)")
-    assert suite.failing_without_change(explained, most=1) == "2 in test_x.py (KeyError: 'module'), 1 more"
-    assert suite.failing_without_change(comparison) == (
+    assert suite_reasons.failing_without_change(explained, most=1) == "2 in test_x.py (KeyError: 'module'), 1 more"
+    assert suite_reasons.failing_without_change(comparison) == (
         "2 in test_x.py (no exception in the log), 1 in test_y.py (no exception in the log)")
 
 
@@ -270,7 +270,7 @@ def test_failure_reasons_come_from_each_tracebacks_first_error_line(tmp_path):
     nodes = ["tests/test_a.py::TestGroup::test_in_class", f"tests/test_a.py::{long}[1]",
              f"tests/test_a.py::{long}[2]", "tests/test_a.py::test_uses_fixture", "tests/test_a.py::test_twin",
              "tests/test_b.py::test_twin"]
-    why = suite.failure_reasons(run.stdout, nodes)
+    why = suite_reasons.failure_reasons(run.stdout, nodes)
     assert why == {"tests/test_a.py::TestGroup::test_in_class": "MemoryError: out of memory on the shared GPU",
                    f"tests/test_a.py::{long}[2]": "AssertionError: n is not one",
                    "tests/test_a.py::test_uses_fixture": "RuntimeError: fixture broke"}

@@ -9,7 +9,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.lane import receipts, suite
+from harness.lane import receipts, suite, suite_reasons
 from harness.lane.tracking import EvidenceRow, Pack
 from harness.upstream import pins
 from harness.upstream.github import repo_slug
@@ -300,7 +300,7 @@ def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str
     if not any(details.values()):  # never run: no row (readiness says why, reason 'suite')
         return None
     merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
-    comparison = suite.explain_from_logs(suite.compare(merged.base, merged.patched, {}, claims_fix=False),
+    comparison = suite_reasons.explain_from_logs(suite.compare(merged.base, merged.patched, {}, claims_fix=False),
                                          receipts.suite_logs((lane.patched, latest[lane.name]) for lane in chosen
                                                              if lane.name in latest))
     files = sorted({node.split("::", 1)[0] for node in chosen[0].upstream_tests})
@@ -308,7 +308,7 @@ def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str
     row = EvidenceRow(lane=chosen[0].name, figure="@suite", label="", show="")
     base = str(shown.base.version or shown.base.name) if shown is not None else pack.filing_base
     result = suite.summary_line(merged, comparison)
-    failing = suite.failing_without_change(comparison)
+    failing = suite_reasons.failing_without_change(comparison)
     return EvidenceRowResult(row, f"the upstream's own tests of the touched code ({len(files)} "
                                   f"{'file' if len(files) == 1 else 'files'}), every case with and without the change",
                              result + (f": {failing}" if failing else ""), None,

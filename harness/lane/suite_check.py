@@ -13,6 +13,7 @@ from harness.lane import (
     runtime,
     series,
     suite,
+    suite_reasons,
     upstream_tests,
 )
 from harness.lane.context import Context
@@ -76,7 +77,7 @@ def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
     added = suite.added_tests([(p.name, p.path.read_text(encoding="utf-8", errors="replace"))
                                for p in series_for(ctx, pack, base) if p.pack == pack.id])
     comparison = suite.compare(merged.base, merged.patched, added, claims_fix=pack.cls in CLAIMS_FIX)
-    comparison = suite.explain_from_logs(comparison, receipts.suite_logs(
+    comparison = suite_reasons.explain_from_logs(comparison, receipts.suite_logs(
         (lane.patched, latest[lane.name]) for lane in chosen if lane.name in latest))
     paths = [latest[lane.name].path for lane in chosen if lane.name in latest]
     read = tuple(receipts.display_path(path, ctx.root) for path in paths if path is not None)
