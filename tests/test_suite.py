@@ -218,6 +218,34 @@ def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path
     assert row.result == "5 of 5 cases run (1 skipped); 1 fail only with the change; 0 fail without it too"
 
 
+def test_a_shard_starved_of_host_resources_is_not_current_and_runs_again(suite_repo, tmp_path, capsys):
+    """A case that ran out of GPU memory on a shared GPU says nothing about the change: readiness does not count
+    the shard's receipt, and the sweep plans the shard again (without --rerun)."""
+    args = suite_repo.args()
+    starved = (CORE_FIXED + "\n\ndef total(xs):\n"
+               "    raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')\n")
+    suite_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, starved))
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base"), *_lanes("patched")) == Exit.OK
+    from harness.base.store import Store
+    from harness.filing import readiness
+    from harness.lane.context import Context
+    from harness.lane.tracking import Tracking
+
+    ctx = Context(root=suite_repo.root, tracking=Tracking.load(suite_repo.root), store=Store(suite_repo.cache))
+    state = readiness.readiness(ctx, ctx.tracking.pack("01"))
+    starved_lanes = {r.text.split(":", 1)[0] for r in state.reasons if "host's resources" in r.text}
+    shard = next(r.lane for r in find(suite_repo.root, "fake", "01") if r.lane.startswith("suite-1.0-patched")
+                 and "CUDA out of memory" in (r.path.parent / "output.log").read_text())
+    assert starved_lanes == {f"lane {shard}"}
+    capsys.readouterr()
+    assert cli("sweep", "01", "--plan", "--json", "--lane", "suite-*", *args) == Exit.OK
+    plan = json.loads(capsys.readouterr().out)
+    states = {lane: t["state"] for t in plan["tasks"] for lane in t["lanes"]}
+    assert states[shard] == "run" and sum(1 for s in states.values() if s == "current") == 3
+
+
 def test_cases_failing_without_the_change_are_grouped_by_file_and_exception():
     cases = {"a/test_x.py::test_1": ("failed", "failed"), "a/test_x.py::test_2": ("failed", "failed"),
              "a/test_y.py::test_3": ("error", "passed"), "a/test_y.py::test_4": ("failed", "skipped"),

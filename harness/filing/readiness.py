@@ -40,8 +40,9 @@ from harness.base.hashing import sha256_file
 from harness.errors import ConfigError, HarnessError, PinError
 from harness.filing import body as filing_body
 from harness.filing import check as body_check
-from harness.lane import receipts, series, suite_check, upstream_tests
+from harness.lane import receipts, series, suite, suite_check, upstream_tests
 from harness.lane.receipts import Sentinel, Verdict
+from harness.lane.suite_reasons import host_failures
 from harness.lane.tracking import Lane, Pack, Tracking
 from harness.upstream import git, pins
 from harness.upstream.github import thread_label
@@ -139,6 +140,7 @@ class LaneProblemCode(StrEnum):
     SERIES = "series"  # it applied other series files than the filing base's
     REPRODUCER = "reproducer"  # the reproducer file changed since
     HELPERS = "helpers"  # a helper module the reproducer imports changed since
+    HOST = "host"  # a suite shard whose cases failed for want of the host's resources (GPU memory, a port)
 
 
 @dataclass(frozen=True)
@@ -351,6 +353,14 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
         if upstream_tests.recorded_tree(rec.reproducer.args) != tree:
             return LaneProblem(LaneProblemCode.SERIES, "latest receipt ran the upstream tests of another series "
                                                        f"or another choice of ids than today's for {lane.base}")
+    if lane.suite and rec.path is not None and (rec.path.parent / receipts.LOG).is_file():
+        starved = host_failures(rec.sentinel_details.get(suite.RECORDED),
+                                              (rec.path.parent / receipts.LOG).read_text(encoding="utf-8",
+                                                                                       errors="replace"))
+        if starved:
+            return LaneProblem(LaneProblemCode.HOST,
+                               f"{len(starved)} case(s) of its latest run failed for want of the host's resources, "
+                               f"not of the code ({next(iter(starved.values()))[:90]}): run the shard again")
     script = pack.lane_script(lane)
     if script:
         path = root / script

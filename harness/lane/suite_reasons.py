@@ -8,9 +8,20 @@ failure of the change, of the base, or of the host (out of GPU memory, a port in
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from harness.lane.suite import BAD, Comparison
+
+# what a failing case says when the host, not the code, ran short: CUDA or Triton out of GPU memory, a
+# torch.distributed store whose port another run holds
+HOST_FAILURE = re.compile(r"out of memory|EADDRINUSE|address already in use", re.I)
+
+
+def host_failures(details: Mapping | None, log: str) -> dict[str, str]:
+    """The cases of one suite run (its sentinel ``details`` and pytest ``log``) that failed for want of the
+    host's resources: node id -> the exception. Such a run says nothing about the change; it must run again."""
+    failing = [node for node, outcome in ((details or {}).get("cases") or {}).items() if outcome in BAD]
+    return {node: why for node, why in failure_reasons(log, failing).items() if HOST_FAILURE.search(why)}
 
 
 def explain_from_logs(comparison: Comparison, logs: Iterable[tuple[bool, str]]) -> Comparison:
