@@ -252,19 +252,26 @@ def _load_base(name: str, table, where: str, repo: str) -> Base:
     )
 
 
+def _pinned_file(raw, where: str, suffixes: tuple[str, ...], what: str) -> tuple[str, str]:
+    """The ``sha256`` and plain ``filename`` of one pinned file of a base (a payload wheel, a host build's
+    sdist): a table, 64 hex digits, a name with no directory that ends in one of ``suffixes``."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: must be a table")
+    sha = get(raw, "sha256", str, where).lower()
+    if not _HEX64.match(sha):
+        raise ConfigError(f"{where}: sha256 must be 64 hex digits, got {sha!r}")
+    filename = get(raw, "filename", str, where)
+    if "/" in filename or filename.startswith(".") or not filename.endswith(suffixes):
+        raise ConfigError(f"{where}: filename must be a plain {what}, got {filename!r}")
+    return sha, filename
+
+
 def _load_payloads(table, where: str) -> tuple[Payload, ...]:
     out: list[Payload] = []
     requires = str_list(table, "runtime_requires", where)
     for i, raw in enumerate(get(table, "payloads", list, where, default=[])):
         pwhere = f"{where[:-1]}.payloads] #{i + 1}"
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{pwhere}: must be a table")
-        sha = get(raw, "sha256", str, pwhere).lower()
-        if not _HEX64.match(sha):
-            raise ConfigError(f"{pwhere}: sha256 must be 64 hex digits, got {sha!r}")
-        filename = get(raw, "filename", str, pwhere)
-        if "/" in filename or filename.startswith(".") or not filename.endswith(".whl"):
-            raise ConfigError(f"{pwhere}: filename must be a plain wheel file name, got {filename!r}")
+        sha, filename = _pinned_file(raw, pwhere, (".whl",), "wheel file name")
         provides = get(raw, "provides", str, pwhere)
         if provides not in requires:
             raise ConfigError(f"{pwhere}: provides {provides!r} must be one of the base's runtime_requires "
@@ -289,14 +296,7 @@ def _load_host_builds(table, where: str) -> tuple[HostBuild, ...]:
     requires = str_list(table, "runtime_requires", where)
     for i, raw in enumerate(get(table, "host_builds", list, where, default=[])):
         hwhere = f"{where[:-1]}.host_builds] #{i + 1}"
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{hwhere}: must be a table")
-        sha = get(raw, "sha256", str, hwhere).lower()
-        if not _HEX64.match(sha):
-            raise ConfigError(f"{hwhere}: sha256 must be 64 hex digits, got {sha!r}")
-        filename = get(raw, "filename", str, hwhere)
-        if "/" in filename or filename.startswith(".") or not filename.endswith((".tar.gz", ".zip")):
-            raise ConfigError(f"{hwhere}: filename must be a plain sdist file name (.tar.gz or .zip), got {filename!r}")
+        sha, filename = _pinned_file(raw, hwhere, (".tar.gz", ".zip"), "sdist file name (.tar.gz or .zip)")
         provides = get(raw, "provides", str, hwhere)
         build_requires = tuple(str_list(raw, "build_requires", hwhere))
         for pin in (provides, *build_requires):
