@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -108,6 +108,21 @@ def lookup_tree(store: Store, key: str) -> Path | None:
     return path if path.is_dir() else None
 
 
+def _ensure_tree(store: Store, key: str, fill: Callable[[Path], None]) -> Path | None:
+    """The test tree under ``key``, made by ``fill(entry)`` if absent: looked up without the store's lock, made
+    under it (looking again first), written as a new entry that appears whole or not at all."""
+    found = lookup_tree(store, key)
+    if found is not None:
+        return found
+    with store.locked():
+        found = lookup_tree(store, key)
+        if found is not None:
+            return found
+        with store.new_entry(store.area("upstream-tests") / key[:20]) as tmp:
+            fill(tmp)
+    return lookup_tree(store, key)
+
+
 def export_tree(source: Path, ids: tuple[str, ...], key: str, store: Store, label: str) -> Path:
     """The test tree for ``ids`` taken from the upstream tree at ``source`` (cached under ``key``).
 
@@ -118,18 +133,12 @@ def export_tree(source: Path, ids: tuple[str, ...], key: str, store: Store, labe
     if missing:
         raise ConfigError(f"{label}: upstream test file {test_file(missing[0])} is not in the tree "
                           f"({source}); is the test in the pack's series?")
-    found = lookup_tree(store, key)  # lock-free; the lock only to make it, looking again under it
-    if found is not None:
-        return found
-    with store.locked():
-        found = lookup_tree(store, key)
-        if found is not None:
-            return found
-        with store.new_entry(store.area("upstream-tests") / key[:20]) as tmp:
-            for rel in tree_files(source, ids):
-                (tmp / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source / rel, tmp / "tree" / rel)
-    made = lookup_tree(store, key)
+    def fill(tmp: Path) -> None:
+        for rel in tree_files(source, ids):
+            (tmp / "tree" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / rel, tmp / "tree" / rel)
+
+    made = _ensure_tree(store, key, fill)
     if made is None:
         raise BuildError(f"{label}: the upstream test tree {store.root / 'upstream-tests' / key[:20]} vanished")
     ui.note(f"upstream tests of {label}: {made}")
@@ -140,16 +149,11 @@ def adopt_tree(tar: Path, key: str, store: Store, label: str) -> Path:
     """Register a test tree from an offline bundle (a tar of ``tree/``) under ``key``."""
     import tarfile
 
-    found = lookup_tree(store, key)  # lock-free; the lock only to make it, looking again under it
-    if found is not None:
-        return found
-    with store.locked():
-        found = lookup_tree(store, key)
-        if found is not None:
-            return found
-        with store.new_entry(store.area("upstream-tests") / key[:20]) as tmp, tarfile.open(tar) as tf:
+    def fill(tmp: Path) -> None:
+        with tarfile.open(tar) as tf:
             tf.extractall(tmp, filter="data")
-    made = lookup_tree(store, key)
+
+    made = _ensure_tree(store, key, fill)
     if made is None:
         raise BuildError(f"{label}: the bundle's test tree did not unpack into "
                          f"{store.root / 'upstream-tests' / key[:20]}")
