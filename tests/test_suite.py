@@ -119,6 +119,12 @@ def test_a_selection_round_trips_and_keeps_what_a_person_recorded(tmp_path):
     assert dropped == ["tests/test_b.py: derived (imports pkg.a) but not recorded"]
 
 
+def test_a_case_the_base_run_never_recorded_is_not_ok():
+    result = suite.compare({}, {"t.py::test_a": "failed", "t.py::test_b": "passed"}, {}, claims_fix=False)
+    assert {c.id: c.verdict for c in result.cases} == {"t.py::test_a": "not run on the base",
+                                                       "t.py::test_b": "not run on the base"}
+
+
 def test_compare_blames_only_what_fails_when_patched():
     base = {"t.py::test_ok": "passed", "t.py::test_broken": "passed", "t.py::test_old": "failed",
             "t.py::test_both": "error", "t.py::test_new[1]": "failed", "t.py::test_hang": "passed"}

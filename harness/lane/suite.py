@@ -392,6 +392,8 @@ def compare(base: Mapping[str, str], patched: Mapping[str, str], added: Mapping[
             shows_fix[(path, func)] = shows_fix.get((path, func), False) or verdict == "fixed"
         elif b == GOOD and p != GOOD and p != "skipped":
             verdict = "patched-only failure"
+        elif b == "absent":  # its base shard never recorded it: nothing to compare with, whatever the patched run
+            verdict = "not run on the base"
         elif b in BAD and p == GOOD:
             verdict = "fixed"
         elif b in BAD and p in BAD:
