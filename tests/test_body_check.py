@@ -293,6 +293,7 @@ Linked issue: <!-- e.g. Fixes #1 -->
 
 - [ ] I have added relevant unit tests
 - [ ] I have added relevant documentation
+- [ ] I have run the [autoformatter.sh](https://example.invalid/tools/autoformat.sh) on my PR
 
 ### Process
 
@@ -312,6 +313,9 @@ def test_the_upstream_template_is_filled_and_a_box_is_ticked_only_from_a_fact():
     filled = pr_template.fill(TEMPLATE, "The problem.", facts)
     assert "- [x] I have added relevant unit tests" in filled and "- [ ] I have added relevant documentation" in filled
     assert "- [ ] I reviewed every line myself." in filled and "Linked issue: Fixes acme/fake#3" in filled
+    assert "- [ ] I have run the [autoformatter.sh]" in filled  # no format check among the upstream's: not ticked
+    filled = pr_template.fill(TEMPLATE, "The problem.", pr_template.Facts(formatted=True))
+    assert "- [x] I have run the [autoformatter.sh]" in filled and "- [ ] I have added relevant unit tests" in filled
 
 
 def test_a_test_file_in_the_series_is_the_fact_behind_the_unit_test_box():

@@ -306,7 +306,8 @@ def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack
              if t.role in ("fixes", "feature request") and "/issues/" in t.url]
     verb = "Closes" if pack.cls == "feature" else "Fixes"
     linked = [f"Fixes {label}" for label in fixes] + ([f"{verb} {LINKED_ISSUE}"] if with_linked_issue else [])
-    facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff), linked=", ".join(linked))
+    facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff), linked=", ".join(linked),
+                              formatted=any(c.kind == "format" for c in manifest.policy.checks))
     return pr_template.fill(found.text, body, facts)
 
 

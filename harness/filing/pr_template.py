@@ -118,11 +118,15 @@ class Facts:
     """What the tool knows about a PR, each able to tick one kind of box."""
 
     adds_tests: bool = False  # the series adds or changes a file of the upstream's test tree
+    # the upstream's own formatters are among its checks ([[policy.checks]] of kind "format"): ``harness export``
+    # refuses a series they would rewrite, so a PR filed from an export has been through them
+    formatted: bool = False
     linked: str = ""  # "Fixes #N" / "Related to #N", or empty
 
 
 # (box text pattern, the fact that ticks it); a box no pattern names stays unticked
-TICKS = ((re.compile(r"\bunit tests?\b", re.I), "adds_tests"),)
+TICKS = ((re.compile(r"\bunit tests?\b", re.I), "adds_tests"),
+         (re.compile(r"\bautoformat|\bcheckstyle\b", re.I), "formatted"))
 _BOX = re.compile(r"^(\s*[-*]\s)\[[ xX]\](\s.*)$")
 _WHAT = re.compile(r"^#+\s+(?:what does this pr do|description|summary)\b", re.I)  # where the body goes
 _FIELD = re.compile(r"^([A-Z][\w ]{0,40}):\s*(?:<!--.*?-->)?\s*$")
