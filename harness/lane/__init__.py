@@ -6,7 +6,8 @@ them) and ``series_write`` (writing them back), ``builds``, ``host_builds`` and 
 something importable), ``runtime`` (each base's exact runtime wheels), ``kernel_key`` and ``kernel_cache``
 (compiled kernels kept per key), ``runs`` (one reproducer run and what it printed), ``receipts`` (the record
 of a run; a package), ``context`` (repository + frozen options), ``lanes`` (all of it end to end) and
-``suite_check`` (the upstream suite's verdict from its lanes, and its commit-by-commit check). ``sessions``
+``suite_check`` (the upstream suite's verdict from its lanes, and its commit-by-commit check), with
+``suite_reasons`` (why a case failed, read from the lanes' pytest logs). ``sessions``
 turns packs into nox sessions, ``scaffold`` starts a new pack.
 
 May import: ``harness.errors``, ``harness.base``, ``harness.upstream``. Importing this package imports nothing
