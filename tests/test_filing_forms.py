@@ -359,3 +359,24 @@ def test_a_part_without_its_section_goes_under_additional_context():
 @pytest.mark.parametrize("gone", ["No measurements yet.", "No reproducer yet."])
 def test_a_body_without_its_evidence_or_reproducer_fails(gone):
     assert _rules(check.own_findings(_rendered(f"It breaks.\n\n{gone}\n"))) == ["incomplete"]
+
+
+def test_the_attached_script_lists_only_the_runs_of_that_script(monkeypatch):
+    """An upstream-test lane runs pytest, not the reproducer: its header must not tell anyone to run the script."""
+    from types import SimpleNamespace
+
+    from harness.filing import reproducer
+    from harness.lane.tracking import Lane
+
+    monkeypatch.setattr(reproducer, "base_label", lambda manifest, base: "fake main")
+    monkeypatch.setattr(reproducer, "unchanged_label", lambda manifest, base: "fake main unchanged")
+    lanes = (Lane(name="bug-main", base="main", patched=False, expect="BUG_REPRODUCED"),
+             Lane(name="fix-main", base="main", patched=True, expect="FIX_VALIDATED", args=("--device", "cpu")),
+             Lane(name="upstream-tests-fix-main", base="main", patched=True, expect="UPSTREAM_TESTS_PASSED",
+                  upstream_tests=("tests/test_x.py::test_y",)))
+    pack = Pack(id="01", title="t", target="fake", kind="pr", state="planned", files=(), depends_on=(),
+                summary="", requires="cpu", base=None, reproducer=None, lanes=lanes, threads=(), absorbed=None,
+                mitigation=None, blocked=None)
+    runs = reproducer._runs(SimpleNamespace(bases={"main": None}), pack, "main", "repro.py", "this PR")
+    assert runs == ["1. fake main unchanged (CPU is enough):\n       python repro.py --unpatched",
+                    "2. fake main with this PR (CPU is enough):\n       python repro.py --patched --device cpu"]

@@ -9,10 +9,6 @@ Run it once per build, from one directory:
        python repro_siso_bwd_vdo_once.py --unpatched
   2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
        python repro_siso_bwd_vdo_once.py --patched --baseline-site $RELEASED_SITE
-  3. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
-       python repro_siso_bwd_vdo_once.py --unpatched
-  4. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
-       python repro_siso_bwd_vdo_once.py --patched
 
 RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
 made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at

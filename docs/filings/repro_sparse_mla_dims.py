@@ -13,14 +13,6 @@ Run it once per build, from one directory:
        python repro_sparse_mla_dims.py --unpatched
   4. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CUDA GPU):
        python repro_sparse_mla_dims.py --patched --baseline-site $RELEASED_SITE
-  5. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CPU is enough):
-       python repro_sparse_mla_dims.py --unpatched
-  6. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CPU is enough):
-       python repro_sparse_mla_dims.py --patched
-  7. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CUDA GPU):
-       python repro_sparse_mla_dims.py --unpatched
-  8. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CUDA GPU):
-       python repro_sparse_mla_dims.py --patched
 
 RELEASED_SITE is a directory holding NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged, e.g.
 made with 'pip install --no-deps --target DIR .' in a checkout of NVIDIA/Megatron-LM main@d98e8a6 at

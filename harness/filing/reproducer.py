@@ -81,8 +81,10 @@ def _mentions(requirement: str, code: str) -> bool:
 
 
 def _runs(manifest: pins.Manifest, pack: Pack, base_name: str, name: str, change_name: str) -> list[str]:
-    """The commands of the header: one per lane on the filed base, with the flags the script takes."""
-    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite]
+    """The commands of the header: one per lane on the filed base that runs this script, with the flags it takes
+    (a minimal, upstream-test or suite lane runs another script)."""
+    lanes = [lane for lane in pack.lanes
+             if lane.base == base_name and not lane.minimal and not lane.suite and not lane.upstream_tests]
     out = []
     for i, lane in enumerate(lanes, 1):
         env = []
