@@ -1,4 +1,4 @@
-"""Fused linear cross entropy: warn and fall back on GPUs without a kernel: a self-contained reproducer.
+"""FLCE dispatcher raises on every non-Blackwell GPU: a self-contained reproducer.
 
 Needs megatron-core (the package under test) importable, torch, a CUDA GPU. Nothing else: every
 helper it uses is copied in below.
