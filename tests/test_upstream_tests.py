@@ -280,3 +280,20 @@ def test_a_cuda_upstream_lane_runs_under_the_lock_of_every_visible_gpu(upstream_
     upstream_repo.write_tracking(_lane("tests-gpu", True, [OK], requires="cuda") + _lane("tests-cpu", True, [OK]))
     _run(upstream_repo, "tests-gpu", "tests-cpu")  # no CUDA here: the runner skips or dies; the lock came first
     assert held == [["3", "5"], []]
+
+
+def test_an_upstream_whose_addopts_stop_at_the_first_failure_still_runs_every_case(upstream_repo, monkeypatch):
+    """Megatron-LM dev's pyproject.toml holds addopts = "-x": the lane must not stop at the base's first failure
+    and report every later id as not run."""
+    later = "tests/test_core.py::TestScale::test_ones"  # after the failing test in the file
+    tree = fake_tree()
+    tree["pyproject.toml"] += '[tool.pytest.ini_options]\naddopts = "-x"\n'
+    monkeypatch.setattr(sys.modules[__name__], "fake_tree", lambda: tree)
+    upstream_repo.sdist.unlink()
+    upstream_repo.sdist = _sdist(upstream_repo.sdist.parent)
+    upstream_repo.write_manifest()
+    upstream_repo.write_tracking(_lane("tests-bug", False, [BAD, later], [BAD]))
+    assert _run(upstream_repo, "tests-bug") == Exit.OK
+    [rec] = find(upstream_repo.root, "fake", "01")
+    assert _details(rec)["outcomes"] == {BAD: "failed", later: "passed"}
+    assert rec.sentinels == (Sentinel.UPSTREAM_TESTS_FAILED_AS_EXPECTED,)

@@ -344,6 +344,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         env["HARNESS_BASELINE_SITE"] = str(prep.baseline.site)
     if prep.tests_tree is not None:
         env[upstream_tests.ROOT_ENV] = str(prep.tests_tree)
+        env.update(upstream_tests.PYTEST_ENV)
     if lane.suite:  # per-case progress, kept across runs of the same shard, tree and build: a killed run resumes
         env[upstream_tests.SUITE_STATE_ENV] = str(suite_state(ctx, prep))
     if lane.nproc > 1:

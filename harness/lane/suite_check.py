@@ -159,7 +159,8 @@ def commit_check(ctx: Context, pack: Pack, base_name: str, timeout_s: int = 900)
         env = runtime.with_library_path(dict(os.environ), site)
         env.update({"PYTHONPATH": os.pathsep.join([str(build.site), *(str(b.site) for b in extra_builds),
                                                    *([str(site)] if site else []), str(ctx.root / "repros")]),
-                    "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", upstream_tests.ROOT_ENV: str(tests)})
+                    "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", upstream_tests.ROOT_ENV: str(tests),
+                    **upstream_tests.PYTEST_ENV})
         env.pop(upstream_tests.SUITE_STATE_ENV, None)
         cmd = [ctx.python, str(ctx.root / upstream_tests.SUITE_RUNNER), "--distribution", manifest.distribution,
                "--module", manifest.import_names[0], "--requires", "cpu", "--timeout", str(timeout_s),

@@ -48,6 +48,10 @@ LOCK_DIR_ENV = "PATCHLANE_GPU_LOCK_DIR"
 SUITE_STATE_ENV = "HARNESS_SUITE_STATE"  # a suite lane's per-case progress file (repros/upstream_suite.py reads it)
 SUITE_RERUN_ENV = "PATCHLANE_SUITE_RERUN"  # 1: forget the progress of suite lanes, decide every case again
 ROOT_ENV = "HARNESS_UPSTREAM_TESTS_ROOT"  # where the runner finds the test tree (repros/upstream_tests.py reads it)
+# Every selected case runs to its outcome: an upstream whose pytest addopts hold -x (Megatron-LM dev) would stop at
+# the first failure, leaving the rest "not run" on the base build. PYTEST_ADDOPTS comes after the ini addopts, so
+# its --maxfail wins; set in the lane's environment rather than in the runner, whose digest every receipt pins.
+PYTEST_ENV = {"PYTEST_ADDOPTS": "--maxfail=1000000000"}
 SENTINEL_ALL_PASSED = "UPSTREAM_TESTS_PASSED"
 SENTINEL_FAILED_AS_EXPECTED = "UPSTREAM_TESTS_FAILED_AS_EXPECTED"
 SENTINEL_SUITE_RAN = "UPSTREAM_SUITE_RECORDED"
