@@ -41,7 +41,8 @@ def test_entries_are_planned_on_the_dev_base(tracking):
         assert pack.target == "megatron-lm" and pack.base == "dev" and pack.state == "planned"
         assert pack.blocked is None and pack.reproducer == str(repro.relative_to(ROOT))
         assert all(lane.base == "dev" for lane in pack.lanes)
-    assert p10.files == ("megatron/core/fusions/fused_linear_cross_entropy.py",) and p10.depends_on == ()
+    assert p10.files == ("megatron/core/fusions/fused_linear_cross_entropy.py",
+                         "tests/unit_tests/fusions/test_fused_linear_cross_entropy.py") and p10.depends_on == ()
     assert p11.files == ("megatron/core/models/hybrid/hybrid_model.py",) and p11.depends_on == ("10",)
 
 
@@ -58,11 +59,18 @@ def test_pack10_lanes(tracking, repro10, monkeypatch):
     }
     got = {}
     for lane in pack.lanes:
+        if lane.upstream_tests:  # the upstream's own test file, run by the kit's runner, not the reproducer
+            continue
         monkeypatch.setattr(sys, "argv", [str(REPRO10), *lane.args])
         args = repro10.parse_args()
         assert args.device == pack.lane_requires(lane), lane.name
         got[lane.name] = (pack.lane_requires(lane), lane.patched, lane.nproc, lane.expect, args.stage)
     assert got == want
+    tests = {lane.name: (pack.lane_requires(lane), lane.patched, bool(lane.expect_failed))
+             for lane in pack.lanes if lane.upstream_tests and not lane.suite}
+    assert tests == {"upstream-tests-bug-dev-cpu": ("cpu", False, True),
+                     "upstream-tests-fix-dev-cpu": ("cpu", True, False),
+                     "upstream-tests-bug-dev": ("cuda", False, True), "upstream-tests-fix-dev": ("cuda", True, False)}
 
 
 def test_pack11_lanes(tracking, repro11, monkeypatch):
