@@ -353,10 +353,9 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
         if upstream_tests.recorded_tree(rec.reproducer.args) != tree:
             return LaneProblem(LaneProblemCode.SERIES, "latest receipt ran the upstream tests of another series "
                                                        f"or another choice of ids than today's for {lane.base}")
-    if lane.suite and rec.path is not None and (rec.path.parent / receipts.LOG).is_file():
-        starved = host_failures(rec.sentinel_details.get(suite.RECORDED),
-                                              (rec.path.parent / receipts.LOG).read_text(encoding="utf-8",
-                                                                                       errors="replace"))
+    log = receipts.log_text(rec) if lane.suite else None
+    if log is not None:
+        starved = host_failures(rec.sentinel_details.get(suite.RECORDED), log)
         if starved:
             return LaneProblem(LaneProblemCode.HOST,
                                f"{len(starved)} case(s) of its latest run failed for want of the host's resources, "

@@ -36,6 +36,7 @@ from harness.lane.receipts.index import (
     host_description,
     latest,
     latest_by_lane,
+    log_text,
     receipts_root,
     run_dirs,
     suite_logs,
@@ -67,6 +68,6 @@ __all__ = [
     "BaseRecord", "BuildRecord", "Check", "Figure", "HarnessRecord", "Host", "KernelCacheRecord", "LOG",
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
     "Verdict", "check_dir", "display_path", "dump", "find", "helper_digests", "host_description", "latest",
-    "latest_by_lane", "load", "receipts_root", "run_dirs", "stamp_time", "suite_logs", "summary", "utc_now", "verify",
-    "write", "write_manifest",
+    "latest_by_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time", "suite_logs", "summary",
+    "utc_now", "verify", "write", "write_manifest",
 ]

@@ -89,9 +89,15 @@ def summary(receipt: Receipt, root: Path) -> dict:
     }
 
 
+def log_text(receipt: Receipt) -> str | None:
+    """The ``output.log`` beside a loaded receipt, or None where it has no log on disk."""
+    log = None if receipt.path is None else receipt.path.parent / LOG
+    return log.read_text(encoding="utf-8", errors="replace") if log is not None and log.is_file() else None
+
+
 def suite_logs(lanes: Iterable[tuple[bool, Receipt]]) -> Iterator[tuple[bool, str]]:
     """(patched, ``output.log`` text) of suite lanes' receipts that have their log on disk."""
     for patched, receipt in lanes:
-        log = None if receipt.path is None else receipt.path.parent / LOG
-        if log is not None and log.is_file():
-            yield patched, log.read_text(encoding="utf-8", errors="replace")
+        text = log_text(receipt)
+        if text is not None:
+            yield patched, text
