@@ -37,7 +37,17 @@ COMPILE = textwrap.dedent('''\
     index = pathlib.Path(os.environ["CUDA_CACHE_PATH"]) / "index"  # changed in place on every run, like the JIT's
     index.write_text(str(int(index.read_text()) + 1) if index.is_file() else "1")
     if os.environ.get("FAKE_MODE") == "compile-hang":
+        triton = pathlib.Path(os.environ["TRITON_CACHE_DIR"])
+        (triton / "4567cdef").mkdir(exist_ok=True)  # a second kernel, written whole as Triton writes (renamed in)
+        (triton / "4567cdef" / "kernel.cubin.part").write_bytes(b"\x7fELF second " * 64)
+        os.replace(triton / "4567cdef" / "kernel.cubin.part", triton / "4567cdef" / "kernel.cubin")
+        (triton / "tmp.pid_77_0").mkdir(exist_ok=True)  # Triton's scratch of a write in flight
+        (triton / "tmp.pid_77_0" / "kernel.ptx").write_text("half")
+        ext = pathlib.Path(os.environ["TORCH_EXTENSIONS_DIR"], "ext")  # a torch extension mid-link (in place)
+        ext.mkdir(parents=True, exist_ok=True)
+        (ext / "ext.so").write_bytes(b"half")
         pathlib.Path(os.environ["TRITON_CACHE_DIR"], "0123abcd", "half.so").write_bytes(b"half")
+        print("COMPILED-SO-FAR", flush=True)
         time.sleep(60)
 ''')
 
@@ -310,20 +320,68 @@ def test_unsealed_files_a_lane_left_are_removed_before_the_next_uses_the_entry(k
     assert _latest(kc_repo, "bug").kernel_cache.warm
 
 
-def test_a_lane_killed_at_its_time_limit_seals_nothing(kc_repo, monkeypatch):
+WHOLE = ["triton/0123abcd/half.so", "triton/0123abcd/kernel.cubin", "triton/4567cdef/kernel.cubin"]
+
+
+def test_a_lane_killed_at_its_time_limit_keeps_only_the_kernels_written_whole(kc_repo, monkeypatch, capsys):
     kc_repo.write_tracking(timeout=4)
     monkeypatch.setenv("FAKE_MODE", "compile-hang")
     assert _run(kc_repo, "--lane", "bug") == Exit.TIMEOUT
     rec = _latest(kc_repo, "bug")
     entry = _entry(kc_repo, rec)
-    assert sorted(json.loads((entry / SEAL).read_text())) == ["kernel-cache.json"]
+    # Triton's files (written whole) are sealed; its scratch, the half extension and the JIT index are not
+    assert sorted(json.loads((entry / SEAL).read_text())) == ["kernel-cache.json", *WHOLE]
     assert not list((entry / ".users").iterdir())  # the harness lived: it said it is done
+    assert kernel_cache.damage(entry) == []
+    monkeypatch.delenv("FAKE_MODE")
+    capsys.readouterr()
+    time.sleep(1.1)
+    assert cli("run", "01", "--lane", "bug", *kc_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert "removed 2 unsealed file(s) a lane that did not finish left" in err
+    rec = _latest(kc_repo, "bug")
+    assert rec.kernel_cache.warm and _figure(rec, "kernel_cached") == 1  # the long compile is not lost
+    assert not (entry / "torch-extensions" / "ext" / "ext.so").exists()
+    assert not (entry / "triton" / "tmp.pid_77_0").exists()
+
+
+def test_a_killed_lane_leaves_a_sealed_file_it_changed_in_place_unsealed(kc_repo, monkeypatch, capsys):
+    assert _run(kc_repo, "--lane", "bug") == Exit.OK  # seals cuda-jit/index = "1"
+    entry = _entry(kc_repo, _latest(kc_repo, "bug"))
+    assert "cuda-jit/index" in json.loads((entry / SEAL).read_text())
+    kc_repo.write_tracking(timeout=4)
+    monkeypatch.setenv("FAKE_MODE", "compile-hang")  # rewrites the index in place, then is killed
+    time.sleep(1.1)
+    assert _run(kc_repo, "--lane", "bug") == Exit.TIMEOUT
+    seal = json.loads((entry / SEAL).read_text())
+    assert "cuda-jit/index" not in seal and set(WHOLE) <= set(seal)
+    assert kernel_cache.damage(entry) == []  # the entry stays usable: nothing sealed differs from its seal
     monkeypatch.delenv("FAKE_MODE")
     time.sleep(1.1)
     assert _run(kc_repo, "--lane", "bug") == Exit.OK
     rec = _latest(kc_repo, "bug")
-    assert not rec.kernel_cache.warm and _figure(rec, "kernel_cached") == 0  # the unsealed kernel was removed
-    assert not (entry / "triton" / "0123abcd" / "half.so").exists()
+    assert rec.kernel_cache.warm and _figure(rec, "kernel_cached") == 1
+    assert (entry / "cuda-jit" / "index").read_text() == "1"  # the unsealed index was removed, then begun anew
+
+
+def test_a_harness_stopped_by_sigterm_keeps_the_kernels_written_whole(kc_repo):
+    env = dict(os.environ, FAKE_MODE="compile-hang", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "01", "--lane", "bug", *kc_repo.args()],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if "COMPILED-SO-FAR" in line or time.time() > deadline:
+                break
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == Exit.TERMINATED
+    entry = next((kc_repo.cache / "kernel-cache").glob("*/kernel-cache.json")).parent
+    assert sorted(json.loads((entry / SEAL).read_text())) == ["kernel-cache.json", *WHOLE]
+    assert find(kc_repo.root, "fake", "01") == []  # a stopped lane writes no receipt
 
 
 def test_a_harness_killed_mid_lane_leaves_no_sealed_half_entry(kc_repo, tmp_path):

@@ -94,12 +94,14 @@ def seal(entry: Path, mutable: tuple[str, ...] = ()) -> dict[str, str]:
     return digests
 
 
-def reseal(entry: Path, names: list[str]) -> dict[str, str]:
+def reseal(entry: Path, names: list[str], keep: dict[str, str] | None = None) -> dict[str, str]:
     """Seal an entry that grows in place (a kernel-compile cache) anew over ``names``; return the digests.
 
     A file whose stat identity is the one it had when it last matched keeps its digest without being read
-    (as ``verify_files`` does); any other is hashed. The seal is replaced atomically: a process killed while
-    resealing leaves the previous seal whole, never a half-written one.
+    (as ``verify_files`` does); any other is hashed. ``keep``: files sealed again with the digest given, never
+    read (what an earlier seal said of files that may since have been half rewritten: a check then finds them
+    changed). The seal is replaced atomically: a process killed while resealing leaves the previous seal
+    whole, never a half-written one.
     """
     memo = entry / SEAL_SEEN
     try:
@@ -108,7 +110,14 @@ def reseal(entry: Path, names: list[str]) -> dict[str, str]:
         seen = {}
     seen = seen if isinstance(seen, dict) else {}
     digests, record = {}, {}
+    for name, sha in (keep or {}).items():
+        digests[name] = sha
+        known = seen.get(name)
+        if isinstance(known, list) and known[-1:] == [sha]:
+            record[name] = known
     for name in names:
+        if name in digests:
+            continue
         path = entry / name
         ident = _identity(path)
         known = seen.get(name)

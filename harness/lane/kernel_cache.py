@@ -24,8 +24,11 @@ variable                   entry subdirectory   read by (default when unset)
 
 **Verified like other cache entries.** The entry is made atomically (a scratch directory renamed in)
 holding ``kernel-cache.json`` (the key and its facts) and a seal (``hashing.SEAL``: every file's
-sha256). A lane that ran to its end seals the entry anew, atomically (``hashing.reseal``); a lane
-killed at its time limit, or a harness killed outright, seals nothing. Before a lane uses an entry it
+sha256). A lane that ran to its end seals the entry anew, atomically (``hashing.reseal``). A lane
+killed at its time limit or by a signal seals only what Triton and TileLang compiled (``WHOLE_WRITES``:
+both write every file whole, a scratch file renamed in, so a kernel found there is complete; a long
+autotuning run stopped by a call's limit resumes warm); the rest keeps its earlier seal. A harness
+killed outright seals nothing. Before a lane uses an entry it
 checks the files the seal lists (by stat, hashing only what changed): one missing or changed means
 the entry is removed and made again, said in one line. Files no seal lists, found while no other lane
 uses the entry, are what a lane that did not finish left (a half-built torch extension, its lock): they
@@ -55,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.base import guard, tarsafe, ui
-from harness.base.hashing import SEAL, SEAL_SEEN, reseal, sealed, sealed_damage
+from harness.base.hashing import SEAL, SEAL_SEEN, reseal, sealed, sealed_damage, verify_files
 from harness.base.store import Store, default_mode
 from harness.errors import ConfigError, WriteError
 from harness.lane.kernel_key import VERSION, Facts
@@ -75,6 +78,10 @@ DIRS: dict[str, str] = {
     "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
     "CUDA_CACHE_PATH": "cuda-jit",
 }
+# Subdirectories whose libraries write every file whole (to a scratch name, then ``os.replace``; Triton's
+# ``tmp.pid_*`` directories and TileLang's ``tmp/`` are never sealed): a killed lane's files there are complete.
+# Not torch extensions (the linker writes the .so in place), the driver's JIT index, TVM-FFI or inductor builds.
+WHOLE_WRITES = ("triton", "tilelang")
 _USERS, _LAST_USED, _SCRATCH, _DAMAGED = ".users", ".last-used", "tmp", ".damaged"
 _NOT_FILES = {SEAL, SEAL_SEEN, _USERS, _LAST_USED, _SCRATCH, _DAMAGED}  # ours, or scratch: never sealed
 _TMP = ".tmp-"
@@ -389,12 +396,16 @@ class Lease:
     def describe(self) -> dict:
         return {"key": self.facts.key, "mode": self.mode, "warm": self.warm, "files": self.files}
 
-    def seal(self) -> None:
-        """Seal what the lane compiled (only a lane that ran to its end: one killed may have left half a file).
+    def seal(self, finished: bool = True) -> None:
+        """Seal what the lane compiled.
 
-        Every file is sealed as it is now, those the libraries changed in place during the lane included (the
-        CUDA JIT cache's index): the entry was checked when the lane started. Not when another lane found it
-        damaged meanwhile (``.damaged``), or it was removed or replaced under this lane."""
+        ``finished`` (its child ended by itself): every file as it is now, those the libraries changed in place
+        during the lane included (the CUDA JIT cache's index): the entry was checked when the lane started.
+        Not finished (killed at its limit, by a signal): the files of ``WHOLE_WRITES`` as they are now, and
+        every other file the earlier seal listed and that is still as sealed; one the lane added or changed
+        there (half a torch extension, an index rewritten in place) stays unsealed, and the next lane that
+        finds the entry unused removes it. Never when another lane found the entry damaged meanwhile
+        (``.damaged``), or it was removed or replaced under this lane."""
         if self.mode != "store":
             return
         try:
@@ -402,7 +413,19 @@ class Lease:
                 meta = _meta(self.path)
                 if meta is None or meta.get("key") != self.facts.key or (self.path / _DAMAGED).exists():
                     return
-                reseal(self.path, entry_files(self.path))
+                names = entry_files(self.path)
+                if finished:
+                    reseal(self.path, names)
+                    return
+                before = sealed(self.path) or {}
+                whole = [n for n in names if Path(n).parts[0] in WHOLE_WRITES]
+                rest = {n: sha for n, sha in before.items() if n in names and n not in whole}
+                changed = set(verify_files(self.path, rest, self.path / SEAL_SEEN))
+                reseal(self.path, whole, keep={n: sha for n, sha in rest.items() if n not in changed})
+                new = len([n for n in whole if n not in before])
+                ui.note(f"kernel cache {self.facts.key[:12]}: the lane did not finish; sealed the {new} new "
+                        f"file(s) of {' and '.join(WHOLE_WRITES)}, which are written whole"
+                        + (f"; {len(changed)} other file(s) it changed stay unsealed" if changed else ""))
         except OSError as exc:
             ui.warn(f"kernel cache {self.path}: cannot seal what this lane compiled ({exc.strerror or exc}); "
                     "the next lane compiles it again")

@@ -367,12 +367,17 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         seed = ctx.bundle.kernel_cache_seed(kfacts.key) if ctx.bundle is not None else None
         with kernel_cache.lane(ctx.store, kfacts, f"{_RUN_PREFIX}{os.getpid()}-kcache-", seed) as kcache:
             env.update(kcache.env)
-            with upstream_tests.gpu_lock(gpus, lane.timeout, f"pack {pack.id} lane {lane.name}"):
-                # a bug lane's echo keeps the bug's stack trace to its head (all of it is in the log)
-                echo = (runs.FOLD_TRACES if lane.expect == "BUG_REPRODUCED" else True) if ctx.echo else False
-                outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=echo)
-            if not outcome.timed_out and outcome.exit_code is not None and outcome.exit_code >= 0:
-                kcache.seal()  # the child ended by itself: what it compiled is whole (killed: nothing is sealed)
+            finished = False
+            try:
+                with upstream_tests.gpu_lock(gpus, lane.timeout, f"pack {pack.id} lane {lane.name}"):
+                    # a bug lane's echo keeps the bug's stack trace to its head (all of it is in the log)
+                    echo = (runs.FOLD_TRACES if lane.expect == "BUG_REPRODUCED" else True) if ctx.echo else False
+                    outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=echo)
+                finished = not outcome.timed_out and outcome.exit_code is not None and outcome.exit_code >= 0
+            finally:
+                # the child ended by itself: all it compiled is whole; killed (its limit, Ctrl-C, SIGTERM; its
+                # process group is gone by now): only what the libraries write whole (kernel_cache.WHOLE_WRITES)
+                kcache.seal(finished)
         verdict, reason = outcome.verdict(lane.expect)
         if verdict == Verdict.SKIPPED:
             return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
