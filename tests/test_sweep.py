@@ -295,6 +295,22 @@ def test_a_sweep_run_again_skips_lanes_whose_receipt_is_current(lane_repo, capsy
     assert len(find(lane_repo.root, "fake", "01")) == 6
 
 
+def test_a_sweep_into_another_receipts_dir_skips_lanes_the_checkout_holds_current(lane_repo, capsys, tmp_path):
+    assert cli("sweep", "01", "--quiet", *lane_repo.args()) == Exit.OK
+    scratch = tmp_path / "host-receipts"  # a fresh GPU host's empty receipts directory
+    code, result = _sweep_json(lane_repo, "01", "--receipts-dir", str(scratch), capsys=capsys)
+    assert code == Exit.OK and {o["verdict"] for o in result["lanes"]} == {"current"}
+    assert not scratch.exists() or find(lane_repo.root, "fake", "01", scratch) == []
+    # a newer receipt in that directory counts too: the checkout's stale one does not send the lane again
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text() + "\n# changed\n")
+    code, result = _sweep_json(lane_repo, "01", "--receipts-dir", str(scratch), capsys=capsys)
+    assert code == Exit.OK and {o["verdict"] for o in result["lanes"]} == {"pass"}
+    assert len(find(lane_repo.root, "fake", "01", scratch)) == 2
+    code, result = _sweep_json(lane_repo, "01", "--receipts-dir", str(scratch), capsys=capsys)
+    assert {o["verdict"] for o in result["lanes"]} == {"current"}
+
+
 FAKE_TORCH = '''
 import os
 __version__ = "0.0-fake"
