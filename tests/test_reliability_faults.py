@@ -454,7 +454,13 @@ def test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree(lane_re
         return backup
 
     monkeypatch.setattr(series_write, "replace_series", signalled_at_the_swap)
-    code = cli("regen", "01", "--dir", str(edit), *lane_repo.args())
+    # a shell without job control starts background jobs with SIGINT ignored, and Python then keeps it ignored:
+    # give this process the handler an interactive run has, so the signal is the one a person sends
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = cli("regen", "01", "--dir", str(edit), *lane_repo.args())
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert code == (Exit.INTERRUPT if sig == "SIGINT" else Exit.TERMINATED)
     monkeypatch.setattr(series_write, "replace_series", real)
     _settled(lane_repo, edit, capsys)
