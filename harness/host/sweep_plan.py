@@ -218,10 +218,7 @@ def current_lanes(root: Path, tracking: Tracking, pack: Pack, manifest, receipts
     With ``receipts_dir`` (``--receipts-dir``, a GPU host's scratch) the latest of the checkout's receipts and
     that directory's: a lane the checkout already holds a current receipt of is not run again there, so a
     fresh host given an empty directory runs only what is missing."""
-    found = receipts.find(root, pack.target, pack.id)
-    if receipts_dir is not None:
-        found += receipts.find(root, pack.target, pack.id, receipts_dir)
-    latest = {r.lane: r for r in sorted(found, key=lambda r: (r.started, str(r.path)))}
+    latest = receipts.latest_by_lane(root, pack.target, pack.id, receipts_dir, with_checkout=True)
     out = set()
     series_at: dict[str, list | None] = {}
     for lane in pack.lanes:

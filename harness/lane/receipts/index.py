@@ -46,7 +46,10 @@ def find(root: Path, target: str | None = None, pack: str | None = None,
     given (a run's ``--receipts-dir``), else the repository's ``receipts/``."""
     base = receipts_dir or receipts_root(root)
     pattern = f"{target or '*'}/{pack or '*'}/*/receipt.json"
-    found = [load(p) for p in base.glob(pattern)]
+    return _by_start(load(p) for p in base.glob(pattern))
+
+
+def _by_start(found: Iterable[Receipt]) -> list[Receipt]:
     return sorted(found, key=lambda r: (r.started, str(r.path)))
 
 
@@ -55,9 +58,14 @@ def latest(root: Path, target: str, pack: str, lane: str | None = None) -> Recei
     return found[-1] if found else None
 
 
-def latest_by_lane(root: Path, target: str, pack: str, receipts_dir: Path | None = None) -> dict[str, Receipt]:
-    """Each lane's latest receipt, from one scan of the pack's receipts (callers that loop over lanes)."""
-    return {r.lane: r for r in find(root, target, pack, receipts_dir)}  # oldest first: the last one per lane stays
+def latest_by_lane(root: Path, target: str, pack: str, receipts_dir: Path | None = None,
+                   with_checkout: bool = False) -> dict[str, Receipt]:
+    """Each lane's latest receipt, from one scan of the pack's receipts (callers that loop over lanes).
+    ``with_checkout``: with ``receipts_dir``, the checkout's receipts count too (the latest of either place)."""
+    found = find(root, target, pack, receipts_dir)
+    if with_checkout and receipts_dir is not None:
+        found = _by_start([*find(root, target, pack), *found])
+    return {r.lane: r for r in found}  # oldest first: the last one per lane stays
 
 
 def display_path(path: Path, root: Path) -> str:
