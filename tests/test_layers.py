@@ -77,11 +77,12 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         3: {""},  # __init__: re-exports
     },
     "lane.tracking": {
-        0: {"model"},  # a pack as typed data
-        1: {"threads"},  # its threads and related decisions, checked
-        2: {"load"},  # a pack's table read with a closed schema
-        3: {"document"},  # Tracking: the file, its document and the tool's edits
-        4: {""},  # __init__: re-exports
+        0: {"domain"},  # what a widening change admits ([packs.NN.domain]), as data
+        1: {"model"},  # a pack as typed data
+        2: {"threads"},  # its threads and related decisions, checked
+        3: {"load"},  # a pack's table read with a closed schema
+        4: {"document"},  # Tracking: the file, its document and the tool's edits
+        5: {""},  # __init__: re-exports
     },
     "watch": {
         0: {"threads", "decisions", "rebase", "provenance",

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.base.tomlutil import choice, field, str_list
 from harness.errors import ConfigError
 from harness.lane import suite, upstream_tests
+from harness.lane.tracking.domain import load_domain
 from harness.lane.tracking.model import (
     BUILDS,
     CLASSES,
@@ -53,12 +54,14 @@ PACK_KEYS = frozenset({
     "note", "notes", "base_note", "patch_note", "contract_note",
     # data a contract pack's reproducer documents (pack 23)
     "explicit_pre_norm", "uses_identity_norm",
+    "domain",  # [packs.NN.domain]: what a widening change newly admits (harness/lane/tracking/domain.py)
 })
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
                        "with_builds", "minimal", "note", "upstream_tests", "expect_failed",
                        "test_requires",
                        # how `harness sweep` may place the lane on a GPU (docs/sweep.md)
-                       "exclusive", "gpu_memory_gib"})
+                       "exclusive", "gpu_memory_gib",
+                       "domain"})  # sweeps [packs.NN.domain], one process per point
 # [[packs.NN.suites]]: where and how the recorded selection (suites/NN/BASE.toml) runs; expanded into suite lanes
 SUITE_KEYS = frozenset({"base", "requires", "with_builds", "test_requires", "timeout", "shards", "exclusive",
                         "gpu_memory_gib", "note"})
@@ -115,7 +118,10 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
     lanes += tuple(lane for i, st in enumerate(t.get("suites", []))
                    for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]"))
-    if reproducer is None and any(not lane.upstream_tests for lane in lanes):
+    domain = load_domain(root, t["domain"], where) if "domain" in t else None
+    if domain is None and any(lane.domain for lane in lanes):
+        raise ConfigError(f"{where}: a lane has domain = true but there is no [packs.{pid}.domain] to sweep")
+    if reproducer is None and any(not lane.upstream_tests and not lane.domain for lane in lanes):
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
     minimal_repro = field(t, "minimal_repro", str, where, default=None)
     if minimal_repro is not None and not (root / minimal_repro).is_file():
@@ -202,6 +208,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         related=related,
         error=field(t, "error", str, where, default=""),
         minimal_repro=minimal_repro,
+        domain=domain,
     )
 
 
@@ -319,11 +326,15 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str, suite_lane: b
     minimal = field(t, "minimal", bool, where, default=False)
     if minimal and (with_baseline or nproc > 1):
         raise ConfigError(f"{where}: key 'minimal' runs a plain script: no with_baseline, nproc 1")
+    domain = field(t, "domain", bool, where, default=False)
+    if domain and (minimal or upstream or nproc > 1):
+        raise ConfigError(f"{where}: key 'domain' sweeps the pack's domain one process per point: not with "
+                          "'minimal', 'upstream_tests' or nproc > 1")
     return Lane(name=name, base=base, patched=patched, expect=expect,
                 args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
                 with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal,
                 upstream_tests=upstream, expect_failed=expect_failed, test_requires=test_requires,
-                exclusive=exclusive, gpu_memory_gib=float(memory) if memory is not None else None)
+                exclusive=exclusive, gpu_memory_gib=float(memory) if memory is not None else None, domain=domain)
 
 
 def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:

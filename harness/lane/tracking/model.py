@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.lane import upstream_tests
+from harness.lane.tracking.domain import Domain
 
 KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
 STATES = ("planned", "held", "ready", "filed", "absorbed", "retired", "blocked")
@@ -33,6 +34,9 @@ SCHEMA = 1  # tracking.toml's top-level `schema`: the layout this module reads
 # The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
 # script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
 MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
+# The kit that sweeps a pack's declared domain (``domain = true``): one child process per point of
+# ``[packs.NN.domain]``, each running the domain's ``point`` script (docs/domain.md).
+DOMAIN_RUNNER = "repros/kit/_domain.py"
 # What the person filing decided about an upstream PR, issue or commit that overlaps the pack (docs/related.md):
 # upstream's work replaces ours (the pack is not filed), ours builds on it, our body goes there as a comment,
 # the two are unrelated, or it repeats something of ours.
@@ -84,6 +88,7 @@ class Lane:
     # a suite lane (expanded from [[packs.NN.suites]]): shard I of N of the collected cases, ids excluded with reason
     shard: tuple[int, int] | None = None
     deselect: tuple[str, ...] = ()
+    domain: bool = False  # sweeps the pack's [packs.NN.domain] through DOMAIN_RUNNER, one process per point
 
     @property
     def suite(self) -> bool:
@@ -200,6 +205,7 @@ class Pack:
     fix: str = ""  # what the change does, in a line (key 'fix')
     related: tuple[Decision, ...] = ()  # [[packs.NN.related]], in file order
     error: str = ""  # the error message the pack fixes (key 'error')
+    domain: Domain | None = None  # [packs.NN.domain]: what the change newly admits (harness/lane/tracking/domain.py)
 
     @property
     def state_reason(self) -> str | None:
@@ -211,6 +217,8 @@ class Pack:
         the pack's reproducer."""
         if lane.upstream_tests:
             return upstream_tests.SUITE_RUNNER if lane.suite else upstream_tests.RUNNER
+        if lane.domain:
+            return self.domain.point if self.domain is not None else None
         return self.minimal_repro if lane.minimal else self.reproducer
 
     def lane_runner(self, lane: Lane) -> str | None:
@@ -218,6 +226,8 @@ class Pack:
         kit, or the reproducer."""
         if lane.upstream_tests:
             return upstream_tests.SUITE_RUNNER if lane.suite else upstream_tests.RUNNER
+        if lane.domain:
+            return DOMAIN_RUNNER
         return MINIMAL_RUNNER if lane.minimal else self.reproducer
 
     def lane_requires(self, lane: Lane) -> str:
