@@ -317,6 +317,9 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     requires = pack.lane_requires(lane) or "cpu"
     if lane.minimal:  # the plain script runs unchanged under the kit that speaks the lane protocol
         args = [str(script), *lane.args]
+    elif lane.domain:  # the kit runs the point script once per declared point; the receipt records the declaration
+        assert pack.domain is not None  # tracking.load refuses a domain lane without [packs.NN.domain]
+        args = [*lane.args, "--point-script", pinned, "--domain", pack.domain.declaration()]
     elif lane.upstream_tests:
         assert prep.tests_tree_key is not None  # prepare sets it for every upstream-test lane
         args = upstream_tests.runner_args(lane.upstream_tests, lane.expect_failed, prep.manifest.distribution,
@@ -403,7 +406,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
             imported=dict(prep.imported),
             reproducer=receipts.ReproducerRecord(pinned, sha256_file(script),
                                                  # an upstream-test lane's ids and test tree are its arguments
-                                                 tuple(args if lane.upstream_tests else lane.args),
+                                                 # and a domain lane's, the declaration it swept
+                                                 tuple(args if lane.upstream_tests or lane.domain else lane.args),
                                                  receipts.helper_digests(ctx.root, launched)),
             harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
             host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,

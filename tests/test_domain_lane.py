@@ -1,0 +1,261 @@
+"""Domain lanes (issue 43): a widening change's declared domain, swept one process per point.
+
+The kit (repros/kit/_domain.py) runs a point script per point; here the point script is a fake "kernel" whose
+points succeed, decline, miss their reference, or crash for real (os.abort(), a segmentation fault through ctypes,
+an uncaught exception at "launch"). Every crash is named with its reason and fails the lane without poisoning the
+other points. The declaration's schema names the file and key at fault; the harness gives a domain lane the
+declaration and records it in the receipt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+from harness.errors import ConfigError
+from harness.lane.receipts import find
+from harness.lane.tracking import Tracking
+
+ROOT = Path(__file__).resolve().parent.parent
+KIT = ROOT / "repros" / "kit" / "_domain.py"
+
+# A fake kernel: what a point does is its "mode" axis. "size" is a second axis, to name points by.
+POINT = textwrap.dedent('''\
+    import argparse, ctypes, json, os
+    p = argparse.ArgumentParser()
+    p.add_argument("--point")
+    p.add_argument("--expect")
+    a = p.parse_args()
+    pt = json.loads(a.point)
+    mode = pt["mode"]
+
+    def emit(**kw):
+        print("DOMAIN_POINT " + json.dumps(kw), flush=True)
+
+    if mode == "ok":
+        emit(outcome="matched", errors={"out": 0.001, "dq": 0.002}, tol=0.03, base="declined")
+    elif mode == "old":
+        emit(outcome="matched", errors={"out": 0.001}, tol=0.03, base="admitted")
+    elif mode == "decline":
+        emit(outcome="declined", base="declined")
+    elif mode == "regress":
+        emit(outcome="declined", base="admitted")
+    elif mode == "mismatch":
+        emit(outcome="mismatch", errors={"out": 0.5}, tol=0.03, base="declined")
+    elif mode == "abort":
+        os.abort()
+    elif mode == "segv":
+        ctypes.string_at(0)
+    elif mode == "launch":
+        print("compiling the kernel", flush=True)
+        raise RuntimeError("InternalError: Failed to set the allowed dynamic shared memory size to 245760")
+    elif mode == "silent":
+        pass
+''')
+
+
+def declaration(points: list[tuple[str, str]]) -> str:
+    return json.dumps({"axes": ["mode", "size"], "devices": ["cpu"],
+                       "points": [{"values": {"mode": m, "size": i}, "expect": e, "note": ""}
+                                  for i, (m, e) in enumerate(points)]})
+
+
+def run_kit(tmp_path: Path, points: list[tuple[str, str]], patched: bool = True, jobs: int = 3):
+    script = tmp_path / "point.py"
+    script.write_text(POINT)
+    env = dict(os.environ, HARNESS_PATCHED="1" if patched else "0", PYTHONPATH=str(ROOT / "repros"))
+    env.pop("HARNESS_LANE", None)
+    done = subprocess.run([sys.executable, str(KIT), "--distribution", "pytest", "--module", "json",
+                           "--point-script", str(script), "--domain", declaration(points), "--jobs", str(jobs)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    tags: dict[str, list[dict]] = {}
+    for line in done.stdout.splitlines():
+        tag, _, payload = line.partition(" ")
+        if tag.isupper() and payload.startswith("{"):
+            tags.setdefault(tag, []).append(json.loads(payload))
+    points_seen = {json.dumps(f["point"], sort_keys=True): f for f in tags.get("FIGURE", [])
+                   if f["name"] == "domain_point"}
+    return done, tags, points_seen
+
+
+def fig(points_seen: dict, mode: str, size: int) -> dict:
+    return points_seen[json.dumps({"mode": mode, "size": size}, sort_keys=True)]
+
+
+def test_points_that_match_or_decline_validate_the_fix(tmp_path):
+    done, tags, seen = run_kit(tmp_path, [("ok", "admit"), ("old", "admit"), ("decline", "decline")])
+    assert done.returncode == 0, done.stderr
+    assert [s for s in tags if s in ("FIX_VALIDATED", "FIX_FAILED")] == ["FIX_VALIDATED"]
+    assert fig(seen, "ok", 0)["value"] == "matched" and fig(seen, "ok", 0)["max_error"] == 0.002
+    assert fig(seen, "decline", 2)["value"] == "declined" and fig(seen, "decline", 2)["ok"] is True
+    summary = next(f for f in tags["FIGURE"] if f["name"] == "domain_summary")
+    assert (summary["points"], summary["matched"], summary["declined"], summary["crashed"]) == (3, 2, 1, 0)
+    assert summary["newly_admitted"] == 1  # "old" was admitted by the base already
+    assert "[3/3]" in done.stderr  # progress on stderr
+
+
+def test_every_crash_is_named_and_fails_the_lane_without_poisoning_the_others(tmp_path):
+    points = [("abort", "admit"), ("ok", "admit"), ("segv", "admit"), ("launch", "admit"), ("decline", "decline"),
+              ("silent", "admit")]
+    done, tags, seen = run_kit(tmp_path, points)
+    assert done.returncode == 1  # the lane's verdict is a crash, whatever the other points did
+    assert fig(seen, "abort", 0)["value"] == "crashed"
+    assert "SIGABRT" in fig(seen, "abort", 0)["reason"]
+    assert "SIGSEGV" in fig(seen, "segv", 2)["reason"]
+    assert "dynamic shared memory size to 245760" in fig(seen, "launch", 3)["reason"]
+    assert "no DOMAIN_POINT line" in fig(seen, "silent", 5)["reason"]
+    # the points beside them ran as if alone
+    assert fig(seen, "ok", 1)["value"] == "matched" and fig(seen, "decline", 4)["value"] == "declined"
+    crashed = tags["FIX_FAILED"][0]["crashed"]
+    assert [c.split(":")[0] for c in crashed] == ["mode=abort,size=0", "mode=segv,size=2", "mode=launch,size=3",
+                                                  "mode=silent,size=5"]
+    assert "output of crashed point mode=launch,size=3" in done.stdout  # its tail is in the log
+    assert "4 point(s) crashed" in done.stderr
+
+
+@pytest.mark.parametrize("mode,expect,why", [
+    ("mismatch", "admit", "missed its reference"),
+    ("decline", "admit", "declared admitted, but the change declined it"),
+    ("ok", "decline", "declared declined, but the build admitted it"),
+    ("regress", "decline", "the base admitted it"),
+])
+def test_a_point_that_misbehaves_fails_the_fix(tmp_path, mode, expect, why):
+    done, tags, seen = run_kit(tmp_path, [("ok", "admit"), (mode, expect)])
+    assert done.returncode == 0
+    assert "FIX_VALIDATED" not in tags
+    failures = tags["FIX_FAILED"][0]["failures"]
+    assert len(failures) == 1 and failures[0].startswith(f"mode={mode},size=1: ") and why in failures[0]
+    assert fig(seen, mode, 1)["ok"] is False
+
+
+def test_the_base_declining_a_point_to_admit_is_the_bug(tmp_path):
+    done, tags, _ = run_kit(tmp_path, [("decline", "admit"), ("old", "admit"), ("decline", "decline")],
+                            patched=False)
+    assert done.returncode == 0
+    assert "BUG_REPRODUCED" in tags and tags["BUG_REPRODUCED"][0]["admit_points_declined"] == 1
+    done, tags, _ = run_kit(tmp_path, [("old", "admit")], patched=False)
+    assert "BUG_ABSENT" in tags
+
+
+def test_a_crash_on_the_base_fails_its_lane_too(tmp_path):
+    done, tags, seen = run_kit(tmp_path, [("decline", "admit"), ("segv", "admit")], patched=False)
+    assert done.returncode == 1 and "BUG_REPRODUCED" not in tags
+    assert fig(seen, "segv", 1)["value"] == "crashed"
+
+
+# ------------------------------------------------------------------------------------------ the declaration
+
+DOMAIN = '''
+[packs.01.domain]
+axes = ["mode", "size"]
+devices = ["cpu"]
+not_shown = ["sm_80"]
+point = "repros/fake/domain_point.py"
+summary = "sizes the change admits"
+
+[[packs.01.domain.admits]]
+mode = ["ok"]
+size = [1, 2]
+
+[[packs.01.domain.declines]]
+mode = ["decline"]
+size = [3]
+note = "beyond the bound"
+'''
+
+DOMAIN_LANES = '''
+[[packs.01.lanes]]
+name = "domain-fix"
+base = "1.0"
+patched = true
+domain = true
+expect = "FIX_VALIDATED"
+args = ["--distribution", "fakepkg", "--module", "fakepkg"]
+timeout = 60
+
+[[packs.01.lanes]]
+name = "domain-bug"
+base = "1.0"
+patched = false
+domain = true
+expect = "BUG_REPRODUCED"
+args = ["--distribution", "fakepkg", "--module", "fakepkg"]
+timeout = 60
+'''
+
+# the fake upstream's point: admitted and matched on the patched build, declined on the base
+REPO_POINT = textwrap.dedent('''\
+    import argparse, json, os
+    p = argparse.ArgumentParser()
+    p.add_argument("--point")
+    p.add_argument("--expect")
+    pt = json.loads(p.parse_args().point)
+    from fakepkg.core import scale
+    fixed = scale([1.0, 2.0], [1.0, 0.0]) == [1.0, 0.0]
+    if pt["mode"] == "ok" and fixed:
+        out = {"outcome": "matched", "errors": {"out": 0.0}, "tol": 0.01}
+    else:
+        out = {"outcome": "declined"}
+    print("DOMAIN_POINT " + json.dumps(out))
+''')
+
+
+def domain_repo(lane_repo, domain: str = DOMAIN, lanes: str = DOMAIN_LANES):
+    (lane_repo.root / "repros" / "kit").mkdir(exist_ok=True)
+    (lane_repo.root / "repros" / "kit" / "_domain.py").write_text(KIT.read_text())
+    (lane_repo.root / "repros" / "fake" / "domain_point.py").write_text(REPO_POINT)
+    lane_repo.write_tracking(extra=domain + lanes)
+    return lane_repo
+
+
+def test_the_declaration_loads_as_points(lane_repo):
+    domain_repo(lane_repo)
+    d = Tracking.load(lane_repo.root).packs["01"].domain
+    assert d is not None and d.axes == ("mode", "size") and d.devices == ("cpu",)
+    assert [(p.name, p.expect) for p in d.points()] == [("mode=ok,size=1", "admit"), ("mode=ok,size=2", "admit"),
+                                                         ("mode=decline,size=3", "decline")]
+
+
+@pytest.mark.parametrize("change,key", [
+    (("size = [3]\nnote", "sise = [3]\nnote"), "sise"),  # an axis misspelt in a grid
+    (('devices = ["cpu"]', 'devices = ["h100"]'), "devices"),  # not a device
+    (('point = "repros/fake/domain_point.py"', 'point = "repros/fake/nope.py"'), "point"),
+    (('summary = "sizes the change admits"', 'summary = "x"\nclaim = "y"'), "claim"),  # not a key of the schema
+    (("mode = [\"decline\"]\nsize = [3]", "mode = [\"ok\"]\nsize = [2]"), "both"),  # admitted and declined
+    (('size = [1, 2]', 'size = []'), "size"),
+])
+def test_a_bad_declaration_names_the_file_and_key(lane_repo, change, key):
+    domain_repo(lane_repo, DOMAIN.replace(*change))
+    with pytest.raises(ConfigError) as exc:
+        Tracking.load(lane_repo.root)
+    text = str(exc.value)
+    assert str(lane_repo.root / "tracking.toml") in text and "[packs.01] .domain" in text and key in text
+
+
+def test_a_domain_lane_needs_a_declaration(lane_repo):
+    domain_repo(lane_repo, domain="")
+    with pytest.raises(ConfigError, match=r"domain = true but there is no \[packs.01.domain\]"):
+        Tracking.load(lane_repo.root)
+
+
+def test_a_domain_lane_runs_the_declared_points_and_records_them(lane_repo):
+    domain_repo(lane_repo)
+    assert cli("run", "01", "--quiet", "--lane", "domain-fix", "--lane", "domain-bug", *lane_repo.args()) == 0
+    recs = {r.lane: r for r in find(lane_repo.root, "fake", "01")}
+    fix, bug = recs["domain-fix"], recs["domain-bug"]
+    assert str(fix.verdict) == "pass" and str(bug.verdict) == "pass"
+    assert fix.reproducer.path == "repros/fake/domain_point.py"
+    recorded = json.loads(fix.reproducer.args[fix.reproducer.args.index("--domain") + 1])
+    assert [p["values"] for p in recorded["points"]] == [{"mode": "ok", "size": 1}, {"mode": "ok", "size": 2},
+                                                         {"mode": "decline", "size": 3}]
+    outcomes = {json.dumps(f.data["point"], sort_keys=True): f.data["value"] for f in fix.figures
+                if f.data["name"] == "domain_point"}
+    assert sorted(outcomes.values()) == ["declined", "matched", "matched"]
+    assert {f.data["value"] for f in bug.figures if f.data["name"] == "domain_point"} == {"declined"}
