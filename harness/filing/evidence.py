@@ -372,7 +372,8 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
     if domain.summary:
         lines.append(f"It admits {domain.summary}.")
     if admitted:
-        err = (f" (largest error {shown(max(errors))}, tolerance {shown(min(tols))})" if errors and tols else "")
+        err = ("" if not errors or not tols else f" (largest error {shown(max(errors))}, tolerance {shown(tols[0])})"
+               if len(set(tols)) == 1 else f" (largest error {shown(max(errors))}, each within its tolerance)")
         lines.append(f"Admitted and matching: {len(admitted)} points, {spans}{err}; "
                      f"{len(newly)} of them fall back to the unfused path without {change_name}.")
     if declined:
