@@ -69,7 +69,7 @@ def pairs(pack: Pack) -> list[list[Lane]]:
         return name
 
     def reproducer(lane: Lane) -> tuple:  # what a baseline lane must share with its patched lane
-        return (lane.base, lane.args, lane.minimal)
+        return (lane.base, lane.args, lane.minimal, lane.domain)
 
     for lane in pack.lanes:
         if lane.patched and not lane.upstream_tests:  # upstream tests are pytest runs: no run directory between them
