@@ -358,3 +358,10 @@ def test_not_ready_without_a_patched_domain_lane(domain_ran):
                                                                 'domain = true\nexpect = "BUG_REPRODUCED"'))
     r = _ready(domain_ran)
     assert any("no patched domain lane (domain = true) runs on the filing base 1.0" in t for t in _domain_reasons(r))
+
+
+def test_harness_check_names_the_file_and_key_of_a_bad_declaration(lane_repo, capsys):
+    domain_repo(lane_repo, DOMAIN.replace('not_shown = ["sm_80"]', 'not_shown = ["sm_80", "cpu"]'))
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "tracking.toml [packs.01] .domain: keys 'devices' and 'not_shown' both name cpu" in err
