@@ -1,0 +1,105 @@
+"""Faults injected for real, round 5 (issue 45, items 1-8 and 21): wrong verdicts and trusted data. A receipt
+that contradicts its log, suite progress that outlives its interpreter or is edited by hand, a compare with every
+shard missing, skips and ``::`` in the suite verdict, receipts whose own date decides "latest", a linter that
+crashes after one finding, a recorded template that links out of the tree, a mirror's state that is not the
+pinned tree's, and one long template line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+
+import pytest
+from conftest import cli
+from test_suite import SUITE, _lanes, suite_repo  # noqa: F401  (the fixture: a fake upstream with a suite)
+from test_upstream_tests import upstream_repo  # noqa: F401  (the fixture suite_repo stands on)
+
+from harness.errors import Exit
+from harness.lane import suite, upstream_tests
+from harness.lane.receipts import find, write_manifest
+
+# --------------------------------------------------------------------------- 1. a receipt that contradicts its log
+
+
+@pytest.fixture
+def suite_run(suite_repo):  # noqa: F811
+    """The suite of pack 01 selected, declared and run on both builds (four shard receipts)."""
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base"), *_lanes("patched")) == Exit.OK
+    return suite_repo
+
+
+def _forge_base_pass(repo) -> str:
+    """Rewrite the base shard whose log says a case failed to say it passed, every digest recomputed (the log
+    itself untouched). Returns the forged case's id."""
+    for rec in find(repo.root, "fake", "01"):
+        cases = rec.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN]["cases"]
+        failed = [c for c, o in cases.items() if o == "failed"]
+        if not rec.patched and failed:
+            data = json.loads(rec.path.read_text())
+            data["sentinel_details"][upstream_tests.SENTINEL_SUITE_RAN]["cases"][failed[0]] = "passed"
+            rec.path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            write_manifest(rec.dir)
+            return failed[0]
+    raise AssertionError("no base shard recorded a failing case")
+
+
+def test_a_suite_receipt_saying_other_cases_than_its_log_fails_verify_import_and_compare(suite_run, tmp_path, capsys):
+    args = suite_run.args()
+    forged = _forge_base_pass(suite_run)
+    capsys.readouterr()
+    assert cli("receipts", "verify", "--json", *args) == Exit.TAMPERED
+    bad = json.loads(capsys.readouterr().out)["bad"]
+    assert len(bad) == 1 and "'sentinel_details'" in bad[0]["problems"][0] and forged in bad[0]["problems"][0]
+    assert cli("suite", "compare", "01", "--base", "1.0", "--json", *args) == Exit.TAMPERED
+    err = capsys.readouterr().err
+    assert "the suite verdict reads no such receipt" in err and "'sentinel_details'" in err
+    # the same directory brought back from a GPU host: nothing is imported
+    [rec] = [r for r in find(suite_run.root, "fake", "01") if not r.patched and forged in
+             r.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN]["cases"]]
+    archive = tmp_path / "back.tar"
+    with tarfile.open(archive, "w") as tf:
+        tf.add(rec.dir, arcname=f"receipts/fake/01/{rec.dir.name}")
+    shutil.rmtree(rec.dir)
+    before = (suite_run.root / "tracking.toml").read_text()
+    assert cli("receipts", "import", str(archive), *args) == Exit.TAMPERED
+    assert not rec.dir.exists() and (suite_run.root / "tracking.toml").read_text() == before
+
+
+# --------------------------------------------------------------------------- 3. every shard missing
+
+
+def test_compare_json_with_every_shard_missing_says_not_ok(suite_repo, capsys):  # noqa: F811
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    capsys.readouterr()
+    assert cli("suite", "compare", "01", "--base", "1.0", "--json", *args) == Exit.MISMATCH
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and len(out["missing"]) == 4 and out["cases"] == []
+
+
+# --------------------------------------------------------------------------- 4. and 5. the case comparison
+
+
+def test_a_change_that_turns_base_passing_cases_into_skips_fails_the_suite():
+    base = {"t.py::test_a": "passed", "t.py::test_b": "passed", "t.py::test_c": "skipped"}
+    patched = {"t.py::test_a": "skipped", "t.py::test_b": "passed", "t.py::test_c": "skipped"}
+    result = suite.compare(base, patched, {}, claims_fix=False)
+    verdicts = {c.id: c.verdict for c in result.cases}
+    assert not result.ok and verdicts["t.py::test_a"] == "patched-only failure"
+    assert result.reasons == ("t.py::test_a: patched-only failure (base passed, patched skipped)",)
+    assert verdicts["t.py::test_c"] == "skipped"  # skipped on both: nothing to say
+
+
+@pytest.mark.parametrize("node", ["t.py::test_new[a::b]", "t.py::TestX::test_new[x::y::z]", "t.py::test_new[::]"])
+def test_an_added_test_whose_parameters_hold_colons_is_recognised_as_added(node):
+    added = {"t.py": {"test_new"}}
+    passes_on_base = suite.compare({node: "passed"}, {node: "passed"}, added, claims_fix=True)
+    [case] = passes_on_base.cases
+    assert case.added and case.verdict == "added test passes on the base" and not passes_on_base.ok
+    fixed = suite.compare({node: "failed"}, {node: "passed"}, added, claims_fix=True)
+    assert fixed.ok and fixed.cases[0].added and fixed.cases[0].verdict == "fixed"
