@@ -12,6 +12,7 @@ import tarfile
 
 import pytest
 from conftest import cli
+from test_export_policy import filed, person  # noqa: F401  (fixtures: an upstream with a [policy], a HOME)
 from test_suite import SUITE, _lanes, suite_repo  # noqa: F401  (the fixture: a fake upstream with a suite)
 from test_upstream_tests import upstream_repo  # noqa: F401  (the fixture suite_repo stands on)
 
@@ -103,3 +104,42 @@ def test_an_added_test_whose_parameters_hold_colons_is_recognised_as_added(node)
     assert case.added and case.verdict == "added test passes on the base" and not passes_on_base.ok
     fixed = suite.compare({node: "failed"}, {node: "passed"}, added, claims_fix=True)
     assert fixed.ok and fixed.cases[0].added and fixed.cases[0].verdict == "fixed"
+
+
+# --------------------------------------------------------------------------- 7. a linter that crashes midway
+
+CRASHES = (  # one finding, then the tool dies: its report is not whole
+    "import sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    print(f'{path}:1:0: W0611: Unused import os (unused-import)', flush=True)\n"
+    "raise RuntimeError('the checker fell over on the second file')\n")
+
+
+def _tool_wheel(dest, name: str, main: str) -> None:
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}/__init__.py": "", f"{name}/__main__.py": main,
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+             f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                                           "Tag: py3-none-any\n"}
+    record = [f"{n},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(t.encode())}" for n, t in files.items()] + [f"{name}-1.0.dist-info/RECORD,,"]
+    with zipfile.ZipFile(dest / f"{name}-1.0-py3-none-any.whl", "w") as zf:
+        for n, text in files.items():
+            zf.writestr(n, text)
+        zf.writestr(f"{name}-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+
+
+def test_a_linter_that_crashes_after_one_finding_is_a_failure_not_zero_findings(filed, tmp_path, capsys):
+    from test_export_policy import TESTER, _check, _export, _policy, _set_policy
+
+    _tool_wheel(filed.wheels, "fakecrash", CRASHES)
+    _set_policy(filed, _policy(checks=_check("pylint", "fakecrash", "lint").replace("fakelint==1.0",
+                                                                                     "fakecrash==1.0")))
+    out = tmp_path / "filed"
+    assert _export(filed, out, "--identity", TESTER, "--report-only") == Exit.LINT
+    err = capsys.readouterr().err
+    assert "pylint (fakecrash==1.0) crashed (exit 1)" in err and "after reporting 1 finding(s)" in err
+    assert "RuntimeError: the checker fell over" in err and not out.exists()
