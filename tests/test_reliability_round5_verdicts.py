@@ -143,3 +143,128 @@ def test_a_linter_that_crashes_after_one_finding_is_a_failure_not_zero_findings(
     err = capsys.readouterr().err
     assert "pylint (fakecrash==1.0) crashed (exit 1)" in err and "after reporting 1 finding(s)" in err
     assert "RuntimeError: the checker fell over" in err and not out.exists()
+
+
+# --------------------------------------------------------------------------- 8. templates: links and a mirror's state
+
+BUG_MD = "---\nname: Bug report\nlabels: bug\n---\n\n**Describe the bug**\n\nWhat happened.\n"
+SECRET = "host-secret-45-not-for-bodies"
+
+
+def _recorded_tree(tmp_path):
+    """templates/upstream/fake/ of a repository, with its SOURCE.toml, and a manifest pointing at it."""
+    from types import SimpleNamespace
+
+    d = tmp_path / "templates" / "upstream" / "fake"
+    (d / ".github" / "ISSUE_TEMPLATE").mkdir(parents=True)
+    (d / "SOURCE.toml").write_text('repo = "https://github.com/acme/fake"\ncommit = "' + "e" * 40 + '"\n')
+    (tmp_path / "upstream").mkdir()
+    outside = tmp_path / "host"
+    outside.mkdir()
+    (outside / "bug.md").write_text(BUG_MD.replace("What happened.", SECRET))
+    manifest = SimpleNamespace(target="fake", path=tmp_path / "upstream" / "fake.toml",
+                               policy=SimpleNamespace(pr_template=".github/PULL_REQUEST_TEMPLATE.md"))
+    return d, outside, manifest
+
+
+def test_a_recorded_issue_form_that_links_out_of_the_tree_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.errors import ConfigError
+    from harness.filing import forms
+
+    d, outside, manifest = _recorded_tree(tmp_path)
+    link = d / ".github" / "ISSUE_TEMPLATE" / "bug_report.md"
+    link.symlink_to(outside / "bug.md")
+    with pytest.raises(ConfigError, match="bug_report.md: a symbolic link in the recorded upstream tree"):
+        forms.read_forms(manifest, SimpleNamespace(git=None))
+    link.unlink()  # the form directory itself a link out of the tree
+    (d / ".github" / "ISSUE_TEMPLATE").rmdir()
+    (d / ".github" / "ISSUE_TEMPLATE").symlink_to(outside)
+    with pytest.raises(ConfigError, match="ISSUE_TEMPLATE: a symbolic link"):
+        forms.read_forms(manifest, SimpleNamespace(git=None))
+
+
+def test_a_recorded_pr_template_that_links_out_of_the_tree_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.errors import ConfigError
+    from harness.filing import pr_template
+
+    d, outside, manifest = _recorded_tree(tmp_path)
+    (d / ".github" / "PULL_REQUEST_TEMPLATE.md").symlink_to(outside / "bug.md")
+    with pytest.raises(ConfigError, match="PULL_REQUEST_TEMPLATE.md: a symbolic link"):
+        pr_template.read_template(manifest, SimpleNamespace(git=None))
+    (d / ".github" / "PULL_REQUEST_TEMPLATE.md").unlink()
+    (d / ".github" / "PULL_REQUEST_TEMPLATE.md").write_text("# Description\n\nSay it.\n")
+    assert pr_template.read_template(manifest, SimpleNamespace(git=None)).text == "# Description\n\nSay it.\n"
+
+
+def _git(cwd, *args: str, **kw) -> str:
+    import subprocess
+
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.invalid", "PATH": "/usr/bin:/bin", "HOME": str(cwd)}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          **kw).stdout.strip()
+
+
+def test_forms_and_pr_template_are_read_from_exactly_the_pinned_tree(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from harness.filing import forms, pr_template
+    from harness.upstream import pins
+
+    work = tmp_path / "work"
+    (work / ".github" / "ISSUE_TEMPLATE").mkdir(parents=True)
+    (work / ".github" / "ISSUE_TEMPLATE" / "bug_report.md").write_text(BUG_MD)
+    (work / ".github" / "pull_request_template.md").write_text("# Description\n\nSay it.\n")
+    (work / "secret.md").write_text(BUG_MD.replace("What happened.", SECRET))
+    (work / ".github" / "ISSUE_TEMPLATE" / "linked.md").symlink_to("../../secret.md")  # a link the tree holds
+    _git(work, "init", "-q")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "forms")
+    commit = _git(work, "rev-parse", "HEAD")
+    mirror = tmp_path / "mirrors" / "acme+fake.git"
+    _git(tmp_path, "clone", "-q", "--bare", str(work), str(mirror))
+    # state of the mirror that is not the pinned tree's: replacement objects for the form and the template
+    for path, evil in ((".github/ISSUE_TEMPLATE/bug_report.md", BUG_MD.replace("What happened.", SECRET)
+                        .replace("Describe the bug", "Describe the feature")),
+                       (".github/pull_request_template.md", f"# Description\n\n{SECRET}\n")):
+        blob = _git(mirror, "--git-dir", str(mirror), "rev-parse", f"{commit}:{path}")
+        forged = _git(mirror, "--git-dir", str(mirror), "hash-object", "-w", "--stdin", input=evil)
+        _git(mirror, "--git-dir", str(mirror), "replace", blob, forged)
+    monkeypatch.setenv(pins.MIRRORS_ENV, str(tmp_path / "mirrors"))
+    base = SimpleNamespace(git=pins.GitPin("https://github.com/acme/fake", commit, "refs/heads/main", "2026-01-01"))
+    manifest = SimpleNamespace(target="fake", policy=SimpleNamespace(pr_template=""))
+    found = forms.read_forms(manifest, base)
+    assert found.forms is not None
+    assert [(f.path, [s.label for s in f.sections]) for f in found.forms.issue_forms] == [
+        (".github/ISSUE_TEMPLATE/bug_report.md", ["Describe the bug"])]  # the link is not a form of the tree
+    assert pr_template.read_template(manifest, base).text == "# Description\n\nSay it.\n"
+    assert SECRET not in pr_template.tree_text(manifest, base, [".github/pull_request_template.md",
+                                                                ".github/ISSUE_TEMPLATE/linked.md"])
+
+
+# --------------------------------------------------------------------------- 21. one long template line
+
+LONG = 2 * 1024 * 1024
+
+
+@pytest.mark.parametrize("line", ["## a" + " " * LONG + "b", "Fixes issue:" + " " * LONG + "x",
+                                  "<!--" * (LONG // 4), "**" + "a " * (LONG // 2)])
+def test_one_long_template_line_is_read_in_linear_time(line):
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys\nfrom harness.filing import forms, pr_template\nline = sys.stdin.read()\n"
+            "forms.parse_forms('c', {'bug.md': '---\\nname: Bug\\n---\\n' + line + '\\n', 'bug.yml': "
+            "'name: Bug\\nbody:\\n  - type: textarea\\n    attributes:\\n      label: ' + line + '\\n'})\n"
+            "template = '## What does this PR do\\n\\n' + line + '\\n- [ ] unit tests\\n'\n"
+            "pr_template.section_lines(template)\npr_template.fill(template, 'body', pr_template.Facts())\n"
+            "pr_template.asks_linked_issue(template, False)\n")
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], input=line, text=True, timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - began < 15  # linear: well under a second of work; the old regexes took hours
