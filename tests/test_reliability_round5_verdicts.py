@@ -132,7 +132,7 @@ def _tool_wheel(dest, name: str, main: str) -> None:
         zf.writestr(f"{name}-1.0.dist-info/RECORD", "\n".join(record) + "\n")
 
 
-def test_a_linter_that_crashes_after_one_finding_is_a_failure_not_zero_findings(filed, tmp_path, capsys):
+def test_a_linter_that_crashes_after_one_finding_is_a_failure_not_zero_findings(filed, tmp_path, capsys):  # noqa: F811
     from test_export_policy import TESTER, _check, _export, _policy, _set_policy
 
     _tool_wheel(filed.wheels, "fakecrash", CRASHES)
@@ -268,3 +268,117 @@ def test_one_long_template_line_is_read_in_linear_time(line):
     done = subprocess.run([sys.executable, "-c", code], input=line, text=True, timeout=60, capture_output=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert time.monotonic() - began < 15  # linear: well under a second of work; the old regexes took hours
+
+
+# --------------------------------------------------------------------------- 6. what "latest" is
+
+
+@pytest.fixture
+def remote(lane_repo, tmp_path):
+    """Receipts of both lanes written elsewhere, as on a GPU host (tracking.toml untouched)."""
+    out = tmp_path / "remote"
+    assert cli("run", "01", "--quiet", "--no-tracking", "--receipts-dir", str(out), *lane_repo.args()) == Exit.OK
+    return {d.name.split("-", 1)[1]: d for d in (out / "fake" / "01").iterdir()}
+
+
+def _redated(d, when: str, tmp_path, **changes):
+    """A copy of receipt directory ``d`` that says it started at ``when`` (``YYYYmmddTHHMMSSZ``), re-sealed."""
+    from datetime import datetime
+
+    from harness.lane import receipts
+
+    iso = datetime.strptime(when, "%Y%m%dT%H%M%SZ").strftime("%Y-%m-%dT%H:%M:%SZ")
+    lane = changes.get("lane", d.name.split("-", 1)[1])
+    copy = tmp_path / "redated" / when / "fake" / "01" / f"{when}-{lane}"
+    shutil.copytree(d, copy)
+    data = json.loads((copy / "receipt.json").read_text())
+    data.update(started=iso, **changes)
+    (copy / "receipt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    (copy / "SHA256SUMS").unlink()
+    receipts.write_manifest(copy)
+    return copy
+
+
+def _archive(tmp_path, dirs, name: str = "receipts.tar"):
+    out = tmp_path / name
+    with tarfile.open(out, "w") as tf:
+        for d in dirs:
+            tf.add(d, arcname=f"{d.parent.parent.name}/{d.parent.name}/{d.name}")
+    return out
+
+
+def _tracked(repo, lane: str) -> dict:
+    from harness.lane.tracking import Tracking
+
+    return dict(Tracking.load(repo.root).doc["packs"]["01"]["validation"][lane])
+
+
+def test_an_older_receipt_imported_later_does_not_replace_the_latest(lane_repo, remote, tmp_path, capsys):
+    args = lane_repo.args()
+    assert cli("receipts", "import", str(_archive(tmp_path, remote.values())), *args) == Exit.OK
+    november = _tracked(lane_repo, "bug")
+    january = _redated(remote["bug"], "20260115T100000Z", tmp_path)
+    assert cli("receipts", "import", str(_archive(tmp_path, [january], "january.tar")), *args) == Exit.OK
+    assert (lane_repo.root / "receipts" / "fake" / "01" / january.name).is_dir()  # kept, as history
+    assert _tracked(lane_repo, "bug") == november and november["date"].startswith("2026-11")
+    capsys.readouterr()
+    assert cli("receipts", "show", "01", *args) == Exit.OK
+    assert f"[receipts/fake/01/{remote['bug'].name}]" in capsys.readouterr().out
+
+
+def test_a_receipt_dated_2099_is_refused_and_never_counts_as_latest(lane_repo, remote, tmp_path, capsys):
+    from harness.lane import receipts
+
+    args = lane_repo.args()
+    future = _redated(remote["bug"], "20990101T000000Z", tmp_path)
+    assert cli("receipts", "import", str(_archive(tmp_path, [future])), *args) == Exit.USAGE
+    assert "started 2099-01-01T00:00:00Z, after now" in capsys.readouterr().err
+    assert receipts.run_dirs(lane_repo.root) == []
+    # one put there by hand (a commit, a copy): status, receipts show and the next import all pass it over
+    shutil.copytree(future, lane_repo.root / "receipts" / "fake" / "01" / future.name)
+    assert cli("receipts", "import", str(_archive(tmp_path, remote.values(), "now.tar")), *args) == Exit.OK
+    assert _tracked(lane_repo, "bug")["receipt"] == f"receipts/fake/01/{remote['bug'].name}/receipt.json"
+    latest = receipts.latest_by_lane(lane_repo.root, "fake", "01")
+    assert latest["bug"].dir.name == remote["bug"].name
+    assert receipts.latest(lane_repo.root, "fake", "01", "bug").dir.name == remote["bug"].name
+    capsys.readouterr()
+    assert cli("status", "01", "--json", *args) in (Exit.OK, Exit.MISMATCH)
+    lanes = {e["name"]: e["receipt"] for e in json.loads(capsys.readouterr().out)["packs"][0]["lanes"]}
+    assert lanes["bug"]["path"] == f"receipts/fake/01/{remote['bug'].name}"
+
+
+def test_a_receipt_an_import_stopped_midway_copied_is_recorded_by_the_next(lane_repo, remote, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from harness.lane import receipts
+
+    args = lane_repo.args()
+    archive = _archive(tmp_path, remote.values())
+    real, calls = shutil.copytree, []
+
+    def copy_then_stop(src, dst, *a, **kw):  # SIGTERM while the second receipt is being copied
+        calls.append(dst)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(shutil, "copytree", copy_then_stop)
+    assert cli("receipts", "import", str(archive), *args) == Exit.TERMINATED
+    monkeypatch.setattr(shutil, "copytree", real)
+    assert len(receipts.run_dirs(lane_repo.root)) == 1  # one receipt in place, tracking.toml never saved
+    assert cli("receipts", "import", str(archive), *args) == Exit.OK
+    for lane, d in remote.items():
+        assert _tracked(lane_repo, lane)["receipt"] == f"receipts/fake/01/{d.name}/receipt.json"
+
+
+def test_a_fix_run_relabelled_as_the_bug_lane_is_refused(lane_repo, remote, tmp_path, capsys):
+    from harness.lane import receipts
+
+    stamp = remote["fix"].name.split("-", 1)[0]
+    relabelled = _redated(remote["fix"], stamp, tmp_path, lane="bug")
+    assert cli("receipts", "import", str(_archive(tmp_path, [relabelled])), *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "does not describe a run of pack 01's lane bug" in err
+    assert "patched True (the lane: False)" in err and "expect 'FIX_VALIDATED' (the lane: 'BUG_REPRODUCED')" in err
+    assert receipts.run_dirs(lane_repo.root) == []

@@ -465,7 +465,10 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
             result = execute(ctx, prep, run_dir)
             results.append(result)
             if update_tracking and result.receipt is not None:
-                ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
+                # the lane's latest by the one rule (receipts.latest_per_lane), which the new receipt normally is
+                latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir,
+                                                 with_checkout=True).get(prep.lane.name, result.receipt)
+                ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(latest, ctx.root))
                 ctx.tracking.save()
     finally:
         if made_here:

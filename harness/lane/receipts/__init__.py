@@ -31,11 +31,13 @@ May import: ``harness.errors``, ``harness.base``, ``harness.lane.runs``.
 from __future__ import annotations
 
 from harness.lane.receipts.index import (
+    dated_in_future,
     display_path,
     find,
     host_description,
     latest,
     latest_by_lane,
+    latest_per_lane,
     log_text,
     receipts_root,
     run_dirs,
@@ -67,7 +69,7 @@ from harness.lane.receipts.writer import helper_digests, write, write_manifest
 __all__ = [
     "BaseRecord", "BuildRecord", "Check", "Figure", "HarnessRecord", "Host", "KernelCacheRecord", "LOG",
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
-    "Verdict", "check_dir", "display_path", "dump", "find", "helper_digests", "host_description", "latest",
-    "latest_by_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time", "suite_logs", "summary",
-    "utc_now", "verify", "write", "write_manifest",
+    "Verdict", "check_dir", "dated_in_future", "display_path", "dump", "find", "helper_digests", "host_description",
+    "latest", "latest_by_lane", "latest_per_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time",
+    "suite_logs", "summary", "utc_now", "verify", "write", "write_manifest",
 ]
