@@ -382,3 +382,57 @@ def test_a_fix_run_relabelled_as_the_bug_lane_is_refused(lane_repo, remote, tmp_
     assert "does not describe a run of pack 01's lane bug" in err
     assert "patched True (the lane: False)" in err and "expect 'FIX_VALIDATED' (the lane: 'BUG_REPRODUCED')" in err
     assert receipts.run_dirs(lane_repo.root) == []
+
+
+# --------------------------------------------------------------------------- 2. suite progress: its key and its seal
+
+
+def _fake_smi(directory, driver: str) -> None:
+    """An nvidia-smi on PATH that reports one H100 on ``driver`` (a host whose driver was upgraded meanwhile)."""
+    smi = directory / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 9.0, {driver}'\n")
+    smi.chmod(0o755)
+
+
+def _shard_run(repo, lane: str) -> dict:
+    """Run one suite shard; its receipt's suite details."""
+    seen = {r.path for r in find(repo.root, "fake", "01")}
+    assert cli("run", "01", "--quiet", *repo.args(), "--lane", lane) == Exit.OK
+    [new] = [r for r in find(repo.root, "fake", "01") if r.path not in seen]
+    return new.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN]
+
+
+def test_suite_progress_decided_under_another_driver_is_not_resumed(suite_repo, tmp_path, monkeypatch):  # noqa: F811
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    lane = "suite-1.0-base-1of2"
+    _fake_smi(bin_dir, "550.54.15")
+    first = _shard_run(suite_repo, lane)
+    _fake_smi(bin_dir, "560.35.03")
+    second = _shard_run(suite_repo, lane)
+    third = _shard_run(suite_repo, lane)
+    assert first["resumed"] == 0 and first["shard_cases"] > 0
+    assert second["resumed"] == 0  # decided under 550: nothing of it is this run's evidence
+    assert third["resumed"] == third["shard_cases"]  # the same host again resumes
+
+
+def test_a_progress_line_edited_by_hand_is_not_resumed(suite_repo, capsys):  # noqa: F811
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    runs = {lane: _shard_run(suite_repo, lane) for lane in ("suite-1.0-base-1of2", "suite-1.0-base-2of2")}
+    [(lane, case)] = [(lane, c) for lane, d in runs.items() for c, o in d["cases"].items() if o == "failed"]
+    [progress] = [p for p in suite_repo.cache.rglob(f"01-{lane}-*.jsonl")]
+    text = progress.read_text()
+    assert '"outcome": "failed"' in text
+    progress.write_text(text.replace('"outcome": "failed"', '"outcome": "passed"'))
+    capsys.readouterr()
+    again = _shard_run(suite_repo, lane)
+    assert again["resumed"] == 0 and again["cases"][case] == "failed"
+    assert "is not as its last run sealed it" in capsys.readouterr().err
