@@ -11,8 +11,9 @@ harness wrote them.
 ``check_dir`` verifies one directory as a whole: every file listed in
 ``SHA256SUMS`` matches, no file is unlisted, the log matches the hash in
 receipt.json and in ``output.log.sha256``, and what receipt.json says the
-reproducer printed (sentinels, host stamp, figures, verdict) is what its log
-says. Receipts written before ``SHA256SUMS`` existed are *legacy*: they are
+reproducer printed (sentinels, their details, host stamp, figures, verdict) is
+what its log says. ``latest_per_lane`` is the one rule of a lane's latest
+receipt. Receipts written before ``SHA256SUMS`` existed are *legacy*: they are
 checked by everything but the manifest, and reported as log-only.
 
 The package, one module per concept (imports go down this list):
