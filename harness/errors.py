@@ -3,8 +3,9 @@
 One convention for the whole tool (``harness`` and the nox sessions); ``MEANINGS``
 below is the table ``harness --help`` and docs/exit-codes.md print. When several lanes end
 differently the most severe code wins (``SEVERITY``). DRIFT comes only from
-``harness absorbed`` and TAMPERED only from ``harness receipts`` and ``harness cache``; neither is
-mixed with lane codes. NO_LANES comes only from a pack that declares no lane at all.
+``harness absorbed`` and TAMPERED only from ``harness receipts``, ``harness cache`` and ``harness suite compare``
+(a receipt its verdict reads fails verification); neither is mixed with lane codes.
+NO_LANES comes only from a pack that declares no lane at all.
 """
 
 from __future__ import annotations

@@ -362,6 +362,7 @@ SLOW = (
 # runs them after the rest, in one plain process.
 SERIAL = (
     "tests/test_reliability_faults.py::test_a_signal_at_the_swap_waits_until_the_series_and_the_state_agree",
+    "tests/test_reliability_round5_verdicts.py::test_a_receipt_an_import_stopped_midway_copied_is_recorded_by_the_next",
 )
 
 

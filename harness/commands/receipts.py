@@ -56,6 +56,7 @@ def _import(ctx, args) -> int:
     dest_root = receipts.receipts_root(ctx.root)
     vocabulary = set(sentinels(ctx.root))
     planned: list[tuple[Path, Path]] = []
+    lanes: set[tuple[str, str, str]] = set()  # (target, pack, lane) of every receipt of the archive
     added = []
     with tempfile.TemporaryDirectory(prefix="patchlane-import-") as tmp:
         try:
@@ -72,12 +73,14 @@ def _import(ctx, args) -> int:
             check = receipts.check_dir(src, vocabulary)
             if not check.ok:
                 raise ReceiptError(f"{where}: {'; '.join(check.problems)}; nothing was imported")
-            final = dest_root / _destination(ctx, src, receipts.load(src / receipts.RECEIPT), where)
+            rec = receipts.load(src / receipts.RECEIPT)
+            final = dest_root / _destination(ctx, src, rec, where)
+            lanes.add((rec.target, rec.pack, rec.lane))
             if check.legacy:
                 ui.note(f"{where}: legacy receipt (no {receipts.MANIFEST}): only its log is covered by a digest")
             planned.append((src, final))
         for src, final in planned:
-            if final.exists():
+            if final.exists():  # an earlier import (perhaps one stopped before it recorded it) copied it
                 ui.note(f"already present: {final.relative_to(ctx.root)}")
                 continue
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -88,11 +91,28 @@ def _import(ctx, args) -> int:
             os.replace(scratch, final)
             added.append(receipts.load(final / receipts.RECEIPT))
     for rec in sorted(added, key=lambda r: r.started):
-        ctx.tracking.record_validation(rec.pack, rec.lane, receipts.summary(rec, ctx.root))
         ui.data(f"imported {rec.dir.relative_to(ctx.root)}: {rec.verdict} ({', '.join(rec.sentinels) or '-'})")
-    if added:
+    # tracking.toml names each lane's latest receipt by the one rule (receipts.latest_per_lane), over every receipt
+    # of the lane in receipts/: an older receipt imported late does not replace a newer one, and a receipt an
+    # import stopped midway copied (found "already present" now) is recorded all the same
+    if _record_latest(ctx, lanes):
         ctx.tracking.save()
     return 0
+
+
+def _record_latest(ctx, lanes: set[tuple[str, str, str]]) -> bool:
+    """Set the validation entry of each (target, pack, lane) to the lane's latest receipt; whether any changed."""
+    changed = False
+    for target, pid, lane in sorted(lanes):
+        rec = receipts.latest_by_lane(ctx.root, target, pid).get(lane)
+        if rec is None:  # every receipt of the lane is dated in the future (refused above): nothing to record
+            continue
+        entry = receipts.summary(rec, ctx.root)
+        known = ctx.tracking.packs[pid].validation.get(lane)
+        if known is None or known.receipt != entry["receipt"] or known.verdict != entry["verdict"]:
+            ctx.tracking.record_validation(pid, lane, entry)
+            changed = True
+    return changed
 
 
 def _destination(ctx, src: Path, rec: receipts.Receipt, where: str) -> Path:
@@ -104,11 +124,25 @@ def _destination(ctx, src: Path, rec: receipts.Receipt, where: str) -> Path:
     if pack.target != target:
         raise ConfigError(f"{where}: receipt says target {target!r}, but pack {pid} is a {pack.target} pack; "
                           "nothing was imported")
-    if lane not in {x.name for x in pack.lanes}:
+    declared = next((x for x in pack.lanes if x.name == lane), None)
+    if declared is None:
         raise ConfigError(f"{where}: pack {pid} has no lane {lane!r} in tracking.toml; nothing was imported")
+    ran = {"patched": rec.patched, "expect": rec.expected.value, "base": rec.base.name, "nproc": rec.world_size}
+    wants = {"patched": declared.patched, "expect": declared.expect, "base": declared.base, "nproc": declared.nproc}
+    differ = [f"{k} {ran[k]!r} (the lane: {wants[k]!r})" for k in ran if ran[k] != wants[k]]
+    if differ:  # a run of another lane relabelled (a fix run as the bug lane): not this lane's evidence
+        raise ConfigError(f"{where}: receipt of lane {lane!r} does not describe a run of pack {pid}'s lane {lane}: "
+                          f"{', '.join(differ)}; nothing was imported")
     if not _RUN_NAME.match(src.name) or not (src.name == f"{src.name[:16]}-{lane}"
                                              or src.name.startswith(f"{src.name[:16]}-{lane}.")):
         raise ConfigError(f"{where}: directory name {src.name!r} is not '<UTC time>-{lane}'; nothing was imported")
+    started = rec.started_at
+    if started is None or receipts.stamp_time(started) != src.name[:16]:
+        raise ConfigError(f"{where}: receipt says it started {rec.started!r}, but its directory is named for "
+                          f"{src.name[:16]}; nothing was imported")
+    if receipts.dated_in_future(rec):
+        raise ConfigError(f"{where}: receipt says it started {rec.started}, after now "
+                          f"({receipts.stamp_time(receipts.utc_now())}); nothing was imported")
     rel = Path(target) / pid / src.name
     root = receipts.receipts_root(ctx.root).resolve()
     if not (root / rel).resolve().is_relative_to(root):

@@ -13,11 +13,11 @@ has nothing for says so. The YAML read is the small subset issue forms use (no Y
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.filing.pr_template import pinned_files, pinned_has
 from harness.upstream import pins
 
 FORMS_DIR = ".github/ISSUE_TEMPLATE"
@@ -64,10 +64,6 @@ class Lookup:
     problem: str | None = None
 
 
-def _git(mirror: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "--git-dir", mirror, *args], capture_output=True, text=True, errors="replace")
-
-
 def read_forms(manifest: pins.Manifest, base) -> Lookup:
     """The issue forms in the tree of ``base`` (a git base), read from a mirror; a release base has none read."""
     pin = getattr(base, "git", None)
@@ -79,12 +75,10 @@ def read_forms(manifest: pins.Manifest, base) -> Lookup:
         return Lookup(None, f"the issue forms ({FORMS_DIR}) of {manifest.target} at {pin.commit[:10]} were not read: "
                             f"no mirror of {pin.url} (${pins.MIRRORS_ENV})")
     for mirror in mirrors:
-        if _git(mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}").returncode != 0:
+        if not pinned_has(mirror, pin.commit):
             continue
-        listed = _git(mirror, "ls-tree", "--name-only", f"{pin.commit}:{FORMS_DIR}")
-        names = listed.stdout.split() if listed.returncode == 0 else []
-        files = {n: _git(mirror, "show", f"{pin.commit}:{FORMS_DIR}/{n}").stdout for n in names}
-        return Lookup(parse_forms(pin.commit, files))
+        # exactly the pinned commit's tree: its regular files, by object id, no replacement objects
+        return Lookup(parse_forms(pin.commit, pinned_files(mirror, pin.commit, FORMS_DIR)))
     return Lookup(None, f"the issue forms ({FORMS_DIR}) of {manifest.target} were not read: no mirror holds "
                         f"{pin.commit[:10]}")
 
@@ -92,12 +86,14 @@ def read_forms(manifest: pins.Manifest, base) -> Lookup:
 def _recorded(manifest: pins.Manifest) -> Lookup:
     """For a release base (no tree to read): the forms recorded under ``templates/upstream/<target>/`` with their
     source commit, when the repository has them; else none."""
-    from harness.filing.pr_template import recorded_commit, recorded_dir
+    from harness.filing.pr_template import recorded_commit, recorded_dir, recorded_files
 
     directory = recorded_dir(manifest)
-    if directory is None or not (directory / FORMS_DIR).is_dir():
+    if directory is None:
         return Lookup(None)
-    files = {p.name: p.read_text(encoding="utf-8") for p in sorted((directory / FORMS_DIR).iterdir()) if p.is_file()}
+    files = recorded_files(directory, FORMS_DIR)  # a link there, or another kind of file: ConfigError
+    if not files:
+        return Lookup(None)
     return Lookup(parse_forms(recorded_commit(directory), files))
 
 
@@ -188,7 +184,8 @@ def parse_yaml_form(path: str, text: str) -> IssueForm:
     return IssueForm(path, name, labels, tuple(sections), markdown=False)
 
 
-_MD_SECTION = re.compile(r"^(?:\*\*(?P<bold>[^*]+?)\*\*|#{1,6}\s+(?P<heading>.+?))\s*$")
+# matched against a stripped line: no trailing ``\s*`` after a lazy group (one long line would take quadratic time)
+_MD_SECTION = re.compile(r"^(?:\*\*(?P<bold>[^*]+)\*\*|#{1,6}\s+(?P<heading>.+))$")
 
 
 def parse_markdown_template(path: str, text: str) -> IssueForm:

@@ -10,11 +10,14 @@ process notes). A box is ticked only from a fact the tool has (``Facts``), never
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import ConfigError
 from harness.upstream import pins
 
 CONVENTIONAL_PATH = ".github/pull_request_template.md"
@@ -46,6 +49,103 @@ def recorded_commit(directory: Path) -> str:
     return str(tomllib.loads((directory / "SOURCE.toml").read_text(encoding="utf-8")).get("commit", ""))
 
 
+def recorded_file(directory: Path, rel: str) -> Path | None:
+    """``directory / rel`` in a recorded tree when it is a regular file reached through directories, None where it
+    is absent; a symbolic link (or a device, a FIFO, ...) on the way is a ConfigError: a recorded template is the
+    tree's own text, never whatever a link points at."""
+    path, mode = directory, 0
+    for part in Path(rel).parts:
+        path = path / part
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        if stat.S_ISLNK(mode):
+            raise ConfigError(f"{path}: a symbolic link in the recorded upstream tree {directory}; only its regular "
+                              "files are read")
+    if not stat.S_ISREG(mode):
+        if stat.S_ISDIR(mode):
+            return None
+        raise ConfigError(f"{path}: not a regular file of the recorded upstream tree {directory}")
+    return path
+
+
+def recorded_files(directory: Path, rel: str) -> dict[str, str]:
+    """The regular files directly in ``directory / rel`` of a recorded tree (name -> text); a link or other kind
+    of file there is a ConfigError (``recorded_file``), a subdirectory is not a file of it."""
+    where = directory / rel
+    if recorded_file(directory, rel) is not None or not where.is_dir():  # checks every part on the way
+        return {}
+    out = {}
+    for name in sorted(os.listdir(where)):
+        path = recorded_file(directory, f"{rel}/{name}")
+        if path is not None:
+            out[name] = path.read_text(encoding="utf-8")
+    return out
+
+
+# Reading the pinned commit's tree, exactly: no replacement objects (refs/replace), object ids from ls-tree and
+# blobs by id (no textconv, no path lookups through whatever the mirror's state adds), regular files only.
+_PINNED_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+_REGULAR = ("100644", "100755")
+
+
+def pinned_git(mirror: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}, **_PINNED_ENV}
+    return subprocess.run(["git", "--no-replace-objects", "--git-dir", mirror, *args], capture_output=True,
+                          text=True, errors="replace", env=env)
+
+
+def pinned_has(mirror: str, commit: str) -> bool:
+    return pinned_git(mirror, "cat-file", "-e", f"{commit}^{{commit}}").returncode == 0
+
+
+def pinned_entries(mirror: str, commit: str, path: str) -> dict[str, tuple[str, str]]:
+    """name -> (mode, object id) of the entries of directory ``path`` in ``commit``'s tree (empty: no such
+    directory)."""
+    listed = pinned_git(mirror, "ls-tree", "-z", "--full-tree", commit, "--", f"{path.rstrip('/')}/")
+    out = {}
+    for entry in listed.stdout.split("\0") if listed.returncode == 0 else []:
+        meta, _, name = entry.partition("\t")
+        if len(meta.split()) == 3:
+            mode, _kind, oid = meta.split()
+            out[name.rsplit("/", 1)[-1]] = (mode, oid)
+    return out
+
+
+def pinned_text(mirror: str, commit: str, path: str) -> str | None:
+    """The text of ``path`` in ``commit``'s tree when it is a regular file there (None: absent, or a link, a
+    submodule or a directory)."""
+    parent, _, name = path.rstrip("/").rpartition("/")
+    mode, oid = pinned_entries(mirror, commit, parent).get(name, ("", "")) if parent else _top(mirror, commit, name)
+    if mode not in _REGULAR:
+        return None
+    shown = pinned_git(mirror, "cat-file", "blob", oid)
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def pinned_files(mirror: str, commit: str, directory: str) -> dict[str, str]:
+    """The regular files directly in ``directory`` of ``commit``'s tree (name -> text)."""
+    out = {}
+    for name, (mode, oid) in sorted(pinned_entries(mirror, commit, directory).items()):
+        if mode in _REGULAR:
+            shown = pinned_git(mirror, "cat-file", "blob", oid)
+            if shown.returncode == 0:
+                out[name] = shown.stdout
+    return out
+
+
+def _top(mirror: str, commit: str, name: str) -> tuple[str, str]:
+    listed = pinned_git(mirror, "ls-tree", "-z", "--full-tree", commit)
+    for entry in listed.stdout.split("\0") if listed.returncode == 0 else []:
+        meta, _, entry_name = entry.partition("\t")
+        if entry_name == name and len(meta.split()) == 3:
+            return meta.split()[0], meta.split()[2]
+    return "", ""
+
+
 @dataclass(frozen=True)
 class Lookup:
     text: str | None  # the template, or None when the upstream has none at that base
@@ -58,8 +158,9 @@ def read_template(manifest: pins.Manifest, base) -> Lookup:
     path = template_location(manifest)
     if pin is None:
         recorded = recorded_dir(manifest)
-        if recorded is not None and (recorded / path).is_file():  # a release base: the recorded tree's template
-            return Lookup((recorded / path).read_text(encoding="utf-8"))
+        found = recorded_file(recorded, path) if recorded is not None else None
+        if found is not None:  # a release base: the recorded tree's template
+            return Lookup(found.read_text(encoding="utf-8"))
         return Lookup(None)
     sources, _missing = pins.git_sources(pin)
     mirrors = [s for s in sources if Path(s).is_dir()]
@@ -67,13 +168,9 @@ def read_template(manifest: pins.Manifest, base) -> Lookup:
         return Lookup(None, f"the PR template ({path}) of {manifest.target} at {pin.commit[:10]} was not read: no "
                             f"mirror of {pin.url} (${pins.MIRRORS_ENV})")
     for mirror in mirrors:
-        has = subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
-                             capture_output=True)
-        if has.returncode != 0:
+        if not pinned_has(mirror, pin.commit):
             continue
-        shown = subprocess.run(["git", "--git-dir", mirror, "show", f"{pin.commit}:{path}"],
-                               capture_output=True, text=True)
-        return Lookup(shown.stdout if shown.returncode == 0 else None)
+        return Lookup(pinned_text(mirror, pin.commit, path))
     return Lookup(None, f"the PR template ({path}) of {manifest.target} was not read: no mirror holds "
                         f"{pin.commit[:10]}")
 
@@ -86,16 +183,10 @@ def tree_text(manifest: pins.Manifest, base, paths: list[str]) -> str:
         return ""
     sources, _missing = pins.git_sources(pin)
     for mirror in (s for s in sources if Path(s).is_dir()):
-        if subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
-                          capture_output=True).returncode != 0:
+        if not pinned_has(mirror, pin.commit):
             continue
-        texts = []
-        for path in paths:
-            shown = subprocess.run(["git", "--git-dir", mirror, "show", f"{pin.commit}:{path}"],
-                                   capture_output=True, text=True, errors="replace")
-            if shown.returncode == 0:
-                texts.append(shown.stdout)
-        return "\n".join(texts)
+        texts = [pinned_text(mirror, pin.commit, path) for path in paths]
+        return "\n".join(t for t in texts if t is not None)
     return ""
 
 
@@ -129,14 +220,14 @@ TICKS = ((re.compile(r"\bunit tests?\b", re.I), "adds_tests"),
          (re.compile(r"\bautoformat|\bcheckstyle\b", re.I), "formatted"))
 _BOX = re.compile(r"^(\s*[-*]\s)\[[ xX]\](\s.*)$")
 _WHAT = re.compile(r"^#+\s+(?:what does this pr do|description|summary)\b", re.I)  # where the body goes
-_FIELD = re.compile(r"^([A-Z][\w ]{0,40}):\s*(?:<!--.*?-->)?\s*$")
+_FIELD = re.compile(r"^([A-Z][\w ]{0,40}):(.*)$")  # a ``Label:`` field when what follows is blank (``_blank``)
 _HEADING = re.compile(r"^#+\s")
 
 
 def fill(template: str, body: str, facts: Facts) -> str:
     """``template`` with ``body`` under its "what does this PR do" heading (else first), boxes ticked from
     ``facts``, ``Label:`` fields filled, and its instructions to the author dropped."""
-    text = re.sub(r"<!--.*?-->", "", template, flags=re.S)
+    text = drop_comments(template)
     out: list[str] = []
     placed = False
     for line in text.splitlines():
@@ -148,13 +239,30 @@ def fill(template: str, body: str, facts: Facts) -> str:
             placed = True
         elif _HEADING.match(line):
             out += ["", line, ""]
-        elif (m := _FIELD.match(line.strip())) is not None and "issue" in m.group(1).lower():
+        elif (m := _FIELD.match(line.strip())) is not None and _blank(m.group(2)) and "issue" in m.group(1).lower():
             out.append(f"{m.group(1)}: {facts.linked or 'none'}")
     filled = "\n".join(out)
     if not placed:
         filled = body.strip() + "\n\n" + filled
     filled = re.sub(r"\n{3,}", "\n\n", filled)
     return _drop_empty_headings(filled).strip() + "\n"  # a heading whose instructions were dropped goes
+
+
+def _blank(rest: str) -> bool:
+    """What follows a field's colon says nothing: blank, or one HTML comment."""
+    rest = rest.strip()
+    return not rest or (len(rest) >= 7 and rest.startswith("<!--") and rest.endswith("-->"))
+
+
+def drop_comments(text: str) -> str:
+    """``text`` without its HTML comments (``<!-- ... -->``; an unclosed one stays), in one pass: the regex
+    ``<!--.*?-->`` rescans to the end from every unclosed ``<!--``, quadratic in a long line of them."""
+    out, at = [], 0
+    while (start := text.find("<!--", at)) >= 0 and (end := text.find("-->", start + 4)) >= 0:
+        out.append(text[at:start])
+        at = end + 3
+    out.append(text[at:])
+    return "".join(out)
 
 
 def _drop_empty_headings(text: str) -> str:
@@ -184,7 +292,7 @@ def _drop_empty_headings(text: str) -> str:
 def asks_linked_issue(template: str, feature: bool) -> bool:
     """Whether the template asks an outside contributor's PR to link an issue: a new feature (Megatron-LM:
     required), or a bug fix / small update (Megatron-LM: recommended)."""
-    text = re.sub(r"<!--.*?-->", "", template, flags=re.S)
+    text = drop_comments(template)
     what = r"new features?" if feature else r"(?:bug fix(?:es)?|small updates?)"
     return re.search(rf"{what}\W.{{0,120}}?linked issue\W.{{0,40}}?(?:required|recommended)", text,
                      re.I | re.S) is not None

@@ -10,6 +10,7 @@ or from an offline bundle (``bundle`` is given), never a mix.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -253,14 +254,56 @@ def _pack_modules(pack: Pack, packages: Sequence[str]) -> list[str]:
     return mods
 
 
-def suite_state(ctx: Context, prep: Prepared, fresh: bool | None = None) -> Path:
-    """The per-case progress file of a suite lane (see repros/upstream_suite.py): one per lane, test tree and
-    build, in the store; removed first when ``fresh`` (``$PATCHLANE_SUITE_RERUN=1``: decide every case again)."""
-    key = fingerprint.digest("suite-state", prep.pack.id, prep.lane.name, prep.tests_tree_key or "", *prep.build_keys)
+def suite_state(ctx: Context, prep: Prepared, facts: kernel_key.Facts, python: str, env: dict[str, str],
+                fresh: bool | None = None) -> Path:
+    """The per-case progress file of a suite lane (see repros/upstream_suite.py): one per lane, test tree, build
+    and what decides a case's outcome besides them (the kernel-cache key's facts: builds, runtime requirements,
+    compilers, nvcc, GPUs and driver; and the lane's own interpreter), in the store. Removed first when ``fresh``
+    (``$PATCHLANE_SUITE_RERUN=1``: decide every case again), or when it is not as the last lane that ran it sealed
+    it (``seal_suite_state``): a line edited by hand, or written by a run whose harness was killed outright."""
+    key = fingerprint.digest("suite-state", prep.pack.id, prep.lane.name, prep.tests_tree_key or "", *prep.build_keys,
+                             facts.key, python, kernel_key.interpreter(python, env))
     path = ctx.store.area("suite-state") / f"{prep.pack.id}-{prep.lane.name}-{key[:16]}.jsonl"
+    seal = path.with_name(path.name + ".seal")
     if fresh if fresh is not None else os.environ.get("PATCHLANE_SUITE_RERUN") == "1":
         path.unlink(missing_ok=True)
+    elif path.exists() and _progress_seal(path) != _read_seal(seal):
+        ui.warn(f"pack {prep.pack.id} lane {prep.lane.name}: the suite progress {path} is not as its last run sealed "
+                "it (edited, or left by a harness killed outright): every case of the shard runs again")
+        path.unlink(missing_ok=True)
+    if not path.exists():
+        seal.unlink(missing_ok=True)
     return path
+
+
+def seal_suite_state(path: Path) -> None:
+    """Seal the progress file as the lane that just ended left it (whatever ended it): the next run resumes from it
+    only while it is exactly so."""
+    if not path.exists():
+        return
+    seal = path.with_name(path.name + ".seal")
+    scratch = seal.with_name(f".{seal.name}.{os.getpid()}")
+    try:
+        scratch.write_text(json.dumps(_progress_seal(path)) + "\n")
+        os.replace(scratch, seal)
+    except OSError as exc:  # no seal: the next run starts afresh, which costs time, never a wrong outcome
+        scratch.unlink(missing_ok=True)
+        ui.warn(f"cannot seal the suite progress {path}: {exc.strerror or exc}")
+
+
+def _progress_seal(path: Path) -> dict:
+    try:
+        return {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    except OSError:
+        return {}
+
+
+def _read_seal(seal: Path) -> dict | None:
+    try:
+        data = json.loads(seal.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def run_dir_for(pack: Pack) -> Path:
@@ -348,8 +391,6 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     if prep.tests_tree is not None:
         env[upstream_tests.ROOT_ENV] = str(prep.tests_tree)
         env.update(upstream_tests.PYTEST_ENV)
-    if lane.suite:  # per-case progress, kept across runs of the same shard, tree and build: a killed run resumes
-        env[upstream_tests.SUITE_STATE_ENV] = str(suite_state(ctx, prep))
     if lane.nproc > 1:
         env.update(runs.MULTI_GPU_ENV)
     env.update(runs.rendezvous_env(env, lane.nproc))
@@ -367,6 +408,10 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
         kfacts = kernel_key.facts(prep.build_keys, prep.runtime_requires, ctx.python, env, ctx.store.area("memo"))
+        progress = None
+        if lane.suite:  # per-case progress, kept across runs of the same shard, tree, build, interpreter and GPUs
+            progress = suite_state(ctx, prep, kfacts, python, env)
+            env[upstream_tests.SUITE_STATE_ENV] = str(progress)
         seed = ctx.bundle.kernel_cache_seed(kfacts.key) if ctx.bundle is not None else None
         with kernel_cache.lane(ctx.store, kfacts, f"{_RUN_PREFIX}{os.getpid()}-kcache-", seed) as kcache:
             env.update(kcache.env)
@@ -381,6 +426,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
                 # the child ended by itself: all it compiled is whole; killed (its limit, Ctrl-C, SIGTERM; its
                 # process group is gone by now): only what the libraries write whole (kernel_cache.WHOLE_WRITES)
                 kcache.seal(finished)
+                if progress is not None:  # its lines are whole whatever ended the lane (each is written and synced)
+                    seal_suite_state(progress)
         verdict, reason = outcome.verdict(lane.expect)
         if verdict == Verdict.SKIPPED:
             return LaneResult(pack.id, lane.name, verdict, reason, Exit.SKIPPED)
@@ -469,7 +516,10 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
             result = execute(ctx, prep, run_dir)
             results.append(result)
             if update_tracking and result.receipt is not None:
-                ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(result.receipt, ctx.root))
+                # the lane's latest by the one rule (receipts.latest_per_lane), which the new receipt normally is
+                latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir,
+                                                 with_checkout=True).get(prep.lane.name, result.receipt)
+                ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(latest, ctx.root))
                 ctx.tracking.save()
     finally:
         if made_here:

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 
 from harness.base import ui
-from harness.errors import ConfigError
+from harness.errors import ConfigError, ReceiptError
 from harness.lane import (
     receipts,
     runtime,
@@ -18,7 +18,7 @@ from harness.lane import (
 )
 from harness.lane.context import Context
 from harness.lane.lanes import obtain_build, series_for
-from harness.lane.tracking import Lane, Pack
+from harness.lane.tracking import Lane, Pack, sentinels
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,9 @@ class SuiteResult:
         return f"pack {self.pack} suite at {self.base}: " + suite.summary_line(self.merged, self.comparison)
 
     def as_json(self) -> dict:
-        return {"pack": self.pack, "base": self.base, "ok": self.ok, "collected": self.collected, "ran": self.ran,
+        return {"pack": self.pack, "base": self.base, "collected": self.collected, "ran": self.ran,
                 "skipped": self.merged.skipped, "missing": list(self.missing), "receipts": list(self.receipts),
-                "line": self.line(), **self.comparison.as_json()}
+                "line": self.line(), **self.comparison.as_json(), "ok": self.ok}  # the suite's ok, not the cases'
 
 
 # classes whose tests the series adds must fail on the base (a perf or refactor change keeps behaviour)
@@ -71,6 +71,7 @@ def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
     if not chosen:
         raise ConfigError(f"pack {pack.id} declares no [[packs.{pack.id}.suites]] at base {base}")
     latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir)
+    _verified([latest[lane.name] for lane in chosen if lane.name in latest], set(sentinels(ctx.root)))
     details = {lane.name: latest[lane.name].sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN)
                for lane in chosen if lane.name in latest}
     merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
@@ -82,6 +83,16 @@ def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
     paths = [latest[lane.name].path for lane in chosen if lane.name in latest]
     read = tuple(receipts.display_path(path, ctx.root) for path in paths if path is not None)
     return SuiteResult(pack.id, base, merged, comparison, read)
+
+
+def _verified(chosen: list[receipts.Receipt], vocabulary: set[str]) -> None:
+    """Each receipt the verdict reads, checked as a whole against its digests and its log: a receipt.json that says
+    other cases than its log is no evidence (ReceiptError, exit TAMPERED)."""
+    for rec in chosen:
+        check = receipts.check_dir(rec.dir, vocabulary)
+        if not check.ok:
+            raise ReceiptError(f"{rec.dir}: {'; '.join(check.problems)}; the suite verdict reads no such receipt",
+                               hint="'harness receipts verify' lists every receipt that fails")
 
 
 @dataclass(frozen=True)

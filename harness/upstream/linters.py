@@ -210,12 +210,25 @@ def run_check(check: Check, env: Path, repo: git.Repo, touched: dict[str, set[in
     if proc.returncode != 0 and own:
         raise CheckError(f"{check.name} ({check.package}) failed on its own configuration (exit {proc.returncode}) "
                          f"on {', '.join(files)}: {own[0]}")
+    if proc.returncode != 0 and _crashed(proc):  # findings printed before a crash are not all there were
+        raise CheckError(f"{check.name} ({check.package}) crashed (exit {proc.returncode}) on {', '.join(files)} "
+                         f"after reporting {len(said)} finding(s): {_last_line(proc.stderr) or 'no output'}")
     if proc.returncode != 0 and (check.kind == "format" or not said):
         lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
         raise CheckError(f"{check.name} ({check.package}) failed (exit {proc.returncode}) on "
                          f"{', '.join(files)}: {lines[-1] if lines else 'no output'}")
     lint = [f for f in said if f.line in touched[f.path]] if check.kind == "lint" else []
     return rewrites + lint
+
+
+def _crashed(proc: subprocess.CompletedProcess) -> bool:
+    """The tool died instead of finishing its report: killed by a signal, or a Python traceback on stderr."""
+    return proc.returncode < 0 or "Traceback (most recent call last):" in proc.stderr
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
 
 
 def _rewrites(check: Check, repo: git.Repo, files: list[str], touched: dict[str, set[int]]) -> Iterable[Finding]:

@@ -11,8 +11,9 @@ harness wrote them.
 ``check_dir`` verifies one directory as a whole: every file listed in
 ``SHA256SUMS`` matches, no file is unlisted, the log matches the hash in
 receipt.json and in ``output.log.sha256``, and what receipt.json says the
-reproducer printed (sentinels, host stamp, figures, verdict) is what its log
-says. Receipts written before ``SHA256SUMS`` existed are *legacy*: they are
+reproducer printed (sentinels, their details, host stamp, figures, verdict) is
+what its log says. ``latest_per_lane`` is the one rule of a lane's latest
+receipt. Receipts written before ``SHA256SUMS`` existed are *legacy*: they are
 checked by everything but the manifest, and reported as log-only.
 
 The package, one module per concept (imports go down this list):
@@ -31,11 +32,13 @@ May import: ``harness.errors``, ``harness.base``, ``harness.lane.runs``.
 from __future__ import annotations
 
 from harness.lane.receipts.index import (
+    dated_in_future,
     display_path,
     find,
     host_description,
     latest,
     latest_by_lane,
+    latest_per_lane,
     log_text,
     receipts_root,
     run_dirs,
@@ -67,7 +70,7 @@ from harness.lane.receipts.writer import helper_digests, write, write_manifest
 __all__ = [
     "BaseRecord", "BuildRecord", "Check", "Figure", "HarnessRecord", "Host", "KernelCacheRecord", "LOG",
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
-    "Verdict", "check_dir", "display_path", "dump", "find", "helper_digests", "host_description", "latest",
-    "latest_by_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time", "suite_logs", "summary",
-    "utc_now", "verify", "write", "write_manifest",
+    "Verdict", "check_dir", "dated_in_future", "display_path", "dump", "find", "helper_digests", "host_description",
+    "latest", "latest_by_lane", "latest_per_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time",
+    "suite_logs", "summary", "utc_now", "verify", "write", "write_manifest",
 ]

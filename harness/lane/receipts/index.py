@@ -4,10 +4,11 @@ entry tracking.toml keeps for a lane."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from harness.lane.receipts.model import Receipt, load
-from harness.lane.receipts.records import LOG
+from harness.lane.receipts.records import LOG, utc_now
 
 
 def receipts_root(root: Path) -> Path:
@@ -49,23 +50,48 @@ def find(root: Path, target: str | None = None, pack: str | None = None,
     return _by_start(load(p) for p in base.glob(pattern))
 
 
+_NEVER = datetime.min.replace(tzinfo=UTC)
+# how far past this host's clock a receipt's start may lie (another host's clock) and still count as run
+FUTURE_SKEW = timedelta(minutes=10)
+
+
 def _by_start(found: Iterable[Receipt]) -> list[Receipt]:
-    return sorted(found, key=lambda r: (r.started, str(r.path)))
+    return sorted(found, key=lambda r: (r.started_at or _NEVER, str(r.path)))
+
+
+def dated_in_future(receipt: Receipt, now: datetime | None = None) -> bool:
+    """Whether the receipt says it started after now (beyond ``FUTURE_SKEW``) or gives no time that parses."""
+    when = receipt.started_at
+    return when is None or when > (now or utc_now()) + FUTURE_SKEW
+
+
+def latest_per_lane(found: Iterable[Receipt]) -> dict[str, Receipt]:
+    """The one rule of "latest", for ``status``, ``list`` (through tracking.toml), ``receipts show``, the suite
+    verdict and tracking.toml alike: per lane, the receipt whose run started last by its parsed UTC time (ties:
+    the later directory), among those not dated after now. A receipt dated in the future never counts: a clock or
+    a hand that wrote 2099 would otherwise keep it latest forever."""
+    now = utc_now()
+    return {r.lane: r for r in _by_start(r for r in found if not dated_in_future(r, now))}  # the last one stays
 
 
 def latest(root: Path, target: str, pack: str, lane: str | None = None) -> Receipt | None:
-    found = [r for r in find(root, target, pack) if lane is None or r.lane == lane]
-    return found[-1] if found else None
+    """The latest receipt of one lane (``latest_per_lane``), or of the whole pack when ``lane`` is None."""
+    per_lane = latest_per_lane(find(root, target, pack))
+    if lane is not None:
+        return per_lane.get(lane)
+    ordered = _by_start(per_lane.values())
+    return ordered[-1] if ordered else None
 
 
 def latest_by_lane(root: Path, target: str, pack: str, receipts_dir: Path | None = None,
                    with_checkout: bool = False) -> dict[str, Receipt]:
-    """Each lane's latest receipt, from one scan of the pack's receipts (callers that loop over lanes).
-    ``with_checkout``: with ``receipts_dir``, the checkout's receipts count too (the latest of either place)."""
+    """Each lane's latest receipt (``latest_per_lane``), from one scan of the pack's receipts (callers that loop
+    over lanes). ``with_checkout``: with ``receipts_dir``, the checkout's receipts count too (the latest of either
+    place)."""
     found = find(root, target, pack, receipts_dir)
     if with_checkout and receipts_dir is not None:
-        found = _by_start([*find(root, target, pack), *found])
-    return {r.lane: r for r in found}  # oldest first: the last one per lane stays
+        found = [*find(root, target, pack), *found]
+    return latest_per_lane(found)
 
 
 def display_path(path: Path, root: Path) -> str:
