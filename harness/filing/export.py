@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import CheckError, IdentityError, SeriesError
+from harness.errors import CheckError, IdentityError, SeriesError, UsageError
 from harness.lane import series, series_write
 from harness.lane.context import Context
 from harness.lane.tracking import Pack
@@ -37,6 +37,8 @@ _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>.]+$")
 _TRAILER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*: ")
 # C0 controls (LF, CR, TAB, NUL, ...) and DEL: a line break in a name forges a trailer of its own.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Written into every export directory: only a directory holding it (or an empty one) is replaced by the next export.
+MARKER = ".harness-export"
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
     """
     manifest = ctx.manifest(pack.target)
     policy = manifest.policy
+    _replaceable(out)
     who = find_identity(ctx.root, identity, target=pack.target, signoff=policy.signoff)
     base = manifest.base(base_name or pack.filing_base).name
     own = series.load_series(ctx.root, pack.target, pack.id, base)
@@ -164,14 +167,26 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         for f in files:
             shutil.copyfile(f, staging / f.name)
+        (staging / MARKER).write_text("written by harness export; the next export replaces this directory\n")
         os.chmod(staging, 0o755)
-        if out.exists():
+        if _replaceable(out):
             shutil.rmtree(out)
         os.replace(staging, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Export(pack.id, pack.target, base, checkout.commit, tuple(out / f.name for f in files),
                   tuple(stacked), tree, who, policy.signoff, report)
+
+
+def _replaceable(out: Path) -> bool:
+    """Whether ``out`` exists and may be replaced: an empty directory or one an earlier export wrote (it holds
+    ``MARKER``). Anything else there (a file, a link, a directory of someone's) is refused, never deleted."""
+    if not os.path.lexists(out):
+        return False
+    if out.is_dir() and not out.is_symlink() and ((out / MARKER).is_file() or not any(out.iterdir())):
+        return True
+    raise UsageError(f"-o {out}: already exists and is not a directory an earlier export wrote (no {MARKER} in "
+                     "it); nothing was written or removed", hint="name a new directory, or remove this one yourself")
 
 
 def _file_as(repo: git.Repo, start: str, who: Identity, signoff: bool) -> None:
