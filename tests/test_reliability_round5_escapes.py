@@ -6,6 +6,7 @@ scratch, a large comparison as JSON, one pull request written two ways, absurd p
 
 from __future__ import annotations
 
+import pytest
 import test_export_policy as _policy
 from test_export_policy import TESTER, _export
 
@@ -49,3 +50,31 @@ def test_export_replaces_what_an_earlier_export_wrote_and_an_empty_directory(fil
     (out / "0009-stale.patch").write_text("stale\n")  # a file an earlier export could have left
     assert _export(filed, out, "--identity", TESTER) == Exit.OK
     assert sorted(p.name for p in out.glob("*.patch")) == first
+
+
+# --------------------------------------------------------------------------- 13. an identity other tools split
+
+
+@pytest.mark.parametrize("char", ["\x85", "\u2028", "\u2029", "\u202e", "\u2066", "\u200f", "\x9b", "\ufeff"])
+def test_an_identity_with_a_unicode_line_separator_or_bidi_control_is_refused(filed, tmp_path, capsys, char):
+    out = tmp_path / "filed"
+    who = f"Evil Name{char}Signed-off-by: Mallory <m@example.org> <e@example.org>"
+    assert _export(filed, out, "--identity", who) == Exit.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--identity: the identity" in err[0] and ascii(char) in err[0], err
+    assert not out.exists()
+
+
+def test_a_unicode_line_separator_in_the_git_config_name_is_refused(filed, person, tmp_path, capsys):
+    (person / ".gitconfig").write_text('[user]\n\tname = "Evil\u2028Signed-off-by: M <m@example.org>"\n'
+                                       '\temail = e@example.org\n', encoding="utf-8")
+    out = tmp_path / "filed"
+    assert _export(filed, out) == Exit.USAGE
+    assert "git config user.name/user.email: the name" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_name_with_plain_accents_and_scripts_still_exports(filed, tmp_path):
+    out = tmp_path / "filed"
+    assert _export(filed, out, "--identity", "Zoë Ångström-Łukasz 山田 <z@example.invalid>") == Exit.OK
+    [patch] = out.glob("*.patch")
+    assert patch.read_text(encoding="utf-8").count("Signed-off-by:") == 1

@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,11 @@ _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>.]+$")
 _TRAILER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*: ")
 # C0 controls (LF, CR, TAB, NUL, ...) and DEL: a line break in a name forges a trailer of its own.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Beyond C0: C1 controls (U+0085 NEL ...), line and paragraph separators, format characters (bidi overrides and
+# isolates, marks, BOM), which other tools split or reorder a line on. The two joiners some scripts' names need stay.
+_UNICODE_KINDS = {"Cc": "a control character", "Zl": "a line separator", "Zp": "a paragraph separator",
+                  "Cf": "a format or bidi control character", "Cs": "a lone surrogate"}
+_JOINERS = frozenset("\u200c\u200d")
 # Written into every export directory: only a directory holding it (or an empty one) is replaced by the next export.
 MARKER = ".harness-export"
 
@@ -63,8 +69,13 @@ def parse_identity(text: str, source: str = "--identity") -> Identity:
 def _no_control(text: str, what: str, source: str) -> None:
     """Refuse ``text`` holding a control character (named escaped, so the refusal stays one line)."""
     bad = _CONTROL.search(text)
+    kind = "a control character"
+    if not bad:  # what other tools split lines on (U+0085, U+2028, U+2029) or reorder them by (bidi controls)
+        bad = next((c for c in text if unicodedata.category(c) in _UNICODE_KINDS and c not in _JOINERS), None)
+        kind = _UNICODE_KINDS[unicodedata.category(bad)] if bad else kind
     if bad:
-        raise IdentityError(f"{source}: the {what} {text!r} holds a control character ({ascii(bad.group())}); "
+        char = bad if isinstance(bad, str) else bad.group()
+        raise IdentityError(f"{source}: the {what} {text!r} holds {kind} ({ascii(char)}); "
                             "an identity is one plain line 'Name <email>'")
 
 
