@@ -6,8 +6,12 @@ scratch, a large comparison as JSON, one pull request written two ways, absurd p
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 import test_export_policy as _policy
+from conftest import cli
 from test_export_policy import TESTER, _export
 
 from harness.errors import Exit
@@ -78,3 +82,59 @@ def test_a_name_with_plain_accents_and_scripts_still_exports(filed, tmp_path):
     assert _export(filed, out, "--identity", "Zoë Ångström-Łukasz 山田 <z@example.invalid>") == Exit.OK
     [patch] = out.glob("*.patch")
     assert patch.read_text(encoding="utf-8").count("Signed-off-by:") == 1
+
+
+# --------------------------------------------------------------------------- 10. a new pack outside the repository
+
+
+def _outside_manifest(lane_repo, name: str) -> Path:
+    """A manifest for target ``name`` beside the repository, reachable as ``../../<name>`` from upstream/."""
+    text = (lane_repo.root / "upstream" / "fake.toml").read_text()
+    outside = lane_repo.root.parent / f"{name}.toml"
+    outside.write_text(text.replace('target = "fake"', f'target = "../../{name}"'))
+    return outside
+
+
+def test_new_refuses_a_target_that_climbs_out_of_the_repository(lane_repo, capsys):
+    _outside_manifest(lane_repo, "x")
+    tracking = (lane_repo.root / "tracking.toml").read_text()
+    assert cli("new", "24", "--target", "../../x", "--requires", "cpu", *lane_repo.args()) == Exit.USAGE
+    assert "../../x" in capsys.readouterr().err
+    assert not (lane_repo.root.parent / "x").exists()  # patches/../../x/24 and repros/../../x/pack24_*.py
+    assert (lane_repo.root / "tracking.toml").read_text() == tracking
+
+
+def test_check_refuses_a_tracking_target_that_climbs_out_of_the_repository(lane_repo, capsys):
+    _outside_manifest(lane_repo, "x")
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('target = "fake"', 'target = "../../x"', 1))
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "tracking.toml" in err and "../../x" in err
+
+
+@pytest.mark.parametrize("title", ['ends with """; import os; os.system("true")  #', 'a \\ backslash """ and "quote"',
+                                   "a '''  triple single"])
+def test_a_title_cannot_break_out_of_the_reproducers_docstring(lane_repo, title):
+    assert cli("new", "24", "--target", "fake", "--title", title, "--requires", "cpu", *lane_repo.args()) == Exit.OK
+    [repro] = (lane_repo.root / "repros" / "fake").glob("pack24_*.py")
+    tree = ast.parse(repro.read_text())
+    assert title in ast.get_docstring(tree)  # the whole title is the docstring's, nothing became code
+    assert [type(n).__name__ for n in tree.body[:1]] == ["Expr"]
+
+
+# --------------------------------------------------------------------------- 23. absurd pack ids
+
+
+@pytest.mark.parametrize("pid", ["9" * 5000, "pack1" + "0" * 4400, "1" * 300, "٠٩"])
+@pytest.mark.parametrize("verb", [("status",), ("run",), ("body",)])
+def test_an_absurd_pack_id_is_bad_input_not_an_internal_error(lane_repo, capsys, pid, verb):
+    assert cli(*verb, pid, *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and err[0].startswith("harness: error:") and len(err[0]) < 400, err
+
+
+@pytest.mark.parametrize("pid", ["9" * 5000, "1" * 300, "100"])
+def test_new_with_an_absurd_pack_id_is_bad_input(lane_repo, capsys, pid):
+    assert cli("new", pid, "--target", "fake", *lane_repo.args()) == Exit.USAGE
+    assert not list((lane_repo.root / "repros" / "fake").glob("pack[0-9][0-9][0-9]*"))

@@ -17,7 +17,7 @@ from harness.base import ui
 from harness.base.tomlutil import load_document
 from harness.errors import ConfigError, WriteError
 from harness.lane.tracking.load import _check_graph, _load_pack, unknown_keys
-from harness.lane.tracking.model import PACK_ID, SCHEMA, Pack, normalize_id
+from harness.lane.tracking.model import PACK_ID, SCHEMA, Pack, normalize_id, shown_id
 from harness.upstream import pins
 
 
@@ -68,7 +68,7 @@ class Tracking:
         try:
             return self.packs[pid]
         except KeyError:
-            raise ConfigError(f"no pack '{pid}' in {self.path} (packs: {', '.join(self.packs)})") from None
+            raise ConfigError(f"no pack '{shown_id(pid)}' in {self.path} (packs: {', '.join(self.packs)})") from None
 
     def closure(self, pid: str) -> list[Pack]:
         """The pack's dependencies (transitively, dependencies first), then the pack."""

@@ -42,9 +42,15 @@ GIT_KEYS = frozenset({"commit", "ref", "date", "url"})
 POLICY_KEYS = frozenset({"signoff", "contributing", "pr_template", "issue_templates", "source", "checks"})
 CHECK_KEYS = frozenset({"name", "package", "module", "args", "files", "exclude", "kind", "config", "source"})
 _PYTHON = re.compile(r"^3\.[0-9]+$")
+_TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def manifest_path(root: Path, target: str) -> Path:
+    """``upstream/<target>.toml``; a target is a plain name (it names directories under patches/ and repros/ too),
+    never a path that leaves upstream/ (``../x``) or a hidden file."""
+    if not _TARGET.fullmatch(target):
+        raise ConfigError(f"target {target!r} is not a target name (letters, digits, '.', '_', '-', starting with "
+                          "a letter or digit; never a path)")
     return root / "upstream" / f"{target}.toml"
 
 
