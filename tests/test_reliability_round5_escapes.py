@@ -7,14 +7,23 @@ scratch, a large comparison as JSON, one pull request written two ways, absurd p
 from __future__ import annotations
 
 import ast
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 import test_export_policy as _policy
-from conftest import cli
+from conftest import REPO, cli
 from test_export_policy import TESTER, _export
 
+from harness.base import tarsafe
 from harness.errors import Exit
+from harness.host.unpacked import unpack
 
 filed, person = _policy.filed, _policy.person  # the export tests' fixtures: an upstream with a [policy], a HOME
 
@@ -138,3 +147,137 @@ def test_an_absurd_pack_id_is_bad_input_not_an_internal_error(lane_repo, capsys,
 def test_new_with_an_absurd_pack_id_is_bad_input(lane_repo, capsys, pid):
     assert cli("new", pid, "--target", "fake", *lane_repo.args()) == Exit.USAGE
     assert not list((lane_repo.root / "repros" / "fake").glob("pack[0-9][0-9][0-9]*"))
+
+
+# --------------------------------------------------------------------------- 11. a link chain inside a tar
+
+
+def _chain_tar(path: Path, top: str = "") -> Path:
+    """A tar whose links each stay inside when extracted, but together leave: ``a/y -> w/../..`` is checked while
+    ``a/w`` does not exist yet (so it reads as ``a/..``), then ``a/w -> .`` makes ``a/y`` climb two levels."""
+    with tarfile.open(path, "w") as tf:
+        for name, kind, link in ((f"{top}a", tarfile.DIRTYPE, ""), (f"{top}a/y", tarfile.SYMTYPE, "w/../.."),
+                                 (f"{top}a/w", tarfile.SYMTYPE, ".")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            info.mode = 0o755
+            tf.addfile(info)
+    return path
+
+
+@pytest.mark.parametrize("filters", [True, False], ids=["with-filter", "without-filter"])
+def test_a_link_chain_that_leaves_the_tree_is_refused_after_extraction(tmp_path, monkeypatch, filters):
+    if filters and not tarsafe.has_filter():
+        pytest.skip("this Python's tarfile has no extraction filters")
+    monkeypatch.setattr(tarsafe, "has_filter", lambda: filters)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with tarfile.open(_chain_tar(tmp_path / "chain.tar")) as tf, pytest.raises(tarsafe.UnsafeMember, match="a/y"):
+        tarsafe.extractall(tf, dest)
+    assert tarsafe.links_leaving(dest) == []  # nothing that points out is left behind
+
+
+# --------------------------------------------------------------------------- 12. a hostile or truncated bundle
+
+
+@pytest.fixture
+def bundled(lane_repo, tmp_path):
+    from test_runtime import _wheel
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "tinydep", "1.0")
+    out = tmp_path / "dist" / "bundle-01.tar.xz"
+    assert cli("bundle", "01", "-o", str(out), "--wheels", str(wheels), *lane_repo.args()) == Exit.OK
+    return out
+
+
+def _bootstrap(archive: Path, home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PATCHLANE_HOME", "XDG_CACHE_HOME")}
+    return subprocess.run([sys.executable, "-m", "harness.bootstrap", str(archive), "--", *args],
+                          capture_output=True, text=True, env=env | {"PATCHLANE_HOME": str(home)}, cwd=REPO)
+
+
+def _rewrite(src: Path, dst: Path, change=None, extra=()) -> Path:
+    """``src`` (a bundle) written again as ``dst``: each member's bytes through ``change(name, data)``, plus
+    ``extra`` members (TarInfo, bytes-or-None)."""
+    with tarfile.open(src) as tin, tarfile.open(dst, "w:xz") as tout:
+        for m in tin.getmembers():
+            data = tin.extractfile(m).read() if m.isfile() else None
+            if data is not None and change:
+                data = change(m.name, data)
+                m.size = len(data)
+            tout.addfile(m, io.BytesIO(data) if data is not None else None)
+        for info, data in extra:
+            tout.addfile(info, io.BytesIO(data) if data is not None else None)
+    return dst
+
+
+def _link(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    return info, None
+
+
+def _nothing_half_unpacked(home: Path) -> None:
+    left = [p for p in (home / "bundles").rglob("*")] if (home / "bundles").exists() else []
+    assert left == [], left
+
+
+def _one_clean_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == Exit.PIN, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("harness.bootstrap: error:")]
+    assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr
+
+
+def test_a_truncated_bundle_is_exit_pin_in_one_line_and_leaves_nothing(bundled, tmp_path):
+    cut = tmp_path / "cut.tar.xz"
+    cut.write_bytes(bundled.read_bytes()[: bundled.stat().st_size * 2 // 3])
+    proc = _bootstrap(cut, tmp_path / "home", "list")
+    _one_clean_line(proc, str(cut))
+    _nothing_half_unpacked(tmp_path / "home")
+
+
+@pytest.mark.parametrize("extra", [
+    [_link("patchlane-bundle/a", "w/../.."), _link("patchlane-bundle/w", ".")],  # a chain: a -> ./.. at the end
+    [_link("patchlane-bundle/../../escape", "x")],  # a name that climbs past the prefix check
+    [_link("patchlane-bundle/abs", "/etc")],
+], ids=["link-chain", "climbing-name", "absolute-link"])
+def test_a_hostile_bundle_is_exit_pin_in_one_line_and_leaves_nothing(bundled, tmp_path, extra):
+    hostile = _rewrite(bundled, tmp_path / "hostile.tar.xz", extra=extra)
+    proc = _bootstrap(hostile, tmp_path / "home", "list")
+    _one_clean_line(proc, str(hostile))
+    _nothing_half_unpacked(tmp_path / "home")
+    assert not (tmp_path / "escape").exists()
+
+
+def test_a_bundle_without_its_index_is_exit_pin_in_one_line(bundled, tmp_path):
+    def drop_index(name, data):
+        return b"{not json" if name.endswith("/bundle.json") else data
+    broken = _rewrite(bundled, tmp_path / "broken.tar.xz", change=drop_index)
+    proc = _bootstrap(broken, tmp_path / "home", "list")
+    _one_clean_line(proc, "bundle.json")
+    _nothing_half_unpacked(tmp_path / "home")
+
+
+def test_a_hostile_site_tar_inside_a_bundle_is_exit_pin(lane_repo, bundled, tmp_path, capsys):
+    """The bundle's digests all match (made by whoever made the bundle); the overlay's site.tar holds a chain."""
+    index_name = "patchlane-bundle/bundle.json"
+    with tarfile.open(bundled) as tf:
+        index = json.loads(tf.extractfile(index_name).read())
+    entry = next(e for e in index["builds"].values() if e["file"].endswith(".tar"))
+    site = _chain_tar(tmp_path / "site.tar")
+    data = site.read_bytes()
+    entry["sha256"], entry["size"] = hashlib.sha256(data).hexdigest(), len(data)
+
+    def swap(name, blob):
+        if name == f"patchlane-bundle/{entry['file']}":
+            return data
+        return json.dumps(index).encode() if name == index_name else blob
+    hostile = _rewrite(bundled, tmp_path / "hostile.tar.xz", change=swap)
+    bundle_dir = unpack(hostile, tmp_path / "unpacked")
+    fresh = ("--root", str(lane_repo.root), "--cache", str(tmp_path / "gpu-host-cache"))  # nothing built there
+    assert cli("prepare", "01", "--bundle-dir", str(bundle_dir), *fresh) == Exit.PIN
+    err = capsys.readouterr().err
+    assert "site.tar" in err or entry["file"] in err, err
+    assert "a/y" in err and "Traceback" not in err
