@@ -20,6 +20,7 @@ import pytest
 import test_export_policy as _policy
 from conftest import REPO, cli
 from test_export_policy import TESTER, _export
+from test_reliability_round4 import _github_target, _refused, _thread
 
 from harness.base import tarsafe
 from harness.errors import Exit
@@ -281,3 +282,26 @@ def test_a_hostile_site_tar_inside_a_bundle_is_exit_pin(lane_repo, bundled, tmp_
     err = capsys.readouterr().err
     assert "site.tar" in err or entry["file"] in err, err
     assert "a/y" in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- 22. one pull request written two ways
+
+
+@pytest.mark.parametrize("second", [
+    "https://www.github.com/fake-org/fakepkg/pull/5",
+    "https://github.com/fake-org/fakepkg/pull/05",
+    "https://WWW.GitHub.com/Fake-Org/FakePkg/issues/0005/",
+    "http://github.com/fake-org/fakepkg/pull/5/files",
+])
+def test_one_pull_request_written_two_ways_with_two_states_is_refused(lane_repo, capsys, second):
+    lane_repo.write_tracking(extra=_thread("https://github.com/fake-org/fakepkg/pull/5", "open")
+                             + _thread(second, "merged"))
+    err = _refused(lane_repo, capsys)
+    assert f"[packs.01] threads[1]: {second} is threads[0]" in err
+    assert "contradictory states ('open' there, 'merged' here)" in err
+
+
+def test_a_filing_target_written_with_www_is_in_the_packs_repository(lane_repo):
+    _github_target(lane_repo)
+    lane_repo.write_tracking(extra=_thread("https://www.github.com/Fake-Org/fakepkg/pull/09", role="filing target"))
+    assert cli("check", *lane_repo.args()) == Exit.OK
