@@ -21,6 +21,8 @@ import test_export_policy as _policy
 from conftest import REPO, cli
 from test_export_policy import TESTER, _export
 from test_reliability_round4 import _github_target, _refused, _thread
+from test_suite import SUITE, suite_repo  # noqa: F401  (the fixture: a fake upstream with a tests/ tree)
+from test_upstream_tests import upstream_repo  # noqa: F401
 
 from harness.base import tarsafe
 from harness.errors import Exit
@@ -305,3 +307,74 @@ def test_a_filing_target_written_with_www_is_in_the_packs_repository(lane_repo):
     _github_target(lane_repo)
     lane_repo.write_tracking(extra=_thread("https://www.github.com/Fake-Org/fakepkg/pull/09", role="filing target"))
     assert cli("check", *lane_repo.args()) == Exit.OK
+
+
+# --------------------------------------------------------------------------- 17. a lost suite selection
+
+
+def test_a_deleted_selection_can_be_recorded_again_with_the_command_the_refusal_names(suite_repo, capsys):  # noqa: F811
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    path = suite_repo.root / "suites" / "01" / "1.0.toml"
+    recorded = path.read_text()
+    path.unlink()
+    capsys.readouterr()
+    assert cli("check", *args) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "no recorded selection" in err and "harness suite select 01 --base 1.0" in err
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK  # the way out it names
+    assert path.read_text() == recorded
+    assert cli("check", *args) == Exit.OK
+
+
+def test_select_check_without_a_selection_still_says_there_is_none(suite_repo, capsys):  # noqa: F811
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    (suite_repo.root / "suites" / "01" / "1.0.toml").unlink()
+    capsys.readouterr()
+    assert cli("suite", "select", "01", "--base", "1.0", "--check", *args) == Exit.USAGE
+    assert "no recorded selection" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- 18. concurrent selection writers
+
+# One writer of suites/01/1.0.toml, run as its own process: it deletes the file, then records it with the CLI, a
+# few times over; each rename into place is slowed down (a busy disk), so the writers' scratch files overlap.
+WRITER = '''
+import os, sys, time
+from pathlib import Path
+root, cache, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+real_replace = os.replace
+def slow_replace(src, dst, *a, **k):
+    if "suites" in str(dst):
+        time.sleep(0.3)
+    return real_replace(src, dst, *a, **k)
+os.replace = slow_replace
+from harness.main import main
+codes = []
+for _ in range(rounds):
+    Path(root, "suites", "01", "1.0.toml").unlink(missing_ok=True)
+    try:
+        codes.append(main(["suite", "select", "01", "--base", "1.0", "--root", root, "--cache", cache]))
+    except SystemExit as exc:
+        codes.append(int(exc.code or 0))
+print("CODES", *codes, file=sys.stderr)
+'''
+
+
+def test_concurrent_writers_of_one_selection_all_succeed_and_leave_it_whole(suite_repo, tmp_path):  # noqa: F811
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK  # the materialized base, cached
+    path = suite_repo.root / "suites" / "01" / "1.0.toml"
+    recorded = path.read_text()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(suite_repo.root), str(suite_repo.cache), "3"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+             for _ in range(4)]
+    results = [p.communicate(timeout=300) for p in procs]
+    codes = [next((ln.split()[1:] for ln in err.splitlines() if ln.startswith("CODES")), None) for _, err in results]
+    tails = [err[-600:] for _, err in results]
+    assert all(c == ["0", "0", "0"] for c in codes), list(zip(codes, tails, strict=True))
+    assert path.read_text() == recorded
+    assert sorted(p.name for p in path.parent.iterdir()) == ["1.0.toml"]  # no scratch left

@@ -38,7 +38,9 @@ class Tracking:
         self._edits: list[tuple[Callable[[tomlkit.TOMLDocument], None], str | None]] = []
 
     @classmethod
-    def load(cls, root: Path, path: Path | None = None) -> Tracking:
+    def load(cls, root: Path, path: Path | None = None, *, missing_selections_ok: bool = False) -> Tracking:
+        """tracking.toml, checked whole. ``missing_selections_ok``: a suite whose recorded selection is missing gets
+        no lanes instead of refusing the file (only for ``harness suite select``, which records it again)."""
         path = path or root / "tracking.toml"
         doc = load_document(path)
         schema = doc.get("schema")
@@ -59,7 +61,7 @@ class Tracking:
                 raise ConfigError(f"{where}: pack ids are two digits, like 09")
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: must be a table")
-            packs[pid] = _load_pack(root, pid, table, where, manifests)
+            packs[pid] = _load_pack(root, pid, table, where, manifests, missing_selections_ok)
         _check_graph(path, packs)
         return cls(root, path, doc, packs)
 

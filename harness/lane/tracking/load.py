@@ -97,7 +97,7 @@ def _date_text(value) -> str | None:
     return None if value is None else str(value)
 
 
-def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
+def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_selections_ok: bool = False) -> Pack:
     target = field(t, "target", str, where)
     if target not in manifests:
         try:
@@ -114,7 +114,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
     lanes += tuple(lane for i, st in enumerate(t.get("suites", []))
-                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]"))
+                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]", missing_selections_ok))
     if reproducer is None and any(not lane.upstream_tests for lane in lanes):
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
     minimal_repro = field(t, "minimal_repro", str, where, default=None)
@@ -330,7 +330,8 @@ def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:
     return f"suite-{base}-{side}" + (f"-{shard}of{shards}" if shards > 1 else "")
 
 
-def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str) -> list[Lane]:
+def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str, missing_ok: bool = False
+                 ) -> list[Lane]:
     """The lanes of one [[packs.NN.suites]] table: every shard, on the unpatched and on the patched build; their ids
     are the recorded selection's (suites/NN/BASE.toml), their exclusions its [[exclude]] ids."""
     extra = sorted(set(t) - SUITE_KEYS)
@@ -340,6 +341,8 @@ def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str) -
     if base not in manifest.bases:
         raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name}")
     sel = suite.load_for(root, normalize_id(pid), base)
+    if sel is None and missing_ok:
+        return []
     if sel is None:
         raise ConfigError(f"{where}: no recorded selection {suite.selection_path(root, normalize_id(pid), base)}",
                           hint=f"harness suite select {pid} --base {base}")
