@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from test_upstream_tests import upstream_repo  # noqa: F401
 from harness.base import tarsafe
 from harness.errors import Exit
 from harness.host.unpacked import unpack
+from harness.lane import suite, suite_check
 
 filed, person = _policy.filed, _policy.person  # the export tests' fixtures: an upstream with a [policy], a HOME
 
@@ -378,3 +380,26 @@ def test_concurrent_writers_of_one_selection_all_succeed_and_leave_it_whole(suit
     assert all(c == ["0", "0", "0"] for c in codes), list(zip(codes, tails, strict=True))
     assert path.read_text() == recorded
     assert sorted(p.name for p in path.parent.iterdir()) == ["1.0.toml"]  # no scratch left
+
+
+# --------------------------------------------------------------------------- 20. a large comparison as JSON
+
+
+def test_compare_json_on_100000_cases_is_written_straight_and_fast(suite_repo, monkeypatch, capsys):  # noqa: F811
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    n = 100_000
+    base = {f"tests/test_big.py::test_case[{i}]": "passed" for i in range(n)}
+    patched = dict(base) | {"tests/test_big.py::test_case[7]": "failed"}
+    merged = suite.Merged(base, patched, n, ())
+    comparison = suite.compare(base, patched, {}, claims_fix=False)
+    big = suite_check.SuiteResult("01", "1.0", merged, comparison, ())
+    monkeypatch.setattr(suite_check, "suite_verdict", lambda ctx, pack, base: big)
+    capsys.readouterr()
+    start = time.monotonic()
+    assert cli("suite", "compare", "01", "--base", "1.0", "--json", *args) == Exit.MISMATCH
+    took = time.monotonic() - start
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["cases"]) == n and out["ok"] is False and out["collected"] == n
+    assert took < 30, f"{took:.1f} s to print {n} cases"  # through rich: 57 s on an idle machine, 436 s here

@@ -117,7 +117,7 @@ def _collected_cases(ctx, pack, base: str) -> dict[str, int] | None:
 def _compare(ctx, pack, base: str, as_json: bool) -> int:
     result = suite_check.suite_verdict(ctx, pack, base)
     if as_json:
-        ui.out.print_json(json.dumps(result.as_json()))
+        ui.json_data(result.as_json())
     else:
         for case in result.comparison.cases:
             if case.verdict != "ok":
