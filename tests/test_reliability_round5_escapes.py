@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from test_upstream_tests import upstream_repo  # noqa: F401
 from harness.base import tarsafe
 from harness.errors import Exit
 from harness.host.unpacked import unpack
-from harness.lane import suite, suite_check
+from harness.lane import lanes, suite, suite_check
 
 filed, person = _policy.filed, _policy.person  # the export tests' fixtures: an upstream with a [policy], a HOME
 
@@ -403,3 +404,53 @@ def test_compare_json_on_100000_cases_is_written_straight_and_fast(suite_repo, m
     out = json.loads(capsys.readouterr().out)
     assert len(out["cases"]) == n and out["ok"] is False and out["collected"] == n
     assert took < 30, f"{took:.1f} s to print {n} cases"  # through rich: 57 s on an idle machine, 436 s here
+
+
+# --------------------------------------------------------------------------- 19. a killed suite lane's scratch
+
+KILL_TEST = """
+import os, signal
+
+def test_killed():
+    os.kill(os.getppid(), signal.SIGKILL)  # the runner that started pytest dies outright (the OOM killer, say)
+"""
+
+
+def test_a_killed_upstream_test_runner_leaves_no_scratch(upstream_repo, tmp_path, monkeypatch):  # noqa: F811
+    from test_upstream_tests import UPSTREAM_TESTS, _lane
+    upstream_repo.sdist.unlink()
+    upstream_repo.sdist = _sdist_with(upstream_repo.sdist.parent, {**UPSTREAM_TESTS, "tests/test_killed.py": KILL_TEST})
+    upstream_repo.write_manifest()
+    upstream_repo.write_tracking(_lane("tests-bug", False, ["tests/test_killed.py::test_killed"]))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    assert cli("run", "01", "--lane", "tests-bug", "--quiet", *upstream_repo.args()) == Exit.CRASH
+    assert [p.name for p in tmp.iterdir()] == []  # no upstream-suite-* (nor anything else) left behind
+
+
+def _sdist_with(dest: Path, files: dict[str, str]) -> Path:
+    from conftest import fake_tree
+    texts = {f"fakepkg-1.0/{n}": t for n, t in {**fake_tree(), **files}.items()}
+    texts["fakepkg-1.0/PKG-INFO"] = "Metadata-Version: 2.1\nName: fakepkg\nVersion: 1.0\n"
+    path = dest / "fakepkg-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in sorted(texts.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tf.addfile(info, io.BytesIO(text.encode()))
+    return path
+
+
+def test_the_scratch_of_a_killed_harness_lane_is_swept_and_a_live_ones_kept(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp / f"patchlane-tmp-{gone.pid}-suite-1.0-base-x1"
+    live = tmp / f"patchlane-tmp-{os.getpid()}-suite-1.0-base-x2"
+    for d in (dead, live):
+        (d / "upstream-suite-abc").mkdir(parents=True)
+    assert lanes.sweep_stale_temp(tmp) == [dead]
+    assert live.is_dir() and not dead.exists()
