@@ -11,6 +11,8 @@ import hashlib
 import io
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -454,3 +456,46 @@ def test_the_scratch_of_a_killed_harness_lane_is_swept_and_a_live_ones_kept(tmp_
         (d / "upstream-suite-abc").mkdir(parents=True)
     assert lanes.sweep_stale_temp(tmp) == [dead]
     assert live.is_dir() and not dead.exists()
+
+
+# --------------------------------------------------------------------------- 16. a read-only checkout
+
+
+def _read_only(root: Path, *harness_args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``harness ARGS`` with ``root`` bind-mounted read-only (a user and mount namespace: real EROFS)."""
+    probe = subprocess.run(["unshare", "-rm", "mount", "--bind", str(root), str(root)], capture_output=True) \
+        if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs unshare -rm (user and mount namespaces) for a read-only bind mount")
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir(exist_ok=True)
+    harness = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "harness", *harness_args])
+    script = f"mount --bind {root} {root} && mount -o remount,bind,ro {root} && exec {harness}"
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, TMPDIR=str(tmpdir)), timeout=300)
+
+
+def _io_line(proc: subprocess.CompletedProcess, *words: str) -> str:
+    assert proc.returncode == Exit.IO, (proc.returncode, proc.stderr)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("harness: error:")]
+    assert len(errors) == 1 and "internal error" not in errors[0], proc.stderr
+    assert all(w in errors[0] for w in words), errors[0]
+    return errors[0]
+
+
+def test_a_read_only_checkout_with_receipts_elsewhere_is_exit_io_naming_tracking(lane_repo, tmp_path):
+    assert cli("prepare", "01", "--lane", "bug", *lane_repo.args()) == Exit.OK
+    elsewhere = tmp_path / "gpu-receipts"
+    before = (lane_repo.root / "tracking.toml").read_text()
+    proc = _read_only(lane_repo.root, "run", "01", "--lane", "bug", "--quiet", "--receipts-dir", str(elsewhere),
+                      *lane_repo.args(), tmp_path=tmp_path)
+    _io_line(proc, "tracking.toml", "Read-only file system")
+    assert "--no-tracking" in proc.stderr  # the way to run there without recording
+    assert list(elsewhere.rglob("receipt.json"))  # the receipt itself was written where it was asked
+    assert (lane_repo.root / "tracking.toml").read_text() == before
+
+
+def test_new_in_a_read_only_checkout_is_exit_io_naming_the_path(lane_repo, tmp_path):
+    proc = _read_only(lane_repo.root, "new", "25", "--target", "fake", *lane_repo.args(), tmp_path=tmp_path)
+    _io_line(proc, str(lane_repo.root), "Read-only file system")
+    assert not list((lane_repo.root / "repros" / "fake").glob("pack25_*"))

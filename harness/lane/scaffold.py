@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tomlkit
 
-from harness.errors import UsageError
+from harness.errors import UsageError, WriteError
 from harness.lane.tracking import KINDS, PACK_ID, UNPATCHED_KINDS, Tracking, normalize_id, shown_id
 from harness.upstream import pins
 
@@ -129,13 +129,16 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
 
     created: list[Path] = []
     try:
-        reproducer.parent.mkdir(parents=True, exist_ok=True)
-        reproducer.write_text(REPRODUCER.format(pid=pid, title=_in_docstring(title), target=target, name=name,
-                                                distribution=manifest.distribution, figure=EXAMPLE_FIGURE,
-                                                module=manifest.import_names[0] if manifest.import_names else ""))
-        created.append(reproducer)
-        series_dir.mkdir(parents=True)
-        created.append(series_dir)
+        try:
+            reproducer.parent.mkdir(parents=True, exist_ok=True)
+            reproducer.write_text(REPRODUCER.format(pid=pid, title=_in_docstring(title), target=target, name=name,
+                                                    distribution=manifest.distribution, figure=EXAMPLE_FIGURE,
+                                                    module=manifest.import_names[0] if manifest.import_names else ""))
+            created.append(reproducer)
+            series_dir.mkdir(parents=True)
+            created.append(series_dir)
+        except OSError as exc:  # a read-only checkout, a full disk, no permission
+            raise WriteError.of(exc, f"pack {pid}'s first files", reproducer) from None
         _check_loads(tracking, change)  # the entry must load before tracking.toml is touched
         tracking.edit(change)
         tracking.save()  # atomic: the file is whole, old or new

@@ -3,6 +3,7 @@ it (recorded, then replayed under a lock on the file as it is when saved)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -151,7 +152,7 @@ class Tracking:
         are replayed on what it holds now, and the result replaces it atomically: the old file stays
         whole if anything fails.
         """
-        with FileLock(str(self.path.with_name(f".{self.path.name}.lock"))):
+        with _locked(self.path):
             doc = load_document(self.path)
             for change, pid in self._edits:
                 try:
@@ -186,3 +187,20 @@ class Tracking:
                 raise
         self.doc = doc
         self._edits.clear()
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """The lock that serializes savers of ``path``; a lock file that cannot be made (a read-only checkout, a full
+    disk) is exit IO naming it, with the way to run without recording in tracking.toml."""
+    lock = FileLock(str(path.with_name(f".{path.name}.lock")))
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise WriteError(f"cannot write {path.name}: its lock {lock.lock_file}: {exc.strerror or exc}; {path} is as "
+                         "it was", hint="a read-only checkout? pass --no-tracking (run, sweep) to record nothing in "
+                                        "tracking.toml, or use a writable copy") from None
+    try:
+        yield
+    finally:
+        lock.release()
