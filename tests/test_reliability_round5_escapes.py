@@ -499,3 +499,28 @@ def test_new_in_a_read_only_checkout_is_exit_io_naming_the_path(lane_repo, tmp_p
     proc = _read_only(lane_repo.root, "new", "25", "--target", "fake", *lane_repo.args(), tmp_path=tmp_path)
     _io_line(proc, str(lane_repo.root), "Read-only file system")
     assert not list((lane_repo.root / "repros" / "fake").glob("pack25_*"))
+
+
+# --------------------------------------------------------------------------- 15. a full receipts directory
+
+
+def test_a_full_receipts_directory_is_named_not_the_log_it_was_copying(lane_repo, tmp_path):
+    """A real full disk: a 64 KiB tmpfs mounted on receipts/ in a user and mount namespace; the lane's log is 1 MB."""
+    receipts = lane_repo.root / "receipts"
+    receipts.mkdir()
+    probe = subprocess.run(["unshare", "-rm", "mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(receipts)],
+                           capture_output=True) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs unshare -rm (user and mount namespaces) to mount a small tmpfs")
+    assert cli("prepare", "01", "--lane", "bug", *lane_repo.args()) == Exit.OK
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text().replace('mode = os.environ.get("FAKE_MODE", "")',
+                                               'mode = os.environ.get("FAKE_MODE", "")\nprint("x" * 1_000_000)'))
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    harness = " ".join([sys.executable, "-m", "harness", "run", "01", "--lane", "bug", "--quiet", *lane_repo.args()])
+    script = f"mount -t tmpfs -o size=64k tmpfs {receipts} && exec {harness}"
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, TMPDIR=str(tmpdir)), timeout=300)
+    line = _io_line(proc, "No space left on device")
+    assert str(receipts) in line and str(tmpdir) not in line, line  # the target named, not the source
