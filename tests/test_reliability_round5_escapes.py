@@ -7,12 +7,16 @@ scratch, a large comparison as JSON, one pull request written two ways, absurd p
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import io
 import json
 import os
 import shlex
 import shutil
+import signal
+import socket as socketlib
+import stat
 import subprocess
 import sys
 import tarfile
@@ -33,6 +37,7 @@ from harness.errors import Exit
 from harness.host.unpacked import unpack
 from harness.lane import lanes, suite, suite_check
 
+TOKEN_TEXT = "host-secret-0c1d-not-for-the-tool\n"
 filed, person = _policy.filed, _policy.person  # the export tests' fixtures: an upstream with a [policy], a HOME
 
 # --------------------------------------------------------------------------- 9. export -o replaces only its own
@@ -524,3 +529,70 @@ def test_a_full_receipts_directory_is_named_not_the_log_it_was_copying(lane_repo
                           env=dict(os.environ, TMPDIR=str(tmpdir)), timeout=300)
     line = _io_line(proc, "No space left on device")
     assert str(receipts) in line and str(tmpdir) not in line, line  # the target named, not the source
+
+
+# --------------------------------------------------------------------------- 14. paths that are not regular files
+
+KINDS = ["fifo", "socket", "char-device", "symlink", "directory"]
+
+
+def _make(path: Path, kind: str, outside: Path) -> None:
+    """Put a ``kind`` at ``path`` (what a directory can hold besides a regular file)."""
+    if path.exists() or path.is_symlink():
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        sock = socketlib.socket(socketlib.AF_UNIX)
+        try:
+            sock.bind(str(path))  # a path too long for AF_UNIX is skipped by the caller's chdir below
+        finally:
+            sock.close()
+    elif kind == "char-device":
+        try:
+            os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+        except PermissionError:
+            pytest.skip("making a device node needs CAP_MKNOD")
+    elif kind == "symlink":
+        path.symlink_to(outside)
+    else:
+        path.mkdir()
+
+
+@contextlib.contextmanager
+def _no_hang(seconds: int = 60):
+    """A read that blocks (a FIFO with no writer) fails the test instead of hanging it."""
+    def hung(signum, frame):
+        raise AssertionError(f"blocked for {seconds} s: a FIFO was opened for reading")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("where", ["series patch", "manifest", "reproducer"])
+def test_check_refuses_a_path_it_reads_that_is_not_a_regular_file(lane_repo, tmp_path, capsys, monkeypatch,
+                                                                   where, kind):
+    outside = tmp_path / "outside.txt"
+    outside.write_text(TOKEN_TEXT)
+    if where == "series patch":
+        path = lane_repo.root / "patches" / "fake" / "01" / "0002-more.patch"
+    elif where == "manifest":
+        path = lane_repo.root / "upstream" / "fake.toml"
+        outside.write_text(path.read_text())  # a whole manifest, only elsewhere
+    else:
+        path = lane_repo.root / "repros" / "fake" / "pack01.py"
+    monkeypatch.chdir(path.parent)  # a socket's path must be short: bind it relative to here
+    _make(Path(path.name), kind, outside)
+    with _no_hang():
+        code = cli("check", *lane_repo.args())
+    err = capsys.readouterr().err
+    assert code == Exit.USAGE, err
+    words = {"fifo": "a FIFO", "socket": "a socket", "char-device": "a character device",
+             "symlink": "a symbolic link", "directory": "a directory"}[kind]
+    assert path.name in err and (words in err or (kind == "directory" and "named like a patch" in err)), err
+    assert TOKEN_TEXT not in err

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import tomlkit
 
+from harness.base import regular
 from harness.base.pyimports import TEST_TOPS, imported_names, in_tests_tree, is_test_file, module_name
 from harness.base.tomlutil import field as toml_field
 from harness.base.tomlutil import load_document
@@ -263,6 +264,10 @@ def load(path: Path) -> Selection:
 
 def load_for(root: Path, pack: str, base: str) -> Selection | None:
     path = selection_path(root, pack, base)
+    try:
+        regular.check(path, root)
+    except regular.NotRegular as exc:
+        raise ConfigError(f"the suite selection {exc}") from None
     return load(path) if path.is_file() else None
 
 

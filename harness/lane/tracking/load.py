@@ -10,6 +10,7 @@ import re
 import string
 from pathlib import Path
 
+from harness.base import regular
 from harness.base.tomlutil import choice, field, str_list
 from harness.errors import ConfigError
 from harness.lane import suite, upstream_tests
@@ -97,6 +98,16 @@ def _date_text(value) -> str | None:
     return None if value is None else str(value)
 
 
+def _regular_in(root: Path, rel: str | None, key: str, where: str) -> None:
+    """The file a key names must be a regular file of the checkout (a FIFO blocks, a link reads elsewhere)."""
+    if rel is None:
+        return
+    try:
+        regular.check(root / rel, root)
+    except regular.NotRegular as exc:
+        raise ConfigError(f"{where}: key '{key}': {exc}") from None
+
+
 def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_selections_ok: bool = False) -> Pack:
     target = field(t, "target", str, where)
     if target not in manifests:
@@ -110,6 +121,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
                           f"({', '.join(manifest.bases)})")
     reproducer = field(t, "reproducer", str, where, default=None)
+    _regular_in(root, reproducer, "reproducer", where)
     if reproducer is not None and not (root / reproducer).is_file():
         raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
@@ -118,6 +130,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
     if reproducer is None and any(not lane.upstream_tests for lane in lanes):
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
     minimal_repro = field(t, "minimal_repro", str, where, default=None)
+    _regular_in(root, minimal_repro, "minimal_repro", where)
     if minimal_repro is not None and not (root / minimal_repro).is_file():
         raise ConfigError(f"{where}: key 'minimal_repro': {minimal_repro} does not exist")
     if minimal_repro is None and any(lane.minimal for lane in lanes):

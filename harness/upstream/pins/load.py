@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
-from harness.base import ui
+from harness.base import regular, ui
 from harness.base.tomlutil import choice, load_document, str_list
 from harness.base.tomlutil import field as get
 from harness.errors import ConfigError
@@ -63,6 +63,10 @@ def load_manifest(root: Path, target: str) -> Manifest:
     if not path.exists():
         known = ", ".join(list_targets(root)) or "none"
         raise ConfigError(f"no manifest for target '{target}' ({path} missing; targets: {known})")
+    try:
+        regular.check(path, root / "upstream")
+    except regular.NotRegular as exc:
+        raise ConfigError(f"manifest of target '{target}': {exc}") from None
     doc = load_document(path)
     where = str(path)
     for line in manifest_unknown_keys(path, doc):
