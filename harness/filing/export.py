@@ -68,14 +68,13 @@ def parse_identity(text: str, source: str = "--identity") -> Identity:
 
 def _no_control(text: str, what: str, source: str) -> None:
     """Refuse ``text`` holding a control character (named escaped, so the refusal stays one line)."""
-    bad = _CONTROL.search(text)
-    kind = "a control character"
-    if not bad:  # what other tools split lines on (U+0085, U+2028, U+2029) or reorder them by (bidi controls)
+    found = _CONTROL.search(text)
+    bad, kind = (found.group() if found else None), "a control character"
+    if bad is None:  # what other tools split lines on (U+0085, U+2028, U+2029) or reorder them by (bidi controls)
         bad = next((c for c in text if unicodedata.category(c) in _UNICODE_KINDS and c not in _JOINERS), None)
         kind = _UNICODE_KINDS[unicodedata.category(bad)] if bad else kind
-    if bad:
-        char = bad if isinstance(bad, str) else bad.group()
-        raise IdentityError(f"{source}: the {what} {text!r} holds {kind} ({ascii(char)}); "
+    if bad is not None:
+        raise IdentityError(f"{source}: the {what} {text!r} holds {kind} ({ascii(bad)}); "
                             "an identity is one plain line 'Name <email>'")
 
 
