@@ -74,8 +74,9 @@ def unpack(archive: Path, dest: Path) -> int:
         code = _unpack_into(archive, scratch)
         if code:
             return code
-        shutil.rmtree(dest, ignore_errors=True)  # an incomplete one of an older call
-        os.replace(scratch, dest)
+        if not (dest / ".complete").exists():  # else another call unpacked the same archive meanwhile: use it
+            shutil.rmtree(dest, ignore_errors=True)  # an incomplete one of an older harness
+            os.replace(scratch, dest)
     except OSError as exc:
         if cannot_write(exc):
             print(f"harness.bootstrap: error: cannot write {dest}: {exc.strerror or exc}; nothing was kept",
