@@ -596,3 +596,21 @@ def test_check_refuses_a_path_it_reads_that_is_not_a_regular_file(lane_repo, tmp
              "symlink": "a symbolic link", "directory": "a directory"}[kind]
     assert path.name in err and (words in err or (kind == "directory" and "named like a patch" in err)), err
     assert TOKEN_TEXT not in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "directory"])
+def test_a_suite_selection_that_is_not_a_regular_file_is_refused(suite_repo, tmp_path, capsys, monkeypatch,  # noqa: F811
+                                                                  kind):
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    path = suite_repo.root / "suites" / "01" / "1.0.toml"
+    outside = tmp_path / "elsewhere.toml"
+    outside.write_text(path.read_text())  # the same selection, only outside the checkout
+    monkeypatch.chdir(path.parent)
+    _make(Path(path.name), kind, outside)
+    capsys.readouterr()
+    with _no_hang():
+        assert cli("check", *args) == Exit.USAGE
+    words = {"fifo": "a FIFO", "symlink": "a symbolic link", "directory": "a directory"}[kind]
+    assert words in capsys.readouterr().err
