@@ -36,16 +36,19 @@ wheel from DIR instead of building (a later host of the same image, when one cal
 from __future__ import annotations
 
 import json
+import lzma
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import zlib
 from pathlib import Path
 
 from harness.base import tarsafe
 from harness.base.hashing import sha256_file, verify_files
 from harness.base.store import default_root
-from harness.errors import BuildError, BundleError, Exit
+from harness.errors import BuildError, BundleError, Exit, cannot_write
 from harness.host import payloads
 from harness.host.index import TOP, VERIFIED, expected_files
 from harness.lane import host_builds
@@ -57,17 +60,49 @@ def _fail(message: str) -> int:
 
 
 def unpack(archive: Path, dest: Path) -> int:
-    """Extract and verify ``archive`` into ``dest`` (marked ``.complete`` when done); 0 or an exit code."""
+    """Extract and verify ``archive`` into ``dest`` (marked ``.complete`` when done); 0 or an exit code.
+
+    The archive is unpacked into a scratch directory beside ``dest``, renamed into place only once every file
+    matched: a truncated, damaged or hostile archive (a member or link leaving the directory) is exit 4 in one
+    line and leaves nothing (nor does a full disk, exit 74)."""
     print(f"> unpacking {archive} into {dest}", file=sys.stderr)
-    dest.mkdir(parents=True, exist_ok=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    scratch = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
+    try:
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        code = _unpack_into(archive, scratch)
+        if code:
+            return code
+        if not (dest / ".complete").exists():  # else another call unpacked the same archive meanwhile: use it
+            shutil.rmtree(dest, ignore_errors=True)  # an incomplete one of an older harness
+            os.replace(scratch, dest)
+    except OSError as exc:
+        if cannot_write(exc):
+            print(f"harness.bootstrap: error: cannot write {dest}: {exc.strerror or exc}; nothing was kept",
+                  file=sys.stderr)
+            return int(Exit.IO)
+        return _fail(f"cannot unpack bundle {archive}: {exc}")
+    except (tarfile.TarError, EOFError, lzma.LZMAError, zlib.error) as exc:
+        return _fail(f"cannot unpack bundle {archive}: {exc}; nothing was kept")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+def _unpack_into(archive: Path, dest: Path) -> int:
     with tarfile.open(archive) as tf:
         for m in tf.getmembers():
             if not (m.name == TOP or m.name.startswith(TOP + "/")):
                 return _fail(f"{archive}: unexpected member {m.name!r}")
         tarsafe.extractall(tf, dest)
     bundle_dir = dest / TOP
-    index = json.loads((bundle_dir / "bundle.json").read_text())
-    bad = verify_files(bundle_dir, expected_files(index), bundle_dir / VERIFIED)
+    try:
+        index = json.loads((bundle_dir / "bundle.json").read_text())
+        bad = verify_files(bundle_dir, expected_files(index), bundle_dir / VERIFIED)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return _fail(f"bundle {archive}: bundle.json is missing or not a bundle's index ({type(exc).__name__}: "
+                     f"{exc}); nothing was kept")
     if bad:
         return _fail(f"{bad[0]} fails its sha256")
     (dest / ".complete").write_text("ok\n")

@@ -182,8 +182,9 @@ class WriteError(HarnessError):
 
     @classmethod
     def of(cls, exc: OSError, what: str, where: object, *, hint: str | None = None) -> WriteError:
-        """``what`` failed at ``exc.filename`` (else ``where``) with the OS's reason."""
-        path = exc.filename if exc.filename is not None else where
+        """``what`` failed at the path written (``exc.filename2`` of a copy or rename, whose ``filename`` is the
+        source it read; else ``exc.filename``, else ``where``) with the OS's reason."""
+        path = next((p for p in (exc.filename2, exc.filename) if p is not None), where)
         return cls(f"cannot write {what}: {path}: {exc.strerror or exc}; nothing was written", hint=hint)
 
 

@@ -39,9 +39,11 @@ RANK = {name: rank for rank, names in LAYERS.items() for name in names}
 
 SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "base": {
-        0: {"hashing", "interpreters", "ui", "store", "guard", "fingerprint", "tarsafe", "tomlutil",
-            "pyimports"},  # static imports of an upstream tree (ast)
-        1: {"settings"},  # what the noxfile and the CLI both read (mirrors, cache, Python per target): + store
+        0: {"hashing", "interpreters", "ui", "store", "guard", "fingerprint", "tarsafe",
+            "pyimports",  # static imports of an upstream tree (ast)
+            "regular"},  # files read from a tree: regular files inside it
+        1: {"settings",  # what the noxfile and the CLI both read (mirrors, cache, Python per target): + store
+            "tomlutil"},  # TOML read with located errors: + regular
         2: {""},
     },
     "upstream": {

@@ -6,7 +6,8 @@ does not, each member is checked right before it is extracted, by the same rules
 
 * leading slashes are dropped from a name; nothing lands outside the destination once every link on its way (in the
   destination, including links extracted a moment ago) is followed;
-* a symbolic or hard link must not be absolute nor point outside the destination;
+* a symbolic or hard link must not be absolute nor point outside the destination, checked again once every
+  member is extracted (a later link can turn an earlier one into a way out; ``extractall`` only);
 * no device file or FIFO;
 * set-user-id, set-group-id and sticky bits and group/other write bits are cleared; a file is readable
   and writable by its owner; a directory gets the default mode; owners and groups of the archive are
@@ -36,11 +37,32 @@ def has_filter() -> bool:
 
 def extractall(tf: tarfile.TarFile, dest: Path | str, members: Iterable[tarfile.TarInfo] | None = None) -> None:
     """``tf.extractall(dest, filter="data")``, on a Python without filters too."""
+    chosen = list(members if members is not None else tf.getmembers())
     if has_filter():
-        tf.extractall(dest, members=members, filter="data")
-        return
-    for member in list(members if members is not None else tf.getmembers()):
-        extract(tf, member, dest)
+        tf.extractall(dest, members=chosen, filter="data")
+    else:
+        for member in chosen:
+            extract(tf, member, dest)
+    no_links_leaving(dest, [m.name for m in chosen if m.issym()])
+
+
+def no_links_leaving(dest: Path | str, names: Iterable[str]) -> None:
+    """Check the symbolic links extracted as ``names`` under ``dest`` once all are there: each member's link was
+    checked when it was made, but a later link can turn an earlier one into a way out (``a/y -> w/../..``, then
+    ``a/w -> .``), whatever this Python's filter does. Every such link is removed, then UnsafeMember names one."""
+    leaving = []
+    for name in names:
+        rel = name.lstrip("/" + os.sep)
+        path = os.path.join(dest, rel)
+        if os.path.islink(path) and link_leaves(dest, os.path.dirname(rel), os.readlink(path)):
+            leaving.append((rel, os.readlink(path)))
+    for rel, _ in leaving:
+        os.unlink(os.path.join(dest, rel))
+    if leaving:
+        rel, target = leaving[0]
+        more = f" (and {len(leaving) - 1} more)" if len(leaving) > 1 else ""
+        raise UnsafeMember(f"link {rel!r} -> {target!r} points outside {dest} once the archive's other links are "
+                           f"extracted{more}")
 
 
 def extract(tf: tarfile.TarFile, member: tarfile.TarInfo, dest: Path | str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import ParseError, TOMLKitError
 
+from harness.base import regular
 from harness.errors import ConfigError
 
 _MISSING = object()
@@ -23,7 +24,7 @@ def load_document(path: Path) -> tomlkit.TOMLDocument:
     every problem is reported as ``<file>:<line>: ...``.
     """
     try:
-        data = path.read_bytes()
+        data = regular.read_bytes(path, follow=True)  # a FIFO, a device or a directory is refused, never waited on
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:

@@ -64,12 +64,14 @@ def options(args, root: Path | None = None, **overrides) -> Options:
     return Options(**(values | overrides))
 
 
-def context(args, **overrides) -> Context:
+def context(args, *, missing_selections_ok: bool = False, **overrides) -> Context:
+    """``missing_selections_ok``: see ``Tracking.load`` (``suite select`` records a lost selection again)."""
     root = find_root(getattr(args, "root", None))
     # the noxfile's defaults, for every reader of the mirrors in this process and its children (the filing
     # template's reader and the lanes' child processes read $PATCHLANE_GIT_MIRRORS, not these options)
     settings.export_mirrors(root)
-    return Context(root=root, tracking=Tracking.load(root), store=Store(getattr(args, "cache", None)),
+    tracking = Tracking.load(root, missing_selections_ok=missing_selections_ok)
+    return Context(root=root, tracking=tracking, store=Store(getattr(args, "cache", None)),
                    options=options(args, root, **overrides))
 
 

@@ -24,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("--base", default=None,
                    help="the upstream base to file against (default: the pack's filing base, e.g. main)")
     p.add_argument("-o", "--output", type=_args.path, default=None,
-                   help="directory to write (replaced whole; default dist/export/<pack>-<base>/)")
+                   help="directory to write (replaced only if an export wrote it; default dist/export/<pack>-<base>/)")
     p.add_argument("--identity", default=None, metavar='"NAME <EMAIL>"',
                    help="who files the series: author and Signed-off-by (default: your git config's "
                         "user.name and user.email)")

@@ -51,7 +51,8 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
-    ctx = context(args, receipts_dir=getattr(args, "receipts_dir", None))
+    ctx = context(args, receipts_dir=getattr(args, "receipts_dir", None),
+                  missing_selections_ok=args.suite_verb == "select")  # the way out of a lost selection file
     if args.suite_verb == "commits":
         return _commits(ctx, args)
     pack = ctx.tracking.pack(args.pack)
@@ -74,12 +75,9 @@ def main(args) -> int:
         sel = old
     else:
         sel = suite.refreshed(old, pack.id, base, names, derived, _collected_cases(ctx, pack, base))
-        path.parent.mkdir(parents=True, exist_ok=True)
         text = suite.dump(sel)
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
-            tmp = path.with_suffix(".toml.tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)
+            suite.write(path, text)
     if args.json:
         ui.out.print_json(json.dumps({
             "pack": pack.id, "base": base, "series": list(sel.series), "path": str(path.relative_to(ctx.root)),
@@ -119,7 +117,7 @@ def _collected_cases(ctx, pack, base: str) -> dict[str, int] | None:
 def _compare(ctx, pack, base: str, as_json: bool) -> int:
     result = suite_check.suite_verdict(ctx, pack, base)
     if as_json:
-        ui.out.print_json(json.dumps(result.as_json()))
+        ui.json_data(result.as_json())
     else:
         for case in result.comparison.cases:
             if case.verdict != "ok":

@@ -20,10 +20,11 @@ import os
 import re
 import shutil
 import tempfile
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import CheckError, IdentityError, SeriesError
+from harness.errors import CheckError, IdentityError, SeriesError, UsageError
 from harness.lane import series, series_write
 from harness.lane.context import Context
 from harness.lane.tracking import Pack
@@ -37,6 +38,13 @@ _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>.]+$")
 _TRAILER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*: ")
 # C0 controls (LF, CR, TAB, NUL, ...) and DEL: a line break in a name forges a trailer of its own.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Beyond C0: C1 controls (U+0085 NEL ...), line and paragraph separators, format characters (bidi overrides and
+# isolates, marks, BOM), which other tools split or reorder a line on. The two joiners some scripts' names need stay.
+_UNICODE_KINDS = {"Cc": "a control character", "Zl": "a line separator", "Zp": "a paragraph separator",
+                  "Cf": "a format or bidi control character", "Cs": "a lone surrogate"}
+_JOINERS = frozenset("\u200c\u200d")
+# Written into every export directory: only a directory holding it (or an empty one) is replaced by the next export.
+MARKER = ".harness-export"
 
 
 @dataclass(frozen=True)
@@ -60,9 +68,13 @@ def parse_identity(text: str, source: str = "--identity") -> Identity:
 
 def _no_control(text: str, what: str, source: str) -> None:
     """Refuse ``text`` holding a control character (named escaped, so the refusal stays one line)."""
-    bad = _CONTROL.search(text)
-    if bad:
-        raise IdentityError(f"{source}: the {what} {text!r} holds a control character ({ascii(bad.group())}); "
+    found = _CONTROL.search(text)
+    bad, kind = (found.group() if found else None), "a control character"
+    if bad is None:  # what other tools split lines on (U+0085, U+2028, U+2029) or reorder them by (bidi controls)
+        bad = next((c for c in text if unicodedata.category(c) in _UNICODE_KINDS and c not in _JOINERS), None)
+        kind = _UNICODE_KINDS[unicodedata.category(bad)] if bad else kind
+    if bad is not None:
+        raise IdentityError(f"{source}: the {what} {text!r} holds {kind} ({ascii(bad)}); "
                             "an identity is one plain line 'Name <email>'")
 
 
@@ -130,6 +142,7 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
     """
     manifest = ctx.manifest(pack.target)
     policy = manifest.policy
+    _replaceable(out)
     who = find_identity(ctx.root, identity, target=pack.target, signoff=policy.signoff)
     base = manifest.base(base_name or pack.filing_base).name
     own = series.load_series(ctx.root, pack.target, pack.id, base)
@@ -164,14 +177,26 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         for f in files:
             shutil.copyfile(f, staging / f.name)
+        (staging / MARKER).write_text("written by harness export; the next export replaces this directory\n")
         os.chmod(staging, 0o755)
-        if out.exists():
+        if _replaceable(out):
             shutil.rmtree(out)
         os.replace(staging, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Export(pack.id, pack.target, base, checkout.commit, tuple(out / f.name for f in files),
                   tuple(stacked), tree, who, policy.signoff, report)
+
+
+def _replaceable(out: Path) -> bool:
+    """Whether ``out`` exists and may be replaced: an empty directory or one an earlier export wrote (it holds
+    ``MARKER``). Anything else there (a file, a link, a directory of someone's) is refused, never deleted."""
+    if not os.path.lexists(out):
+        return False
+    if out.is_dir() and not out.is_symlink() and ((out / MARKER).is_file() or not any(out.iterdir())):
+        return True
+    raise UsageError(f"-o {out}: already exists and is not a directory an earlier export wrote (no {MARKER} in "
+                     "it); nothing was written or removed", hint="name a new directory, or remove this one yourself")
 
 
 def _file_as(repo: git.Repo, start: str, who: Identity, signoff: bool) -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from harness.base import fingerprint, guard, interpreters, tarsafe, ui
 from harness.base.hashing import check_seal, seal, sealed, sha256_file, sha256_text
 from harness.base.store import Store
-from harness.errors import BuildError, WriteError, cannot_write, write_reason
+from harness.errors import BuildError, BundleError, WriteError, cannot_write, write_reason
 from harness.lane import stubs as stubs_mod
 from harness.upstream import git
 from harness.upstream.pins import Manifest, extract_artifact
@@ -129,8 +129,11 @@ def adopt_site_tar(site_tar: Path, key: str, manifest: Manifest, store: Store, l
     """Register an overlay build (a tar of its ``site/``) from an offline bundle as the build for ``key``."""
 
     def make(tmp: Path, info: dict) -> None:
-        with tarfile.open(site_tar) as tf:
-            tarsafe.extractall(tf, tmp)
+        try:
+            with tarfile.open(site_tar) as tf:
+                tarsafe.extractall(tf, tmp)
+        except (tarfile.TarError, EOFError) as exc:  # a member or link leaving the build, a damaged archive
+            raise BundleError(f"{site_tar}: cannot unpack {label} from the bundle: {exc}; nothing was kept") from None
         info["stubs"] = sorted(manifest.stubs)
 
     return _create(key, manifest, store, make, f"unpacking {label} from the bundle", label)

@@ -21,7 +21,7 @@ from pathlib import Path
 from harness import __version__
 from harness.base import fingerprint, guard, ui
 from harness.base.hashing import sha256_file
-from harness.errors import BuildError, ConfigError, Exit
+from harness.errors import BuildError, ConfigError, Exit, WriteError
 from harness.lane import (
     builds,
     host_builds,
@@ -323,10 +323,13 @@ def run_dir_for(pack: Pack) -> Path:
 
 # What a run keeps in the temporary directory while it runs, named with its process id, so that a later run can
 # tell the leftovers of a harness killed outright (SIGKILL, the OOM killer: no cleanup ran) from a live run's.
-_LOG_PREFIX, _RUN_PREFIX = "patchlane-log-", "patchlane-run-"
+# _TMP_PREFIX: the TMPDIR of one lane's reproducer, so what it leaves there (an upstream-test runner's
+# upstream-suite-* when it is killed) goes with the lane, or with the next run once this harness is gone.
+_LOG_PREFIX, _RUN_PREFIX, _TMP_PREFIX = "patchlane-log-", "patchlane-run-", "patchlane-tmp-"
 
 
-def sweep_stale_temp(tmp: Path | None = None, prefixes: tuple[str, ...] = (_LOG_PREFIX, _RUN_PREFIX)) -> list[Path]:
+def sweep_stale_temp(tmp: Path | None = None,
+                     prefixes: tuple[str, ...] = (_LOG_PREFIX, _RUN_PREFIX, _TMP_PREFIX)) -> list[Path]:
     """Remove this user's temporary logs and run directories (``<prefix><pid>-...`` for each of ``prefixes``)
     whose harness process is gone; return them.
 
@@ -404,6 +407,11 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     gpus = upstream_tests.visible_gpus(env) if exclusive_tests else []
     fd, tmp_log = tempfile.mkstemp(prefix=f"{_LOG_PREFIX}{os.getpid()}-", suffix=".log")
     os.close(fd)
+    try:
+        env["TMPDIR"] = lane_tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-{lane.name}-")
+    except OSError as exc:
+        Path(tmp_log).unlink(missing_ok=True)
+        raise WriteError.of(exc, "the reproducer's temporary directory", tempfile.gettempdir()) from None
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
@@ -478,6 +486,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         return LaneResult(pack.id, lane.name, verdict, reason, runs.VERDICT_EXIT[verdict], written)
     finally:
         Path(tmp_log).unlink(missing_ok=True)
+        shutil.rmtree(lane_tmp, ignore_errors=True)
 
 
 def _repo_state(root: Path) -> dict:

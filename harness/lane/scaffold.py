@@ -19,8 +19,8 @@ from pathlib import Path
 
 import tomlkit
 
-from harness.errors import UsageError
-from harness.lane.tracking import KINDS, UNPATCHED_KINDS, Tracking, normalize_id
+from harness.errors import UsageError, WriteError
+from harness.lane.tracking import KINDS, PACK_ID, UNPATCHED_KINDS, Tracking, normalize_id, shown_id
 from harness.upstream import pins
 
 REPRODUCER = '''\
@@ -78,8 +78,8 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
     """Write the pack's tracking entry, series directory and reproducer; nothing is left if a step fails."""
     root = tracking.root
     pid = normalize_id(pack)
-    if not re.fullmatch(r"\d{2,}", pid):
-        raise UsageError(f"pack id {pack!r} is not a number (e.g. 24)")
+    if not PACK_ID.match(pid):
+        raise UsageError(f"pack id {shown_id(pack)!r} is not a pack id: two digits (e.g. 24)")
     if pid in tracking.packs:
         raise UsageError(f"pack {pid} is already in {tracking.path.name} ({tracking.packs[pid].title})")
     if kind not in KINDS:
@@ -129,13 +129,16 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
 
     created: list[Path] = []
     try:
-        reproducer.parent.mkdir(parents=True, exist_ok=True)
-        reproducer.write_text(REPRODUCER.format(pid=pid, title=title, target=target, name=name,
-                                                distribution=manifest.distribution, figure=EXAMPLE_FIGURE,
-                                                module=manifest.import_names[0] if manifest.import_names else ""))
-        created.append(reproducer)
-        series_dir.mkdir(parents=True)
-        created.append(series_dir)
+        try:
+            reproducer.parent.mkdir(parents=True, exist_ok=True)
+            reproducer.write_text(REPRODUCER.format(pid=pid, title=_in_docstring(title), target=target, name=name,
+                                                    distribution=manifest.distribution, figure=EXAMPLE_FIGURE,
+                                                    module=manifest.import_names[0] if manifest.import_names else ""))
+            created.append(reproducer)
+            series_dir.mkdir(parents=True)
+            created.append(series_dir)
+        except OSError as exc:  # a read-only checkout, a full disk, no permission
+            raise WriteError.of(exc, f"pack {pid}'s first files", reproducer) from None
         _check_loads(tracking, change)  # the entry must load before tracking.toml is touched
         tracking.edit(change)
         tracking.save()  # atomic: the file is whole, old or new
@@ -144,6 +147,11 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
             shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         raise
     return Scaffold(pid, reproducer, series_dir, tuple(lane for lane, _, _, _ in lanes), filing)
+
+
+def _in_docstring(text: str) -> str:
+    """``text`` escaped to stay inside the reproducer's triple-quoted docstring (a ``\"""`` in a title ends it)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _check_loads(tracking: Tracking, change) -> None:

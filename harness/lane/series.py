@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.base import tarsafe, ui
+from harness.base import regular, tarsafe, ui
 from harness.base.hashing import sha256_file
 from harness.base.store import Store
 from harness.errors import ConfigError, SeriesError
@@ -132,6 +132,8 @@ def load_series(root: Path, target: str, pack: str, base: str | None = None) -> 
         if p.is_symlink():  # its content would live elsewhere, outside what the series' digests cover
             raise ConfigError(f"{p}: a symbolic link (to {os.readlink(p)}); a patch is a regular file of the series",
                               hint="replace the link with the file it points to")
+        if regular.kind(p) not in (None, "a directory"):  # a FIFO would block the read, a device is no patch
+            raise ConfigError(f"{p}: {regular.kind(p)}; a patch is a regular file of the series")
         if p.is_dir():
             if named:
                 raise ConfigError(f"{p}: a directory named like a patch file; a series holds NNNN-slug.patch "

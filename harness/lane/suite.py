@@ -29,17 +29,20 @@ and every case the series adds fails on the base when the pack claims a fix.
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tomlkit
 
+from harness.base import regular
 from harness.base.pyimports import TEST_TOPS, imported_names, in_tests_tree, is_test_file, module_name
 from harness.base.tomlutil import field as toml_field
 from harness.base.tomlutil import load_document
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WriteError
 
 SCHEMA = 1
 SUITES_DIR = "suites"
@@ -261,6 +264,10 @@ def load(path: Path) -> Selection:
 
 def load_for(root: Path, pack: str, base: str) -> Selection | None:
     path = selection_path(root, pack, base)
+    try:
+        regular.check(path, root)
+    except regular.NotRegular as exc:
+        raise ConfigError(f"the suite selection {exc}") from None
     return load(path) if path.is_file() else None
 
 
@@ -273,6 +280,33 @@ def refreshed(old: Selection | None, pack: str, base: str, series: Iterable[str]
     paths = {d.path for d in derived}
     exclude = tuple(e for e in (old.exclude if old else ()) if e.id.split("::", 1)[0] in paths)
     return Selection(pack, base, tuple(series), files, old.add if old else (), exclude)
+
+
+def write(path: Path, text: str) -> None:
+    """Replace the selection file ``path`` with ``text`` atomically: from a scratch file of this writer's own beside
+    it (never a fixed name two writers would share), renamed into place; a file that cannot be written is
+    exit IO naming it, and no scratch is left."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise WriteError.of(exc, "the suite selection", path) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a selection is read by everyone
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise WriteError(f"cannot write the suite selection {path}: {exc.strerror or exc}; it is as it was") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def dump(sel: Selection) -> str:

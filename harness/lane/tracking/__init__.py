@@ -66,6 +66,7 @@ from harness.lane.tracking.model import (
     latest_today,
     normalize_id,
     sentinels,
+    shown_id,
 )
 
 __all__ = [
@@ -74,5 +75,6 @@ __all__ = [
     "Lane", "MINIMAL_RUNNER", "MITIGATION_STATUS", "OURS", "PACK_ID", "PACK_KEYS", "PICKS", "Pack", "RELATED_KEYS",
     "RELATED_KINDS", "RELATED_REF", "RELATED_STATES", "RELATIONS", "REQUIRES", "SCHEMA", "STATES", "SUITE_KEYS",
     "SUITE_SIDES", "THREAD_KEYS", "THREAD_STATES", "TOP_KEYS", "Thread", "Tracking", "UNPATCHED_KINDS",
-    "VALIDATION_KEYS", "Validation", "latest_today", "normalize_id", "sentinels", "suite_lane_name", "unknown_keys",
+    "VALIDATION_KEYS", "Validation", "latest_today", "normalize_id", "sentinels", "shown_id", "suite_lane_name",
+    "unknown_keys",
 ]

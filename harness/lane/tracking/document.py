@@ -3,6 +3,7 @@ it (recorded, then replayed under a lock on the file as it is when saved)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -17,7 +18,7 @@ from harness.base import ui
 from harness.base.tomlutil import load_document
 from harness.errors import ConfigError, WriteError
 from harness.lane.tracking.load import _check_graph, _load_pack, unknown_keys
-from harness.lane.tracking.model import PACK_ID, SCHEMA, Pack, normalize_id
+from harness.lane.tracking.model import PACK_ID, SCHEMA, Pack, normalize_id, shown_id
 from harness.upstream import pins
 
 
@@ -38,7 +39,9 @@ class Tracking:
         self._edits: list[tuple[Callable[[tomlkit.TOMLDocument], None], str | None]] = []
 
     @classmethod
-    def load(cls, root: Path, path: Path | None = None) -> Tracking:
+    def load(cls, root: Path, path: Path | None = None, *, missing_selections_ok: bool = False) -> Tracking:
+        """tracking.toml, checked whole. ``missing_selections_ok``: a suite whose recorded selection is missing gets
+        no lanes instead of refusing the file (only for ``harness suite select``, which records it again)."""
         path = path or root / "tracking.toml"
         doc = load_document(path)
         schema = doc.get("schema")
@@ -59,7 +62,7 @@ class Tracking:
                 raise ConfigError(f"{where}: pack ids are two digits, like 09")
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: must be a table")
-            packs[pid] = _load_pack(root, pid, table, where, manifests)
+            packs[pid] = _load_pack(root, pid, table, where, manifests, missing_selections_ok)
         _check_graph(path, packs)
         return cls(root, path, doc, packs)
 
@@ -68,7 +71,7 @@ class Tracking:
         try:
             return self.packs[pid]
         except KeyError:
-            raise ConfigError(f"no pack '{pid}' in {self.path} (packs: {', '.join(self.packs)})") from None
+            raise ConfigError(f"no pack '{shown_id(pid)}' in {self.path} (packs: {', '.join(self.packs)})") from None
 
     def closure(self, pid: str) -> list[Pack]:
         """The pack's dependencies (transitively, dependencies first), then the pack."""
@@ -149,7 +152,7 @@ class Tracking:
         are replayed on what it holds now, and the result replaces it atomically: the old file stays
         whole if anything fails.
         """
-        with FileLock(str(self.path.with_name(f".{self.path.name}.lock"))):
+        with _locked(self.path):
             doc = load_document(self.path)
             for change, pid in self._edits:
                 try:
@@ -184,3 +187,20 @@ class Tracking:
                 raise
         self.doc = doc
         self._edits.clear()
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """The lock that serializes savers of ``path``; a lock file that cannot be made (a read-only checkout, a full
+    disk) is exit IO naming it, with the way to run without recording in tracking.toml."""
+    lock = FileLock(str(path.with_name(f".{path.name}.lock")))
+    try:
+        lock.acquire()
+    except OSError as exc:
+        raise WriteError(f"cannot write {path.name}: its lock {lock.lock_file}: {exc.strerror or exc}; {path} is as "
+                         "it was", hint="a read-only checkout? pass --no-tracking (run, sweep) to record nothing in "
+                                        "tracking.toml, or use a writable copy") from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -10,6 +10,7 @@ import re
 import string
 from pathlib import Path
 
+from harness.base import regular
 from harness.base.tomlutil import choice, field, str_list
 from harness.errors import ConfigError
 from harness.lane import suite, upstream_tests
@@ -100,7 +101,17 @@ def _date_text(value) -> str | None:
     return None if value is None else str(value)
 
 
-def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
+def _regular_in(root: Path, rel: str | None, key: str, where: str) -> None:
+    """The file a key names must be a regular file of the checkout (a FIFO blocks, a link reads elsewhere)."""
+    if rel is None:
+        return
+    try:
+        regular.check(root / rel, root)
+    except regular.NotRegular as exc:
+        raise ConfigError(f"{where}: key '{key}': {exc}") from None
+
+
+def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_selections_ok: bool = False) -> Pack:
     target = field(t, "target", str, where)
     if target not in manifests:
         try:
@@ -113,17 +124,19 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict) -> Pack:
         raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
                           f"({', '.join(manifest.bases)})")
     reproducer = field(t, "reproducer", str, where, default=None)
+    _regular_in(root, reproducer, "reproducer", where)
     if reproducer is not None and not (root / reproducer).is_file():
         raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
     lanes += tuple(lane for i, st in enumerate(t.get("suites", []))
-                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]"))
+                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]", missing_selections_ok))
     domain = load_domain(root, t["domain"], where) if "domain" in t else None
     if domain is None and any(lane.domain for lane in lanes):
         raise ConfigError(f"{where}: a lane has domain = true but there is no [packs.{pid}.domain] to sweep")
     if reproducer is None and any(not lane.upstream_tests and not lane.domain for lane in lanes):
         raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
     minimal_repro = field(t, "minimal_repro", str, where, default=None)
+    _regular_in(root, minimal_repro, "minimal_repro", where)
     if minimal_repro is not None and not (root / minimal_repro).is_file():
         raise ConfigError(f"{where}: key 'minimal_repro': {minimal_repro} does not exist")
     if minimal_repro is None and any(lane.minimal for lane in lanes):
@@ -341,7 +354,8 @@ def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:
     return f"suite-{base}-{side}" + (f"-{shard}of{shards}" if shards > 1 else "")
 
 
-def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str) -> list[Lane]:
+def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str, missing_ok: bool = False
+                 ) -> list[Lane]:
     """The lanes of one [[packs.NN.suites]] table: every shard, on the unpatched and on the patched build; their ids
     are the recorded selection's (suites/NN/BASE.toml), their exclusions its [[exclude]] ids."""
     extra = sorted(set(t) - SUITE_KEYS)
@@ -351,6 +365,8 @@ def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str) -
     if base not in manifest.bases:
         raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name}")
     sel = suite.load_for(root, normalize_id(pid), base)
+    if sel is None and missing_ok:
+        return []
     if sel is None:
         raise ConfigError(f"{where}: no recorded selection {suite.selection_path(root, normalize_id(pid), base)}",
                           hint=f"harness suite select {pid} --base {base}")

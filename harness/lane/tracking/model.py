@@ -244,8 +244,14 @@ class Pack:
 
 def normalize_id(pid: str) -> str:
     """'9', '09', 'pack09' and 'liger_pack09' all name pack 09."""
-    m = re.search(r"(\d+)$", str(pid))
-    return f"{int(m.group(1)):02d}" if m else str(pid)
+    m = re.search(r"([0-9]+)$", str(pid))  # ASCII digits, as text: int() of thousands of digits raises
+    return (m.group(1).lstrip("0") or "0").rjust(2, "0") if m else str(pid)
+
+
+def shown_id(pid: str) -> str:
+    """``pid`` cut short enough to name in a one-line message."""
+    pid = str(pid)
+    return pid if len(pid) <= 24 else f"{pid[:12]}...{pid[-6:]} ({len(pid)} characters)"
 
 
 def latest_today() -> datetime.date:

@@ -20,20 +20,25 @@ from harness.lane.tracking.model import (
 )
 from harness.upstream import pins
 
-_GITHUB_THREAD = re.compile(r"^https?://github\.com/([^/\s]+)/([^/\s#?]+)/(?:pull|issues)/([0-9]+)(?:[/?#].*)?$",
-                            re.IGNORECASE)
+# GitHub serves the same thread at www.github.com, over http, and with leading zeros in its number.
+_GITHUB_THREAD = re.compile(r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s#?]+)/(?:pull|issues)/([0-9]+)"
+                            r"(?:[/?#].*)?$", re.IGNORECASE)
 
 
 def _thread_key(url: str) -> str:
-    """``owner/repo#N`` in lower case for a GitHub pull request or issue (GitHub's names ignore case, and a pull
-    request is also an issue of the same number); any other URL lower-cased, without a trailing slash."""
+    """``owner/repo#N`` in lower case for a GitHub pull request or issue (GitHub's names ignore case, a pull
+    request is also an issue of the same number, ``www.`` and leading zeros name the same thread); any other URL
+    lower-cased, without a trailing slash."""
     m = _GITHUB_THREAD.match(url.strip())
-    return f"{m.group(1)}/{m.group(2)}#{m.group(3)}".lower() if m else url.strip().rstrip("/").lower()
+    if not m:
+        return url.strip().rstrip("/").lower()
+    return f"{m.group(1)}/{m.group(2)}#{m.group(3).lstrip('0') or '0'}".lower()
 
 
 def _repo_slug(url: str) -> str:
     """``owner/repo`` (lower case) of a GitHub URL, "" for any other."""
-    m = re.match(r"^https?://github\.com/([^/\s]+)/([^/\s#?]+?)(?:\.git)?(?:[/?#].*)?$", url.strip(), re.IGNORECASE)
+    m = re.match(r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s#?]+?)(?:\.git)?(?:[/?#].*)?$", url.strip(),
+                 re.IGNORECASE)
     return f"{m.group(1)}/{m.group(2)}".lower() if m else ""
 
 

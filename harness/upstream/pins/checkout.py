@@ -216,6 +216,7 @@ def _extract(archive: Path, kind: str, dest: Path) -> None:
                     m.linkname = _strip_top(m.linkname, top, m.name, archive)
                 m.name = str(rel)
                 tarsafe.extract(tf, m, dest)
+            tarsafe.no_links_leaving(dest, [m.name for m in members if m.issym()])  # links leaving via each other
     except OSError as exc:
         if cannot_write(exc):
             raise WriteError(f"cannot write {dest} (unpacking {archive.name}): {exc.strerror or exc}; nothing was "

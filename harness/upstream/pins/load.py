@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path, PurePosixPath
 
-from harness.base import ui
+from harness.base import regular, ui
 from harness.base.tomlutil import choice, load_document, str_list
 from harness.base.tomlutil import field as get
 from harness.errors import ConfigError
@@ -42,9 +42,15 @@ GIT_KEYS = frozenset({"commit", "ref", "date", "url"})
 POLICY_KEYS = frozenset({"signoff", "contributing", "pr_template", "issue_templates", "source", "checks"})
 CHECK_KEYS = frozenset({"name", "package", "module", "args", "files", "exclude", "kind", "config", "source"})
 _PYTHON = re.compile(r"^3\.[0-9]+$")
+_TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 def manifest_path(root: Path, target: str) -> Path:
+    """``upstream/<target>.toml``; a target is a plain name (it names directories under patches/ and repros/ too),
+    never a path that leaves upstream/ (``../x``) or a hidden file."""
+    if not _TARGET.fullmatch(target):
+        raise ConfigError(f"target {target!r} is not a target name (letters, digits, '.', '_', '-', starting with "
+                          "a letter or digit; never a path)")
     return root / "upstream" / f"{target}.toml"
 
 
@@ -57,6 +63,10 @@ def load_manifest(root: Path, target: str) -> Manifest:
     if not path.exists():
         known = ", ".join(list_targets(root)) or "none"
         raise ConfigError(f"no manifest for target '{target}' ({path} missing; targets: {known})")
+    try:
+        regular.check(path, root / "upstream")
+    except regular.NotRegular as exc:
+        raise ConfigError(f"manifest of target '{target}': {exc}") from None
     doc = load_document(path)
     where = str(path)
     for line in manifest_unknown_keys(path, doc):
