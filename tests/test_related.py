@@ -403,6 +403,8 @@ def test_a_live_answer_is_used_when_the_api_answers(lane_repo, upstream, capsys)
         if path.startswith("/search/issues"):
             return 200, {}, {"total_count": 1, "items": [{"number": 3, "title": "t", "state": "open",
                                                           "created_at": "2026-02-01T00:00:00Z", "body": "core"}]}
+        if "/pulls?" in path:  # the PR list: none open or updated here
+            return 200, {}, []
         return 200, {}, {"resources": {}}
 
     server = Server(answer)
@@ -434,6 +436,8 @@ def test_without_history_in_the_mirror_the_commits_api_lists_the_commits(lane_re
                              "files": [{"filename": "src/fakepkg/core.py", "patch": SAME_LINES}]}
         if path.startswith("/search/issues"):
             return 200, {}, {"total_count": 0, "items": []}
+        if "/pulls?" in path:
+            return 200, {}, []
         return 200, {}, {"resources": {}}
 
     server = Server(answer)
