@@ -151,6 +151,10 @@ def check(mirror: Path, base_commit: str, series: Iterable[Path], number: int, f
             return Check(unknown=f"git failed: {exc}")
 
 
+_OURS: dict[tuple[str, str, tuple[str, ...]], tuple[list[str], str]] = {}  # (mirror, base, series) -> hunks, why not
+_APPLIES: dict[tuple[str, str], bool] = {}  # (tree or commit, hunk) -> whether it applies there
+
+
 def _ref(s: _Scratch, ref: str) -> str | None:
     res = s.call("rev-parse", "-q", "--verify", f"{ref}^{{commit}}")
     return res.stdout.strip() if res.ok else None
@@ -161,12 +165,15 @@ def _check(s: _Scratch, base: str, series: list[Path], number: int, files: list[
     patches = [p.resolve() for p in series]
     s.paths = sorted({h.path for p in patches for h in parse_diff(p.read_text(encoding="utf-8", errors="replace"))}
                      | {str(f.get("filename")) for f in files or [] if f.get("patch")})
-    s.load(base)
-    base_tree = s.run("write-tree").strip()
-    ours, why = s.apply_all(base, patches)
-    if ours is None:
+    key = (str(s.mirror), base, tuple(str(p) for p in patches))
+    if key not in _OURS:  # one pack's series is checked against many PRs: apply it once
+        s.load(base)
+        base_tree = s.run("write-tree").strip()
+        ours, why = s.apply_all(base, patches)
+        _OURS[key] = (split_hunks(s.run("diff-tree", "-p", "-U3", base_tree, ours)), "") if ours else ([], why)
+    hunks, why = _OURS[key]
+    if why:
         return Check(unknown=f"our series does not apply at {base[:9]}: {why}")
-    hunks = split_hunks(s.run("diff-tree", "-p", "-U3", base_tree, ours))
     if not hunks:
         return Check(unknown="our series changes nothing")
     merge, head = _ref(s, f"refs/pull/{number}/merge"), _ref(s, f"refs/pull/{number}/head")
@@ -191,7 +198,10 @@ def _check(s: _Scratch, base: str, series: list[Path], number: int, files: list[
     conflicts, carried = [], []
     for text in hunks:
         patch = s.file(text + "\n")
-        on_before, on_after = s.applies(before, patch), s.applies(after, patch)
+        on_before = _APPLIES.get((before, text))
+        if on_before is None:  # PRs of one branch start from the same commit: ask once
+            on_before = _APPLIES[(before, text)] = s.applies(before, patch)
+        on_after = s.applies(after, patch)
         if on_before == on_after:
             continue
         parsed = parse_diff(text + "\n")

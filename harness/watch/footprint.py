@@ -395,6 +395,7 @@ class FileSpans:
     def __init__(self, mirror: Path, commit: str):
         self.mirror, self.commit = mirror, commit
         self._text: dict[str, str] = {}
+        self._spans: dict[str, tuple[Span, ...]] = {}
 
     def text(self, path: str) -> str:
         if path not in self._text:
@@ -403,7 +404,9 @@ class FileSpans:
         return self._text[path]
 
     def __call__(self, path: str) -> tuple[Span, ...]:
-        return ast_spans(self.text(path)) if path.endswith(".py") else ()
+        if path not in self._spans:
+            self._spans[path] = ast_spans(self.text(path)) if path.endswith(".py") else ()
+        return self._spans[path]
 
 
 def _is_test(path: str) -> bool:
@@ -461,6 +464,12 @@ def text_overlap(fp: Footprint, text: str, is_pr: bool) -> tuple[Overlap, str]:
     where = "names " + ", ".join(named) if named else "matched the search"
     if is_pr or not named:
         return Overlap.MENTION, where
-    if "the error message" in named or any(n in fp.functions for n in named):
+    # a def our hunks change; a def a contract only calls is named in too many threads about other things
+    # ("Mamba3") to rank a thread by it: such a thread is listed as a mention
+    ours = frozenset(n for h in fp.hunks for n in ({h.function} | h.defines) if n)
+    if "the error message" in named or any(n in ours for n in named):
         return Overlap.FUNCTION, where
+    only_called = {t.rsplit(".", 1)[-1] for t in fp.targets} - ours - fp.symbols
+    if all(n in only_called for n in named):
+        return Overlap.MENTION, where
     return Overlap.FILE, where
