@@ -537,6 +537,7 @@ def test_a_decision_without_kind_or_state_is_a_problem_not_a_guess(lane_repo):
     ('kind = "thread"', "kind 'thread' is not one of"),
     ('kind = "commit"', "kind 'commit' does not fit the ref"),
     ('state = "gone"', "state 'gone' is not one of"),
+    ('overlap = "close"', "overlap 'close' is not one of"),
 ])
 def test_a_bad_kind_or_state_is_refused(lane_repo, extra, says):
     _decide(lane_repo, "acme/fake#3", "independent", "2026-01-01")
@@ -847,3 +848,20 @@ def test_a_contract_is_scanned_for_the_defs_its_script_calls():
         "@@ -11,1 +11,1 @@ def vocab_ce(x):\n-    return 2\n+    return 3\n"), Spans())
     assert fp.describe(in_forward)[0] == footprint.Overlap.FUNCTION  # _VocabCE.forward: inside a called def
     assert fp.describe(elsewhere)[0] == footprint.Overlap.FILE  # unrelated, whatever git's header says
+
+
+def test_body_lines_leave_out_defs_in_common_and_group_open_conflicts(lane_repo):
+    with (lane_repo.root / "tracking.toml").open("a") as fh:
+        for ref, state, overlap in (("acme/fake#11", "open", "same function"), ("acme/fake#12", "open", "conflict"),
+                                    ("acme/fake#13", "open", "conflict"), ("acme/fake#14", "merged", "conflict"),
+                                    ("acme/fake#15", "open", "same hunk")):
+            fh.write(f'\n[[packs.01.related]]\nref = "{ref}"\nrelation = "independent"\nkind = "pr"\n'
+                     f'state = "{state}"\noverlap = "{overlap}"\nreason = "touches {ref}"\ndate = 2026-01-02\n')
+    lines, problems = decisions.body_lines(Tracking.load(lane_repo.root).pack("01"), "acme/fake")
+    assert problems == []
+    assert lines == [
+        "- acme/fake#14 (merged pull request): touches acme/fake#14",  # merged: the change is rebased onto it
+        "- acme/fake#15 (open pull request): touches acme/fake#15",  # the same lines: its own line
+        "- Open pull requests that edit the same lines (textual conflicts only; whichever lands second is "
+        "rebased): acme/fake#12, acme/fake#13",
+    ]  # #11 shares only a def: decided, not in the body

@@ -122,6 +122,10 @@ THREADS: dict[str, dict[int, dict]] = {
                    base="dev", body="Moves the DSA helpers of dsa.py into a dsa_fused_kernels package."),
         5386: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-06-17T00:00:00Z", user="",
                    base="main", body="Re-quotes the einsum string of _compute_index_scores."),
+        4897: dict(kind="pull", title="[dev] Enable cudnn fused kernel in dsa for DeepSeek-V3.2", state="closed",
+                   created_at="", updated_at="2026-05-29T00:00:00Z", user="", base="dev",
+                   body="The dev counterpart of the cuDNN DSA wiring (#5099 on main): replaces dsa.py's unfused "
+                        "index-score helper with an unfused indexer-loss-and-top-k function; closed without merge."),
         4740: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-05-11T00:00:00Z", user="",
                    base="dev", body="Tokenizer and vocab changes; touches _VocabParallelCrossEntropy.forward."),
         2394: dict(kind="pull", title="", state="open", created_at="", updated_at="2025-12-02T00:00:00Z", user="",

@@ -59,7 +59,7 @@ class _Scratch:
     def run(self, *args: str) -> str:
         res = self.call(*args)
         if not res.ok:
-            raise git.GitError(f"git {' '.join(args)}: {res.stderr.strip()[:300]}")
+            raise git.GitError(list(args), self.tmp, res.status, res.stderr)
         return res.stdout
 
     def file(self, text: str) -> Path:
@@ -75,7 +75,7 @@ class _Scratch:
         if listed.strip():
             res = git.call(self.tmp, "update-index", "--index-info", env=self.env, input=listed)
             if not res.ok:
-                raise git.GitError(f"git update-index: {res.stderr.strip()[:300]}")
+                raise git.GitError(["update-index", "--index-info"], self.tmp, res.status, res.stderr)
 
     def applies(self, tree: str, patch: Path) -> bool:
         self.load(tree)
@@ -195,7 +195,8 @@ def _check(s: _Scratch, base: str, series: list[Path], number: int, files: list[
     else:
         return Check(unknown=f"neither refs/pull/{number}/* in the mirror nor a recorded diff")
     assert before is not None and after is not None
-    conflicts, carried = [], []
+    conflicts: list[str] = []
+    carried: list[str] = []
     for text in hunks:
         patch = s.file(text + "\n")
         on_before = _APPLIES.get((before, text))

@@ -46,6 +46,7 @@ from harness.lane.tracking.model import (
     PACK_ID,
     PICKS,
     RELATED_KINDS,
+    RELATED_OVERLAPS,
     RELATED_REF,
     RELATED_STATES,
     RELATIONS,
@@ -68,7 +69,8 @@ from harness.lane.tracking.model import (
 __all__ = [
     "BUILDS", "CLASSES", "DEFAULT_TIMEOUT", "Decision", "EvidenceRow", "FIX_SENTINELS", "KINDS", "LANE_KEYS",
     "Lane", "MINIMAL_RUNNER", "MITIGATION_STATUS", "OURS", "PACK_ID", "PACK_KEYS", "PICKS", "Pack", "RELATED_KEYS",
-    "RELATED_KINDS", "RELATED_REF", "RELATED_STATES", "RELATIONS", "REQUIRES", "SCHEMA", "STATES", "SUITE_KEYS",
+    "RELATED_KINDS", "RELATED_OVERLAPS", "RELATED_REF", "RELATED_STATES", "RELATIONS", "REQUIRES", "SCHEMA",
+    "STATES", "SUITE_KEYS",
     "SUITE_SIDES", "THREAD_KEYS", "THREAD_STATES", "TOP_KEYS", "Thread", "Tracking", "UNPATCHED_KINDS",
     "VALIDATION_KEYS", "Validation", "latest_today", "normalize_id", "sentinels", "suite_lane_name", "unknown_keys",
 ]
