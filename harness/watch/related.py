@@ -458,6 +458,7 @@ class Sources:
     days: int = SEARCH_DAYS
     notes: list[str] = field(default_factory=list)
     recorded: Path | None = None  # set when ``get`` answers from recorded files (their age is read from them)
+    check_decided: bool = True  # False (readiness): a decided PR is not checked for conflicts again
 
     def view(self, slug: str) -> View | None:
         """How old the PR and issue answers for ``slug`` are."""
@@ -512,6 +513,8 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
         patches = [p.path for p in series.load_series(root, pack.target, pack.id, base)]
 
         def conflict(number: int, files: list[dict] | None, target: str) -> Check:
+            if not sources.check_decided and decision_for(pack, f"{slug}#{number}") is not None:
+                return Check(unknown="decided already")  # readiness needs no answer for it
             return conflicts.check(mirror, commit, patches, number, files, target, spans)
     if not fp.files:
         notes.append("the pack names no files and has no series: nothing to compare")
@@ -602,4 +605,4 @@ def offline_sources(root: Path, mirrors: tuple[Path, ...] = (), today: date | No
     d = recorded_dir(root)
     rec = Recorded(d) if d is not None else None
     return Sources(mirrors=mirrors, get=rec.get if rec else None, label=str(d) if d else "", today=today,
-                   recorded=d)
+                   recorded=d, check_decided=False)
