@@ -199,6 +199,32 @@ THREADS: dict[str, dict[int, dict]] = {
                    body="mamba_mimo_bwd_bwd in mamba3_mimo_bwd.py asks for more shared memory than a 99 KB "
                         "Blackwell part allows; a follow-up counts every alloc_shared of the kernel."),
     },
+    # added 2026-11-27 (issue 44): PRs on the Liger-Kernel file contract 21 exercises, from a clone with
+    # refs/pull/* (main at ead96b6, 2026-08-21): each holds refs/pull/N/merge there; summaries from their commit
+    # subjects, titles not read
+    "linkedin/Liger-Kernel": {
+        1126: dict(kind="pull", title="", state="draft", created_at="", updated_at="2026-08-20T00:00:00Z", user="",
+                   base="main", body="Adds an assertion and edits comments in the fused linear cross entropy "
+                                     "forward and backward."),
+        1289: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-07-28T00:00:00Z", user="",
+                   base="main", body="Avoids a ZeroDivisionError in fused linear cross entropy when the weight's "
+                                     "vocab dimension is 0."),
+        1292: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-08-12T00:00:00Z", user="",
+                   base="main", body="Avoids a device-to-host sync from .item() in the cross entropy forward."),
+        1324: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-08-21T00:00:00Z", user="",
+                   base="main", body="Accumulates the fused linear cross entropy grad_weight directly across "
+                                     "dtypes."),
+        1328: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-08-21T00:00:00Z", user="",
+                   base="main", body="Gates the grad_weight addmm out_dtype fast path off under torch.compile."),
+        1331: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-08-20T00:00:00Z", user="",
+                   base="main", body="Guards the Triton launches by the tensors' device."),
+        1338: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-08-22T00:00:00Z", user="",
+                   base="main", body="Accumulation dtype support in fused linear losses; ignore_index under "
+                                     "torch.compile."),
+        1353: dict(kind="pull", title="", state="open", created_at="", updated_at="2026-08-20T00:00:00Z", user="",
+                   base="main", body="Avoids a ZeroDivisionError in fused linear cross entropy when the weight's "
+                                     "vocab dimension is 0."),
+    },
     "tile-ai/tilelang": {
         # added 2026-11-27 (issue 44): the threads that decide when 07's TMA-off mitigation can retire (read in
         # the tilelang clone's history and the issues corpus); they change no file of a pack
