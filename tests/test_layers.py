@@ -89,8 +89,9 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "watch": {
         0: {"threads", "decisions", "rebase", "provenance",
             "footprint"},  # what a series touches, and how close upstream work comes to it
-        1: {"related", "absorbed"},  # overlapping work needs decisions and footprints; absorbed needs rebase
-        2: {""},
+        1: {"conflicts"},  # whether an open upstream PR conflicts with a series, hunk by hunk (uses footprint)
+        2: {"related", "absorbed"},  # overlapping work needs decisions, footprints, conflicts; absorbed needs rebase
+        3: {""},
     },
     "filing": {
         0: {"lint", "parts", "pr_template",  # what must not leave; message, hunks, diff; the upstream's template

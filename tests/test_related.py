@@ -403,6 +403,8 @@ def test_a_live_answer_is_used_when_the_api_answers(lane_repo, upstream, capsys)
         if path.startswith("/search/issues"):
             return 200, {}, {"total_count": 1, "items": [{"number": 3, "title": "t", "state": "open",
                                                           "created_at": "2026-02-01T00:00:00Z", "body": "core"}]}
+        if "/pulls?" in path:  # the PR list: none open or updated here
+            return 200, {}, []
         return 200, {}, {"resources": {}}
 
     server = Server(answer)
@@ -434,6 +436,8 @@ def test_without_history_in_the_mirror_the_commits_api_lists_the_commits(lane_re
                              "files": [{"filename": "src/fakepkg/core.py", "patch": SAME_LINES}]}
         if path.startswith("/search/issues"):
             return 200, {}, {"total_count": 0, "items": []}
+        if "/pulls?" in path:
+            return 200, {}, []
         return 200, {}, {"resources": {}}
 
     server = Server(answer)
@@ -533,6 +537,7 @@ def test_a_decision_without_kind_or_state_is_a_problem_not_a_guess(lane_repo):
     ('kind = "thread"', "kind 'thread' is not one of"),
     ('kind = "commit"', "kind 'commit' does not fit the ref"),
     ('state = "gone"', "state 'gone' is not one of"),
+    ('overlap = "close"', "overlap 'close' is not one of"),
 ])
 def test_a_bad_kind_or_state_is_refused(lane_repo, extra, says):
     _decide(lane_repo, "acme/fake#3", "independent", "2026-01-01")
@@ -691,3 +696,172 @@ def test_this_repository_offline_finds_the_siso_retile_and_says_how_old_its_view
     assert {r for r, c in found.items() if c["overlap"] != "mention"} <= decided
     views = {v["source"]: v for v in scan["upstream_as_of"]}
     assert views["mirror"]["as_of"] == "2026-07-23" and views["recorded"]["recorded"]
+
+
+# ---------------------------------------------------------------------------------------------- files and hunks
+
+CORE_LONG = CORE_BUGGY.replace("def total(xs):\n    return sum(xs)\n",
+                               "def total(xs):\n    s = 0\n    n = 0\n    for x in xs:\n        n += 1\n"
+                               "        s += x\n    return s\n")
+
+
+def _record_pull(d: Path, number: int, title: str, patch: str | None, filename: str = "src/fakepkg/core.py",
+                 state: str = "open", updated: str = "") -> None:
+    """A PR in the recorded list (``repos/acme/fake/pulls.json``) and its ``files.json``; no search item: it can
+    only be found by the files it changes."""
+    (d / "search" / "issues").mkdir(parents=True, exist_ok=True)
+    search = d / "search" / "issues" / "acme+fake.json"
+    if not search.is_file():
+        search.write_text(json.dumps({"total_count": 0, "items": []}))
+    listed = d / "repos" / "acme" / "fake" / "pulls.json"
+    listed.parent.mkdir(parents=True, exist_ok=True)
+    pulls = json.loads(listed.read_text()) if listed.is_file() else []
+    when = updated or date.today().isoformat() + "T00:00:00Z"
+    pulls.append({"number": number, "title": title, "state": state, "created_at": when, "updated_at": when,
+                  "merged_at": None, "draft": False, "base": {"ref": "main"}, "body": "no words of ours"})
+    listed.write_text(json.dumps(pulls))
+    entry = {"filename": filename, "status": "modified"} | ({"patch": patch} if patch is not None else {})
+    files = d / "repos" / "acme" / "fake" / "pulls" / str(number) / "files.json"
+    files.parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(json.dumps([entry]))
+
+
+def _pr_patch(old: str, new: str) -> str:
+    """A PR file's ``patch`` as GitHub gives it: the hunks, three lines of context, no file header."""
+    import difflib
+
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=3)
+    return "\n".join(list(lines)[2:]) + "\n"
+
+
+PR_SAME_LINES = _pr_patch(CORE_BUGGY, CORE_BUGGY.replace("[x * w[0] for x in xs]", "list(map(lambda x: x * w[0], xs))"))
+OTHER_DEF = _pr_patch(CORE_LONG, CORE_LONG.replace("        s += x\n", "        s = s + x\n")).replace(
+    " @@\n", " @@ def scale(xs, w):\n", 1)  # a header naming the wrong def; the AST puts the line in total
+
+
+def _related_json(lane_repo, up: Upstream, rec: Path, capsys) -> dict:
+    capsys.readouterr()
+    assert cli("related", "01", "--offline", "--recorded", str(rec), "--json", "--git-mirrors", str(up.mirrors),
+               *lane_repo.args()) == Exit.OK
+    (scan,) = json.loads(capsys.readouterr().out)["packs"]
+    return scan
+
+
+def test_prs_are_found_by_their_files_and_ranked_by_the_def_the_ast_puts_them_in(lane_repo, upstream, tmp_path,
+                                                                                 capsys):
+    new = upstream.commit("src/fakepkg/core.py", CORE_LONG, "core: longer total", when="2025-12-01T00:00:00+0000")
+    manifest = lane_repo.root / "upstream" / "fake.toml"
+    manifest.write_text(manifest.read_text().replace(upstream.base, new))
+    rec = tmp_path / "recorded"
+    _record_pull(rec, 51, "refactor loops", OTHER_DEF)  # same file, another def (git's header says scale)
+    _record_pull(rec, 52, "tidy", PR_SAME_LINES)  # our very lines: same hunk, and it conflicts
+    _record_pull(rec, 53, "docs", "@@ -1,1 +1,1 @@\n-fake\n+fake, renamed\n", filename="README")  # no file of ours
+    scan = _related_json(lane_repo, upstream, rec, capsys)
+    by_ref = {c["ref"]: c for c in scan["candidates"]}
+    assert set(by_ref) == {f"{SLUG}#51", f"{SLUG}#52"}  # #53 changes none of our files: not listed at all
+    other = by_ref[f"{SLUG}#51"]
+    assert other["overlap"] == "same file" and "total" in other["where"] and other["conflicts"] == []
+    same = by_ref[f"{SLUG}#52"]
+    assert same["overlap"] == "same hunk"
+    assert same["conflicts"] == ["src/fakepkg/core.py scale line 6"], (same["compared"], same["carried"])
+    assert same["compared"].startswith("its recorded diff on")
+    # a PR in another def of our file is reported with its lower overlap and needs no decision; the
+    # conflicting one does
+    assert scan["undecided"] == [f"{SLUG}#52"]
+
+
+def test_a_pr_in_the_same_def_elsewhere_ranks_same_function(lane_repo, upstream, tmp_path, capsys):
+    # upstream's scale grows a line above ours; a PR changes that line, far enough from our hunk to be no hunk
+    # overlap, and git names no def in its header
+    long_scale = CORE_BUGGY.replace("    # multiply each element by its weight\n",
+                                    "    # multiply each element by its weight\n" + "    pass\n" * 6 +
+                                    "    # done\n")
+    new = upstream.commit("src/fakepkg/core.py", long_scale, "core: longer scale", when="2025-12-01T00:00:00+0000")
+    manifest = lane_repo.root / "upstream" / "fake.toml"
+    manifest.write_text(manifest.read_text().replace(upstream.base, new))
+    lane_repo.write_patch(make_patch(tmp_path, long_scale, long_scale.replace("w[0] for", "wi for").replace(
+        "in xs]", "in zip(xs, w)]").replace("[x * wi for x", "[x * wi for x, wi")))
+    rec = tmp_path / "recorded"
+    _record_pull(rec, 61, "comments", "@@ -5,1 +5,1 @@\n-    # multiply each element by its weight\n"
+                                      "+    # each element times its own weight\n")
+    scan = _related_json(lane_repo, upstream, rec, capsys)
+    (c,) = scan["candidates"]
+    assert (c["ref"], c["overlap"]) == (f"{SLUG}#61", "same function") and "scale" in c["where"]
+    assert scan["undecided"] == [f"{SLUG}#61"]
+
+
+def test_a_keyword_match_without_a_file_of_ours_is_no_overlap(lane_repo, upstream, tmp_path, capsys):
+    rec = tmp_path / "recorded"
+    _record(rec, 71, date.today().isoformat() + "T00:00:00Z", None, title="make scale faster in core")
+    files = rec / "repos" / "acme" / "fake" / "pulls" / "71" / "files.json"
+    files.write_text(json.dumps([{"filename": "docs/speed.md", "status": "modified", "patch": "@@ -1 +1 @@\n-a\n+b"}]))
+    scan = _related_json(lane_repo, upstream, rec, capsys)
+    (c,) = scan["candidates"]
+    assert (c["ref"], c["overlap"]) == (f"{SLUG}#71", "mention")  # its words name scale; its files are not ours
+    assert scan["undecided"] == []
+
+
+def test_the_conflict_check_reads_a_merge_ref_in_the_mirror(lane_repo, upstream, tmp_path, capsys):
+    """A mirror fetched with GitHub's refs/pull/*: the PR's merge ref is found by git and checked against it."""
+    work = upstream.work
+    _git(work, "checkout", "-q", "-b", "pr")
+    (work / "src" / "fakepkg" / "core.py").write_text(CORE_BUGGY.replace("w[0] for x in xs", "w[0] for x in list(xs)"))
+    _git(work, "commit", "-q", "-am", "pr: copy", when=date.today().isoformat() + "T00:00:00+0000")
+    _git(work, "checkout", "-q", "main")
+    _git(work, "merge", "-q", "--no-ff", "-m", "Merge pr into main", "pr",
+         when=date.today().isoformat() + "T00:00:00+0000")
+    merge = _git(work, "rev-parse", "HEAD").strip()
+    _git(work, "reset", "-q", "--hard", "HEAD^")
+    _git(work, "push", "-q", str(upstream.mirrors / "acme+fake.git"), f"{merge}:refs/pull/9/merge")
+    rec = tmp_path / "recorded"
+    (rec / "search" / "issues").mkdir(parents=True)
+    (rec / "search" / "issues" / "acme+fake.json").write_text(json.dumps({"total_count": 0, "items": []}))
+    scan = _related_json(lane_repo, upstream, rec, capsys)
+    (c,) = scan["candidates"]
+    assert (c["ref"], c["overlap"], c["compared"]) == (f"{SLUG}#9", "same hunk", "refs/pull/9/merge")
+    assert c["conflicts"] == ["src/fakepkg/core.py scale line 6"]
+
+
+def test_a_contract_is_scanned_for_the_defs_its_script_calls():
+    script = ("from megatron.core import tensor_parallel\nfrom megatron.core.x import Thing\n"
+              "def f():\n    tensor_parallel.vocab_ce(1)\n    return Thing()\n")
+    base = {"megatron/core/tensor_parallel/cross_entropy.py":
+            "class _VocabCE:\n    def forward(self):\n        return 1\n\n\ndef vocab_ce(x):\n"
+            "    return _VocabCE.apply(x)\n\n\ndef unrelated():\n    return 2\n"}
+
+    class Spans:
+        def text(self, path):
+            return base.get(path, "")
+
+        def __call__(self, path):
+            return footprint.ast_spans(self.text(path))
+
+    targets = footprint.contract_targets(script, list(base), Spans())
+    assert targets == {"vocab_ce": "megatron/core/tensor_parallel/cross_entropy.py",
+                       "_VocabCE": "megatron/core/tensor_parallel/cross_entropy.py"}  # one call deep, not unrelated
+    fp = footprint.Footprint("b", tuple(base), (), targets=frozenset(targets), target_files=targets)
+    in_forward = footprint.scoped(footprint.parse_diff(
+        "diff --git a/megatron/core/tensor_parallel/cross_entropy.py b/megatron/core/tensor_parallel/cross_entropy.py\n"
+        "@@ -3,1 +3,1 @@\n-        return 1\n+        return 2\n"), Spans())
+    elsewhere = footprint.scoped(footprint.parse_diff(
+        "diff --git a/megatron/core/tensor_parallel/cross_entropy.py b/megatron/core/tensor_parallel/cross_entropy.py\n"
+        "@@ -11,1 +11,1 @@ def vocab_ce(x):\n-    return 2\n+    return 3\n"), Spans())
+    assert fp.describe(in_forward)[0] == footprint.Overlap.FUNCTION  # _VocabCE.forward: inside a called def
+    assert fp.describe(elsewhere)[0] == footprint.Overlap.FILE  # unrelated, whatever git's header says
+
+
+def test_body_lines_leave_out_defs_in_common_and_group_open_conflicts(lane_repo):
+    with (lane_repo.root / "tracking.toml").open("a") as fh:
+        for ref, state, overlap in (("acme/fake#11", "open", "same function"), ("acme/fake#12", "open", "conflict"),
+                                    ("acme/fake#13", "open", "conflict"), ("acme/fake#14", "merged", "conflict"),
+                                    ("acme/fake#15", "open", "same hunk")):
+            fh.write(f'\n[[packs.01.related]]\nref = "{ref}"\nrelation = "independent"\nkind = "pr"\n'
+                     f'state = "{state}"\noverlap = "{overlap}"\nreason = "touches {ref}"\ndate = 2026-01-02\n')
+    lines, problems = decisions.body_lines(Tracking.load(lane_repo.root).pack("01"), "acme/fake")
+    assert problems == []
+    assert lines == [
+        "- acme/fake#14 (merged pull request): touches acme/fake#14",  # merged: the change is rebased onto it
+        "- acme/fake#15 (open pull request): touches acme/fake#15",  # the same lines: its own line
+        "- Open pull requests that edit the same lines (textual conflicts only; whichever lands second is "
+        "rebased): acme/fake#12, acme/fake#13",
+    ]  # #11 shares only a def: decided, not in the body

@@ -26,7 +26,7 @@ def register(sub) -> None:
     p = sub.add_parser("related", help="upstream commits, PRs and issues that overlap a pack, ranked (same hunk > "
                                         "same function > same file > mention), and the decisions recorded on them")
     p.add_argument("pack", nargs="?", help="the pack (or --all)")
-    p.add_argument("--all", action="store_true", help="every pack that is still to be filed")
+    p.add_argument("--all", action="store_true", help="every pack still to be filed, and every active contract")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--offline", action="store_true", help="do not ask GitHub: use recorded answers only")
     p.add_argument("--recorded", type=Path, default=None, metavar="DIR",
@@ -45,7 +45,7 @@ def _packs(ctx, args):
     if args.pack:
         return [ctx.tracking.pack(args.pack)]
     return [p for p in ctx.tracking.packs.values() if p.state not in ("absorbed", "retired")
-            and p.kind not in ("contract", "regression-guard")]
+            and p.kind != "regression-guard"]
 
 
 def sources(ctx, args, pack_ids: list[str]) -> related.Sources:
@@ -106,10 +106,20 @@ def lines(s: related.Scan) -> list[str]:
         d = decisions.decision_for(pack, c.ref)
         state = f" {c.state}" if c.state else ""
         decided = (f"decided {d.relation} ({d.date})" if d else "UNDECIDED" if c.ref in open_
-                   else "not decided (older than the last decision)" if c.overlap >= footprint.Overlap.FILE
+                   else "not decided (older than the last decision)" if c.overlap >= related.GATING
+                   else "not decided (another def of our file)" if c.overlap == footprint.Overlap.FILE
                    else "not decided (mention only)")
-        out.append(f"  [{c.overlap.label}] {c.ref} {c.kind}{state} {c.date[:10] or 'date?'}: {c.title}")
+        out.append(f"  [{c.overlap.label}{', CONFLICTS' if c.conflicts else ''}] {c.ref} {c.kind}{state} "
+                   f"{c.date[:10] or 'date?'}: {c.title}")
         out.append(f"      {c.where}; {decided}")
+        for h in c.conflicts:
+            out.append(f"      conflicts with our hunk {h} ({c.compared})")
+        for h in c.carried:
+            out.append(f"      brings what our hunk {h} needs ({c.compared})")
+        if c.compared.startswith("not checked"):
+            out.append(f"      conflicts {c.compared}")
+        elif c.compared and not c.conflicts and not c.carried:
+            out.append(f"      no textual conflict ({c.compared})")
     for d in pack.related:
         if not any(decisions.decision_for(pack, c.ref) is d for c in s.candidates):
             out.append(f"  decided {d.ref}: {d.relation} ({d.date}): {d.reason}")

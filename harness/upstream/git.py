@@ -65,17 +65,18 @@ class Done:
 
 
 def call(cwd: Path | str, *args: str, env: Mapping[str, str] | None = None,
-         timeout: float | None = None) -> Done:
+         timeout: float | None = None, input: str | None = None) -> Done:
     """Run ``git ARGS`` in ``cwd`` and return how it ended, whatever its exit status.
 
     ``env`` replaces ``clean_env()`` (callers add to it, never drop it). Raises ``GitNotFound``
     when no git is on PATH, and ``GitError`` (no status) when ``cwd`` is missing or ``timeout``
-    seconds pass.
+    seconds pass. ``input`` is written to git's stdin (none by default).
     """
     cwd = Path(cwd)
     try:
         proc = subprocess.run(["git", *args], cwd=cwd, env=dict(clean_env() if env is None else env),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, encoding="utf-8",
+                              stdin=subprocess.DEVNULL if input is None else None, input=input,
+                              capture_output=True, text=True, encoding="utf-8",
                               errors="replace", timeout=timeout)
     except FileNotFoundError as exc:
         if exc.filename is not None and Path(exc.filename) == cwd:

@@ -52,7 +52,7 @@ class BadAnswer(UpstreamError):
 
 
 MAX_BODY = 10 * 1024 * 1024  # bytes of one answer; GitHub's largest (100 files of a pull request) stay far below
-_LISTS = ("/commits", "/comments", "/files")  # REST paths whose answer is an array; every other one is an object
+_LISTS = ("/commits", "/comments", "/files", "/pulls")  # REST paths whose answer is an array; every other one is an object
 
 
 class _Deadline(Exception):
@@ -243,7 +243,8 @@ def thread_status(get, url: str) -> ThreadStatus:
 class Recorded:
     """GitHub REST answers recorded as files, for machines without the network (CI) and for tests.
 
-    ``GET /repos/o/r/pulls/7`` is ``<dir>/repos/o/r/pulls/7.json``, in the shape the API returns.
+    ``GET /repos/o/r/pulls/7`` is ``<dir>/repos/o/r/pulls/7.json``, in the shape the API returns;
+    ``GET /repos/o/r/pulls?state=all`` (the list) is ``<dir>/repos/o/r/pulls.json``, filtered by state.
     ``GET /search/issues?q=...`` is answered from ``<dir>/search/issues/<owner>+<repo>.json`` (a search
     answer holding every item recorded for that repository) by keeping the items GitHub's search would:
     of the ``is:pr``/``is:issue`` kind asked, updated on or after an ``updated:>=`` date, and holding the
@@ -263,7 +264,20 @@ class Recorded:
         file = self.root / (parts.path.strip("/") + ".json")
         if not file.is_file():
             raise ThreadNotFound(f"{path}: not recorded ({file} missing)")
+        if parts.path.endswith("/pulls"):
+            return self._pulls(file, parse_qs(parts.query))
         return _read_json(file)
+
+    def _pulls(self, file: Path, query: dict[str, list[str]]) -> list:
+        """``GET /repos/o/r/pulls?state=...&page=N`` from the recorded list of PRs (``pulls.json``): one page
+        holding every recorded PR of the state asked (open: open and draft; closed: merged and closed; all),
+        newest update first; later pages are empty."""
+        if query.get("page", ["1"])[0] not in ("", "1"):
+            return []
+        state = query.get("state", ["open"])[0]
+        items = _read_json(file)
+        keep = [pr for pr in items if isinstance(pr, dict) and state in ("all", pr.get("state"))]
+        return sorted(keep, key=lambda pr: str(pr.get("updated_at") or ""), reverse=True)
 
     def thread(self, url: str) -> ThreadStatus:
         return thread_status(self.get, url)

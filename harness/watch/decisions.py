@@ -66,6 +66,7 @@ _LEADS = {
     "duplicate-of-ours": "proposes the same change",
 }
 _KIND_WORDS = {"pr": "pull request", "issue": "issue", "commit": "commit"}
+_QUIET = ("same function", "same file", "mention")  # an independent decision at these overlaps stays out of bodies
 
 
 def describe(d: Decision, home: str) -> str:
@@ -83,10 +84,18 @@ def describe(d: Decision, home: str) -> str:
 def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str], list[str]]:
     """(the filing body's related section, problems): one line per decided upstream thread or commit, from its
     recorded kind, state and reason. A decision without a recorded kind or state is a problem, never guessed.
-    The thread a comment goes to and the filing base's own commit (the body's "Where" names it) are not listed."""
-    lines, problems = [], []
+    The thread a comment goes to and the filing base's own commit (the body's "Where" names it) are not listed, nor
+    an independent thread recorded as sharing only a def or a file (``overlap``): the body keeps to the threads
+    that change the same lines, conflict with the change, or that it builds on, replaces or repeats. Open
+    independent PRs recorded as a textual conflict share one closing line."""
+    lines, problems, conflicting = [], [], []
     for d in pack.related:
         if d.relation == "comment-there" or (base_commit and d.ref.endswith("@" + base_commit)):
+            continue
+        if d.relation == "independent" and d.overlap in _QUIET:
+            continue  # shares a def or a file, not the lines: decided in tracking.toml, not worth a body line
+        if d.relation == "independent" and d.overlap == "conflict" and d.state in ("open", "draft"):
+            conflicting.append(d.ref)  # one line for all of them: a rebase, not a matter of substance
             continue
         if d.kind is None or d.state is None:
             problems.append(f"related {d.ref}: no kind/state recorded in [[packs.{pack.id}.related]] (keys 'kind': "
@@ -94,6 +103,9 @@ def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str],
             continue
         lead = _LEADS[d.relation]
         lines.append(f"- {describe(d, home)}: " + (f"{lead}; " if lead else "") + d.reason.rstrip("."))
+    if conflicting:
+        lines.append("- Open pull requests that edit the same lines (textual conflicts only; whichever lands second "
+                     "is rebased): " + ", ".join(conflicting))
     return lines, problems
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.lane import series
@@ -46,6 +46,8 @@ class DiffHunk:
     function: str  # the enclosing def/class git names in the hunk header ("" when none)
     defines: frozenset[str]  # functions and classes whose def/class line the hunk adds or removes
     text: str  # the changed lines
+    scope: str = ""  # the def/class the changed base lines sit in, read from the base file's AST (a dotted
+    # qualname: "HybridModel.forward"); "" when the base file was not read or the lines are at module level
 
 
 def parse_diff(text: str) -> list[DiffHunk]:
@@ -111,6 +113,60 @@ def parse_diff(text: str) -> list[DiffHunk]:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- the AST
+
+Span = tuple[str, int, int]  # a def/class qualname and its first and last line
+
+
+def ast_spans(source: str) -> tuple[Span, ...]:
+    """Every def and class of a Python file with its line range (decorators included), outermost first; ()
+    when the text does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ()
+    out: list[Span] = []
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                name = f"{prefix}{child.name}"
+                out.append((name, first, child.end_lineno or child.lineno))
+                walk(child, name + ".")
+            else:
+                walk(child, prefix)
+
+    walk(tree, "")
+    return tuple(out)
+
+
+def enclosing(spans: Iterable[Span], first: int, last: int) -> str:
+    """The innermost def/class whose lines hold the whole range ``first``..``last`` ("" at module level): a
+    range across two defs is in neither (its first line decides nothing)."""
+    best = ""
+    width = None
+    for name, a, b in spans:
+        if a <= first and last <= b and (width is None or b - a < width):
+            best, width = name, b - a
+    return best
+
+
+def scoped(hunks: Iterable[DiffHunk], spans: Callable[[str], tuple[Span, ...]]) -> list[DiffHunk]:
+    """``hunks`` with ``scope`` set from the AST of the base file each one changes (``spans(path)``). An insertion
+    sits in the def around the line it follows; a hunk changing a whole file (line 0) has no scope."""
+    import dataclasses
+
+    out = []
+    for h in hunks:
+        sp = spans(h.path) if h.path.endswith(".py") and h.first > 0 else ()
+        last = max(h.last, h.first)
+        out.append(dataclasses.replace(h, scope=enclosing(sp, h.first, last)) if sp else h)
+    return out
+
+
 _IDENT = re.compile(r"\b([A-Za-z_]\w*)\s*\(")  # a name called in a changed line
 _IMPORTED = re.compile(r"^[-+]\s*from\s+[\w.]+\s+import\s+\(?([\w\s,]+)\)?")
 _RAISED = re.compile(r"^-.*\b(?:raise\s+\w+\s*\(|assert\b[^#]*?,)\s*(?:[rbuf]{0,2})(['\"])(.+?)\1")
@@ -157,10 +213,18 @@ class Footprint:
     error: str = ""  # the pack's own ``error`` key (the message its reproducer shows)
     symbols: frozenset[str] = frozenset()  # upstream functions/classes the changed lines call or import
     errors: tuple[str, ...] = ()  # messages upstream raises in the lines the series removes
+    targets: frozenset[str] = frozenset()  # upstream defs a contract exercises (qualnames), read from its script
+    target_files: dict[str, str] = field(default_factory=dict)  # target -> the file upstream defines it in
 
     @property
     def functions(self) -> frozenset[str]:
-        return frozenset(n for h in self.hunks for n in ({h.function} | h.defines) if n)
+        return frozenset(n for h in self.hunks for n in ({h.function} | h.defines) if n) | frozenset(
+            t.rsplit(".", 1)[-1] for t in self.targets)
+
+    @property
+    def scopes(self) -> frozenset[str]:
+        """The defs our hunks sit in (AST qualnames) and the defs a contract exercises."""
+        return frozenset(h.scope for h in self.hunks if h.scope) | self.targets
 
     @property
     def error_texts(self) -> tuple[str, ...]:
@@ -173,11 +237,27 @@ class Footprint:
         mine = [h for h in self.hunks if h.path == hunk.path]
         if hunk.first > 0 and any(hunk.first <= h.last + _MARGIN and h.first - _MARGIN <= hunk.last for h in mine):
             return Overlap.HUNK
-        names = {n for h in mine for n in ({h.function} | h.defines) if n}
-        theirs = {hunk.function} | hunk.defines
-        if names & theirs or any(re.search(rf"\b{re.escape(n)}\b", hunk.text) for n in names):
+        scopes = {h.scope for h in mine if h.scope} | {t for t in self.targets if self._target_in(t, hunk.path)}
+        if hunk.scope and scopes:
+            # both sides read from the AST: the same def (or one inside a def a contract exercises), or a
+            # changed line that names one of ours; git's hunk header (the def *before* the hunk) is not asked
+            if any(hunk.scope == s or hunk.scope.startswith(s + ".") for s in scopes):
+                return Overlap.FUNCTION
+        else:
+            names = {n for h in mine for n in ({h.function} | h.defines) if n}
+            if names & ({hunk.function} | hunk.defines):
+                return Overlap.FUNCTION
+        named = {s.rsplit(".", 1)[-1] for s in scopes} | {n for h in mine for n in h.defines}
+        named |= {h.function for h in mine if h.function and not scopes}
+        if any(re.search(rf"\b{re.escape(n)}\b", hunk.text) for n in named - GENERIC_NAMES):
+            return Overlap.FUNCTION
+        if scopes and hunk.defines & {s.rsplit(".", 1)[-1] for s in scopes}:
             return Overlap.FUNCTION
         return Overlap.FILE
+
+    def _target_in(self, target: str, path: str) -> bool:
+        file = self.target_files.get(target, "")
+        return not file or file == path
 
     def describe(self, hunks: Iterable[DiffHunk]) -> tuple[Overlap | None, str]:
         """The closest overlap of ``hunks`` and where it is (file, function, lines)."""
@@ -190,7 +270,7 @@ class Footprint:
             return None, ""
         o, h = best
         lines = "the whole file" if h.first == 0 else f"lines {h.first}-{h.last}" if h.last >= h.first else ""
-        where = " ".join(x for x in (h.path, h.function, lines) if x)
+        where = " ".join(x for x in (h.path, h.scope or h.function, lines) if x)
         return o, where
 
     def mentions(self, text: str) -> list[str]:
@@ -204,15 +284,25 @@ class Footprint:
 
 
 def footprint(root: Path, tracking: Tracking, pack: Pack, base: str,
-              defined: Callable[[str], frozenset[str]] | None = None) -> Footprint:
+              defined: Callable[[str], frozenset[str]] | None = None,
+              spans: Callable[[str], tuple[Span, ...]] | None = None) -> Footprint:
     """The pack's own patches for ``base`` (its ported series there, else its top-level one) as a footprint.
 
     ``defined(path)`` names the functions and classes upstream defines in one of the pack's files at the base
     (read from a mirror); a name the changed lines call or import counts as a symbol of the series when
-    upstream defines it there, or when the changed lines import it. Without ``defined``, only imports count."""
+    upstream defines it there, or when the changed lines import it. Without ``defined``, only imports count.
+
+    ``spans(path)`` gives the defs of upstream's file at the base (``ast_spans`` of it, read from a mirror): each
+    hunk's ``scope`` is the def its changed lines sit in. A contract (no series) has as ``targets`` the upstream
+    defs its script calls (``contract_targets``)."""
     hunks: list[DiffHunk] = []
     for patch in series.load_series(root, pack.target, pack.id, base):
         hunks += parse_diff(series_diff_text(patch.path))
+    if spans is not None:
+        hunks = scoped(hunks, spans)
+    targets: dict[str, str] = {}
+    if pack.kind == "contract" and pack.reproducer and (root / pack.reproducer).is_file():
+        targets = contract_targets((root / pack.reproducer).read_text(encoding="utf-8"), pack.files, spans)
     files = tuple(dict.fromkeys([*pack.files, *(h.path for h in hunks)]))
     known: set[str] = set()
     if defined is not None:
@@ -223,7 +313,100 @@ def footprint(root: Path, tracking: Tracking, pack: Pack, base: str,
     code = [h for h in hunks if not _is_test(h.path)]
     symbols = frozenset(n for n in called_names(code) if (n in known or n in imported) and not n.startswith("_")
                         and len(n) > 3)
-    return Footprint(base, files, tuple(hunks), pack.error, symbols, error_texts(code))
+    return Footprint(base, files, tuple(hunks), pack.error, symbols, error_texts(code), frozenset(targets),
+                     targets)
+
+
+def _package(path: str) -> str:
+    """The import name a file of upstream's tree belongs to: its first directory, under ``src/`` when there."""
+    parts = Path(path).parts
+    parts = parts[1:] if parts[:1] == ("src",) else parts
+    return parts[0] if len(parts) > 1 else ""
+
+
+def contract_targets(script: str, files: Iterable[str],
+                     spans: Callable[[str], tuple[Span, ...]] | None = None) -> dict[str, str]:
+    """The upstream defs a contract's script exercises, by the script's AST: names it imports from upstream's
+    package (``from megatron.core.x import Y``) and attributes it reads off an imported upstream module
+    (``tensor_parallel.vocab_parallel_cross_entropy``). With ``spans`` (the pack's files at the base), only
+    defs those files hold are kept, each mapped to its file, plus the top-level defs of the same file that a
+    kept def's body names (one call deep: ``vocab_parallel_cross_entropy`` -> ``_VocabParallelCrossEntropy``).
+    Without ``spans`` every imported name is kept, mapped to no file ("")."""
+    import ast
+
+    files = tuple(files)
+    packages = {p for f in files if (p := _package(f))}
+    try:
+        tree = ast.parse(script)
+    except (SyntaxError, ValueError):
+        return {}
+    names: set[str] = set()
+    modules: set[str] = set()  # local names bound to an upstream module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in packages:
+            for a in node.names:
+                names.add(a.name)
+                if a.name[:1].islower():  # may be a module (from megatron.core import tensor_parallel)
+                    modules.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in packages:
+                    modules.add(a.asname or a.name.split(".")[0])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            names.add(node.attr)
+    if spans is None:
+        return {n: "" for n in sorted(names)}
+    out: dict[str, str] = {}
+    for f in files:
+        sp = spans(f)
+        top = {name for name, _, _ in sp if "." not in name}
+        for n in sorted(names & top):
+            out.setdefault(n, f)
+        source_names = _names_in_defs(spans, f, [n for n in out if out[n] == f])
+        for n in sorted(source_names & top):
+            out.setdefault(n, f)
+    return out
+
+
+def _names_in_defs(spans: Callable[[str], tuple[Span, ...]], path: str, defs: list[str]) -> set[str]:
+    """The names the bodies of ``defs`` (top-level defs of ``path``) use, when ``spans`` carries the file's text
+    (``FileSpans``); empty otherwise."""
+    import ast
+
+    text = getattr(spans, "text", None)
+    source = text(path) if callable(text) else ""
+    if not source or not defs:
+        return set()
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in defs:
+            out |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return out
+
+
+class FileSpans:
+    """``path`` -> the AST spans of upstream's file at one commit of a mirror (cached); ``text(path)`` its source."""
+
+    def __init__(self, mirror: Path, commit: str):
+        self.mirror, self.commit = mirror, commit
+        self._text: dict[str, str] = {}
+        self._spans: dict[str, tuple[Span, ...]] = {}
+
+    def text(self, path: str) -> str:
+        if path not in self._text:
+            res = git.call(self.mirror, "show", f"{self.commit}:{path}")
+            self._text[path] = res.stdout if res.ok else ""
+        return self._text[path]
+
+    def __call__(self, path: str) -> tuple[Span, ...]:
+        if path not in self._spans:
+            self._spans[path] = ast_spans(self.text(path)) if path.endswith(".py") else ()
+        return self._spans[path]
 
 
 def _is_test(path: str) -> bool:
@@ -281,6 +464,12 @@ def text_overlap(fp: Footprint, text: str, is_pr: bool) -> tuple[Overlap, str]:
     where = "names " + ", ".join(named) if named else "matched the search"
     if is_pr or not named:
         return Overlap.MENTION, where
-    if "the error message" in named or any(n in fp.functions for n in named):
+    # a def our hunks change; a def a contract only calls is named in too many threads about other things
+    # ("Mamba3") to rank a thread by it: such a thread is listed as a mention
+    ours = frozenset(n for h in fp.hunks for n in ({h.function} | h.defines) if n)
+    if "the error message" in named or any(n in ours for n in named):
         return Overlap.FUNCTION, where
+    only_called = {t.rsplit(".", 1)[-1] for t in fp.targets} - ours - fp.symbols
+    if all(n in only_called for n in named):
+        return Overlap.MENTION, where
     return Overlap.FILE, where

@@ -19,24 +19,30 @@ decision is undecided (``undecided``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 from harness.errors import HarnessError, UpstreamError
+from harness.lane import series
 from harness.lane.tracking import RELATED_REF, Decision, Pack, Tracking
 from harness.upstream import git, pins
 from harness.upstream.github import ThreadNotFound, repo_slug, thread_state
+from harness.watch import conflicts
+from harness.watch.conflicts import Check
 from harness.watch.decisions import decision_for, last_decision
 from harness.watch.footprint import (
     DiffHunk,
+    FileSpans,
     Footprint,
     Overlap,
+    Span,
     defined_names,
     footprint,
     parse_diff,
+    scoped,
     search_terms,
     text_overlap,
 )
@@ -60,6 +66,10 @@ class Candidate:
     where: str  # what overlaps
     source: str  # where it was found (a mirror path, the API root, a recorded directory)
     updated: str = ""  # last activity (PRs and issues)
+    conflicts: tuple[str, ...] = ()  # our hunks that no longer apply once this open PR is in (conflicts.check)
+    carried: tuple[str, ...] = ()  # our hunks that apply only once it is in (it brings our files or lines)
+    compared: str = ""  # what the conflict check compared, or why it could not
+    hunks_known: bool = True  # False: it touches our file but which lines is not known (no patch; an issue)
 
     @property
     def day(self) -> Day | None:
@@ -80,16 +90,24 @@ class Candidate:
     def as_json(self) -> dict:
         return {"ref": self.ref, "url": self.url, "kind": self.kind, "title": self.title, "date": self.date,
                 "state": self.state, "overlap": self.overlap.label, "rank": int(self.overlap), "where": self.where,
-                "source": self.source, "updated": self.updated}
+                "source": self.source, "updated": self.updated, "conflicts": list(self.conflicts),
+                "carried": list(self.carried), "compared": self.compared or None, "hunks_known": self.hunks_known}
 
 
 def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
     """Closest overlap first; newest first within one overlap; one entry per ref (its closest)."""
     best: dict[str, Candidate] = {}
     for c in candidates:
-        if c.ref not in best or c.overlap > best[c.ref].overlap:
+        old = best.get(c.ref)
+        if old is None:
             best[c.ref] = c
-    return sorted(best.values(), key=lambda c: (-int(c.overlap), _neg_date(c.date), c.ref))
+            continue
+        keep, other = (c, old) if c.overlap > old.overlap else (old, c)
+        best[c.ref] = replace(keep, title=keep.title or other.title, date=keep.date or other.date,
+                              state=keep.state or other.state, updated=keep.updated or other.updated,
+                              conflicts=keep.conflicts or other.conflicts, carried=keep.carried or other.carried,
+                              compared=keep.compared or other.compared)
+    return sorted(best.values(), key=lambda c: (-bool(c.conflicts), -int(c.overlap), _neg_date(c.date), c.ref))
 
 
 def _neg_date(text: str) -> float:
@@ -162,7 +180,8 @@ def _ts(text: str) -> float:
         return 0.0
 
 
-def history(mirror: Path, slug: str, base_commit: str, fp: Footprint, ref: str | None = None) -> HistoryScan:
+def history(mirror: Path, slug: str, base_commit: str, fp: Footprint, ref: str | None = None,
+            spans: Callable[[str], tuple[Span, ...]] | None = None) -> HistoryScan:
     """Commits between ``base_commit`` and the newest commit of ``ref`` (else of the mirror's newest branch)
     that touch the footprint's files."""
     head = newest_commit(mirror, ref)
@@ -181,19 +200,27 @@ def history(mirror: Path, slug: str, base_commit: str, fp: Footprint, ref: str |
         for line in log.splitlines():
             sha, cdate, subject = line.split("\x1f", 2)
             hunks = parse_diff(git.run(mirror, "diff", "-U0", f"{sha}^", sha, "--", *files))
-            overlap, where = fp.describe(hunks)
+            overlap, where = fp.describe(scoped(hunks, spans) if spans is not None else hunks)
             if overlap is not None:
                 out.append(Candidate(f"{slug}@{sha}", "commit", subject, cdate, "", overlap, where, str(mirror)))
         return HistoryScan(tuple(out), f"history {base_commit[:9]}..{newest[:9]} ({ref}) in {mirror}", True, view)
     # A shallow mirror: two trees, no commits between them. The change is one candidate named by the newest.
     hunks = parse_diff(git.run(mirror, "diff", "-U0", base_commit, newest, "--", *files))
-    overlap, where = fp.describe(hunks)
+    overlap, where = fp.describe(scoped(hunks, spans) if spans is not None else hunks)
     note = f"trees {base_commit[:9]} and {newest[:9]} ({ref}) of {mirror}; the commits between are not there"
     if overlap is None:
         return HistoryScan((), note, view=view)
     title = f"the pack's files changed between {base_commit[:9]} and {ref.removeprefix('refs/heads/')}"
     return HistoryScan((Candidate(f"{slug}@{newest}", "tree", title, when, "", overlap, where, str(mirror)),), note,
                        view=view)
+
+
+def _holds(mirror: Path, commit: str) -> bool:
+    return git.call(mirror, "cat-file", "-e", f"{commit}^{{commit}}").ok
+
+
+def _has_pull_refs(mirror: Path) -> bool:
+    return bool(git.run(mirror, "for-each-ref", "--count=1", "--format=%(refname)", "refs/pull/").strip())
 
 
 def _has_history(mirror: Path, commit: str) -> bool:
@@ -249,9 +276,62 @@ def api_history(get: Get, slug: str, base_commit: str, fp: Footprint, source: st
 Get = Callable[[str], Any]  # a JSON answer: a dict or a list
 
 
+Conflict = Callable[[int, "list[dict] | None", str], Check]  # (PR number, its files, target branch) -> Check
+MAX_LIST_PAGES = 10  # pages of GET /repos/{slug}/pulls (100 each, newest update first) read per repository
+MAX_LISTED_FILES = 300  # pulls/{n}/files lookups for listed PRs per repository (newest first)
+
+
+def with_check(c: Candidate, chk: Check) -> Candidate:
+    return replace(c, conflicts=chk.conflicts, carried=chk.carried,
+                   compared=chk.compared or f"not checked: {chk.unknown}")
+
+
+def listed_pulls(get: Get, slug: str, since: str) -> dict[int, dict]:
+    """Every PR of ``slug`` updated since ``since``, from ``GET /repos/{slug}/pulls`` (all states, newest update
+    first, page by page until one reaches past ``since``): what a maintainer looks through, whatever the PR's
+    words say."""
+    out: dict[int, dict] = {}
+    for page in range(1, MAX_LIST_PAGES + 1):
+        query = {"state": "all", "sort": "updated", "direction": "desc", "per_page": 100, "page": page}
+        try:
+            answer = get(f"/repos/{slug}/pulls?" + urlencode(query))
+        except ThreadNotFound:
+            break
+        if not isinstance(answer, list) or not answer:
+            break
+        older = False
+        for pr in answer:
+            if not isinstance(pr, dict) or not isinstance(pr.get("number"), int):
+                continue
+            if str(pr.get("updated_at") or pr.get("created_at") or "9")[:10] < since:
+                older = True
+                continue
+            out.setdefault(pr["number"], pr)
+        if older:
+            break
+    return out
+
+
+def pr_hunks(files: Any, fp: Footprint, spans: Callable[[str], tuple[Span, ...]] | None) -> list[DiffHunk]:
+    """The hunks of a ``pulls/{n}/files`` answer (a file of ours listed without a patch: a whole-file hunk),
+    each with the def it sits in by the AST of our base's file (``spans``; a PR's line numbers are of its own
+    base, so this is approximate where upstream moved code in between)."""
+    hunks: list[DiffHunk] = []
+    for f in files if isinstance(files, list) else []:
+        name = str(f.get("filename") or "")
+        patch = str(f.get("patch") or "")
+        hunks += parse_diff(f"diff --git a/{name} b/{name}\n{patch}\n") if patch else []
+        if name in fp.files and not patch:
+            hunks.append(DiffHunk(name, 0, -1, "", frozenset(), ""))
+    return scoped(hunks, spans) if spans is not None else hunks
+
+
 def github_candidates(get: Get, slug: str, fp: Footprint, source: str, today: date | None = None,
-                      days: int = SEARCH_DAYS) -> list[Candidate]:
-    """PRs and issues of ``slug`` updated in the last ``days`` that name our files, functions or error."""
+                      days: int = SEARCH_DAYS, spans: Callable[[str], tuple[Span, ...]] | None = None,
+                      conflict: Conflict | None = None) -> list[Candidate]:
+    """PRs and issues of ``slug`` updated in the last ``days`` that change our files (every PR listed, its files
+    read) or name our functions, files or error (the search). Open PRs that change our files are checked for
+    textual conflicts with our series (``conflict``)."""
     since = ((today or datetime.now(UTC).date()) - timedelta(days=days)).isoformat()
     items: dict[int, dict] = {}
     terms = search_terms(fp)
@@ -262,31 +342,75 @@ def github_candidates(get: Get, slug: str, fp: Footprint, source: str, today: da
         for item in (answer.get("items") or []) if isinstance(answer, dict) else []:
             if isinstance(item, dict) and isinstance(item.get("number"), int):
                 items.setdefault(item["number"], item)
-    newest_prs = sorted((n for n, it in items.items() if "pull_request" in it),
-                        key=lambda n: str(items[n].get("updated_at") or ""), reverse=True)[:MAX_PR_FILES]
+    listed = listed_pulls(get, slug, since) if fp.files else {}
+    by_update = lambda n: str((listed.get(n) or items.get(n) or {}).get("updated_at") or "")  # noqa: E731
+    read = set(sorted((n for n, it in items.items() if "pull_request" in it), key=by_update,
+                      reverse=True)[:MAX_PR_FILES])
+    read |= set(sorted(listed, key=by_update, reverse=True)[:MAX_LISTED_FILES])
     out = []
-    for number, item in sorted(items.items()):
-        is_pr = "pull_request" in item
-        overlap, where = None, ""
-        if number in newest_prs:
+    for number in sorted(set(items) | set(listed)):
+        item = listed.get(number) or items[number]
+        is_pr = number in listed or "pull_request" in item
+        overlap, where, files, known = None, "", None, False
+        if number in read:
             try:
                 files = get(f"/repos/{slug}/pulls/{number}/files?per_page=100")
             except ThreadNotFound:
-                files = []
-            hunks = []
-            for f in files if isinstance(files, list) else []:
-                name = str(f.get("filename") or "")
-                patch = str(f.get("patch") or "")
-                hunks += parse_diff(f"diff --git a/{name} b/{name}\n{patch}\n") if patch else []
-                if name in fp.files and not patch:
-                    hunks.append(DiffHunk(name, 0, -1, "", frozenset(), ""))
+                files = None
+            hunks = pr_hunks(files, fp, spans)
             overlap, where = fp.describe(hunks)
+            known = overlap is not None and all(h.first != 0 or h.last != -1 for h in hunks if h.path in fp.files)
         if overlap is None:
+            if number not in items:
+                continue  # listed, and changes none of our files
             overlap, where = text_overlap(fp, f"{item.get('title') or ''}\n{item.get('body') or ''}", is_pr)
-        out.append(Candidate(f"{slug}#{number}", "pull" if is_pr else "issue", str(item.get("title") or ""),
-                             str(item.get("created_at") or ""), thread_state("pull" if is_pr else "issue", item),
-                             overlap, where, source, str(item.get("updated_at") or "")))
+        state = thread_state("pull" if is_pr else "issue", item)
+        found = Candidate(f"{slug}#{number}", "pull" if is_pr else "issue", str(item.get("title") or ""),
+                          str(item.get("created_at") or ""), state, overlap, where, source,
+                          str(item.get("updated_at") or ""), hunks_known=known)
+        if conflict is not None and is_pr and state in ("open", "draft") and overlap >= Overlap.FILE:
+            target = str(((item.get("base") or {}) if isinstance(item.get("base"), dict) else {}).get("ref") or "")
+            c = conflict(number, files if isinstance(files, list) else None, target)
+            found = with_check(found, c)
+        out.append(found)
     return out
+
+
+def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str,
+                 spans: Callable[[str], tuple[Span, ...]] | None = None, get: Get | None = None,
+                 conflict: Conflict | None = None) -> list[Candidate]:
+    """PRs a mirror holds as GitHub's ``refs/pull/N/merge`` (a full clone fetched with ``+refs/pull/*:...``)
+    whose change, ``merge^1..merge``, touches our files, their head updated since ``since``. Their title and state
+    come from ``get`` (the API or recorded answers) when it knows them; git has neither. A merge ref exists
+    while GitHub can merge the PR, so these are mostly open PRs; merged ones are in the branch's history."""
+    out = git.run(mirror, "for-each-ref", "--format=%(refname) %(committerdate:iso-strict)", "refs/pull/*/merge")
+    found = []
+    for line in out.splitlines():
+        ref, _, when = line.partition(" ")
+        if when[:10] < since:
+            continue
+        number = int(ref.split("/")[2])
+        diff = git.call(mirror, "diff", "-U0", f"{ref}^1", ref, "--", *fp.files)
+        hunks = parse_diff(diff.stdout) if diff.ok else []
+        overlap, where = fp.describe(scoped(hunks, spans) if spans is not None else hunks)
+        if overlap is None:
+            continue
+        meta: dict = {}
+        if get is not None:
+            try:
+                meta = get(f"/repos/{slug}/pulls/{number}") or {}
+            except (ThreadNotFound, UpstreamError):
+                meta = {}
+        state = thread_state("pull", meta) if meta else ""
+        c = Candidate(f"{slug}#{number}", "pull", str(meta.get("title") or ""),
+                      str(meta.get("created_at") or ""), state, overlap, where, source,
+                      str(meta.get("updated_at") or when))
+        if conflict is not None and state in ("open", "draft", ""):
+            target = str((meta.get("base") or {}).get("ref") or "") if isinstance(meta.get("base"), dict) else ""
+            chk = conflict(number, None, target)
+            c = with_check(c, chk)
+        found.append(c)
+    return found
 
 
 # ---------------------------------------------------------------------------------------------- one pack
@@ -334,6 +458,7 @@ class Sources:
     days: int = SEARCH_DAYS
     notes: list[str] = field(default_factory=list)
     recorded: Path | None = None  # set when ``get`` answers from recorded files (their age is read from them)
+    check_decided: bool = True  # False (readiness): a decided PR is not checked for conflicts again
 
     def view(self, slug: str) -> View | None:
         """How old the PR and issue answers for ``slug`` are."""
@@ -381,7 +506,16 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
     if slug is None:
         return Scan(pack, base, (), (f"upstream/{pack.target}.toml: repo is not on github.com; nothing searched",))
     mirror = find_mirror(manifest.repo, sources.mirrors)
-    fp = footprint(root, tracking, pack, base, defined_names(mirror, commit) if mirror and commit else None)
+    spans = FileSpans(mirror, commit) if mirror and commit and _holds(mirror, commit) else None
+    fp = footprint(root, tracking, pack, base, defined_names(mirror, commit) if mirror and commit else None, spans)
+    conflict: Conflict | None = None
+    if mirror is not None and spans is not None and fp.hunks:
+        patches = [p.path for p in series.load_series(root, pack.target, pack.id, base)]
+
+        def conflict(number: int, files: list[dict] | None, target: str) -> Check:
+            if not sources.check_decided and decision_for(pack, f"{slug}#{number}") is not None:
+                return Check(unknown="decided already")  # readiness needs no answer for it
+            return conflicts.check(mirror, commit, patches, number, files, target, spans)
     if not fp.files:
         notes.append("the pack names no files and has no series: nothing to compare")
     elif not commit:
@@ -392,7 +526,7 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
             notes.append(f"no mirror of {slug} ({pins.mirror_name(manifest.repo)})")
         else:
             try:
-                h = history(mirror, slug, commit, fp, ref)
+                h = history(mirror, slug, commit, fp, ref, spans)
             except HarnessError as exc:
                 notes.append(f"history not compared: {exc}")
             else:
@@ -406,11 +540,17 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
         if h is not None:
             found += h.candidates
     terms: list[str] = []
+    since = ((sources.today or datetime.now(UTC).date()) - timedelta(days=sources.days)).isoformat()
+    if mirror is not None and fp.files and _has_pull_refs(mirror):
+        found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict)
+        notes.append(f"PRs of {slug} held in {mirror} as refs/pull/*/merge, their change read by git")
     if sources.get is None:
         notes.append("no GitHub answers (offline, no recorded answers): PRs and issues not searched")
     elif fp.files or fp.error_texts:
-        found += github_candidates(sources.get, slug, fp, sources.label, sources.today, sources.days)
-        notes.append(f"PRs and issues of {slug} from {sources.label}")
+        found += github_candidates(sources.get, slug, fp, sources.label, sources.today, sources.days, spans, conflict)
+        notes.append(f"PRs of {slug} listed and their files read, issues searched, from {sources.label}"
+                     + ("" if conflict else "; open PRs not checked for conflicts (no mirror holding the base, or "
+                                            "no series)"))
         terms = search_terms(fp)
         views += [v] if (v := sources.view(slug)) is not None else []
     return Scan(pack, base, tuple(rank(found)), tuple(notes), tuple(views), tuple(terms))
@@ -418,13 +558,18 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
 
 # ---------------------------------------------------------------------------------------------- decisions
 
-def undecided(pack: Pack, candidates: Iterable[Candidate], gating: Overlap = Overlap.FILE) -> list[Candidate]:
-    """Candidates at least ``gating`` close with no decision of their own, newer than the pack's last decision
-    (an older one was there to see when the person last decided)."""
+GATING = Overlap.FUNCTION  # the least overlap that needs a decision: a def of ours (or one a contract calls)
+
+
+def undecided(pack: Pack, candidates: Iterable[Candidate], gating: Overlap = GATING) -> list[Candidate]:
+    """Candidates at least ``gating`` close, or open PRs our series conflicts with, with no decision of their
+    own, newer than the pack's last decision (an older one was there to see when the person last decided). A PR
+    that changes only other defs of one of our files is listed with its overlap, and needs none."""
     last = last_decision(pack)
     out = []
     for c in candidates:
-        if c.overlap < gating or decision_for(pack, c.ref) is not None:
+        needs = c.overlap >= gating or bool(c.conflicts) or (c.overlap == Overlap.FILE and not c.hunks_known)
+        if not needs or decision_for(pack, c.ref) is not None:
             continue
         if last is None or c.day is None or c.day > last:
             out.append(c)
@@ -460,4 +605,4 @@ def offline_sources(root: Path, mirrors: tuple[Path, ...] = (), today: date | No
     d = recorded_dir(root)
     rec = Recorded(d) if d is not None else None
     return Sources(mirrors=mirrors, get=rec.get if rec else None, label=str(d) if d else "", today=today,
-                   recorded=d)
+                   recorded=d, check_decided=False)

@@ -68,7 +68,7 @@ SUITE_KEYS = frozenset({"base", "requires", "with_builds", "test_requires", "tim
                         "gpu_memory_gib", "note"})
 SUITE_SIDES = (("base", False), ("patched", True))
 THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", "ours"})
-RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state"})
+RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state", "overlap"})
 
 
 VALIDATION_KEYS = frozenset({"verdict", "receipt", "host", "date", "expected", "seen", "base", "patched", "note"})

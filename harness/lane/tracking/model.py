@@ -46,6 +46,9 @@ RELATIONS = ("supersedes-us", "we-extend", "comment-there", "independent", "dupl
 # Whether it is in another repository follows from its ref.
 RELATED_KINDS = ("pr", "issue", "commit")
 RELATED_STATES = ("open", "draft", "merged", "closed")
+# How close the candidate came when it was decided (key 'overlap', harness related's ranking): an 'independent'
+# thread that shares only a def or a file with the change is kept out of the filing body's related section.
+RELATED_OVERLAPS = ("conflict", "same hunk", "same function", "same file", "mention")
 # 'owner/repo#N' (a pull request or issue) or 'owner/repo@<full sha>' (a commit)
 RELATED_REF = re.compile(r"^(?P<slug>[\w.-]+/[\w.-]+)(?:#(?P<num>[1-9][0-9]*)|@(?P<sha>[0-9a-f]{40}))$")
 # What `harness threads refresh` found of ours on a thread: our comment on it, or we opened it.
@@ -155,6 +158,7 @@ class Decision:
     date: datetime.date
     kind: str | None = None  # one of RELATED_KINDS; None: not recorded yet (a filing body cannot name it)
     state: str | None = None  # one of RELATED_STATES; None: not recorded yet
+    overlap: str | None = None  # one of RELATED_OVERLAPS: how close it came when decided; None: not recorded
 
     @property
     def slug(self) -> str:

@@ -11,6 +11,7 @@ from harness.base.tomlutil import field
 from harness.errors import ConfigError
 from harness.lane.tracking.model import (
     RELATED_KINDS,
+    RELATED_OVERLAPS,
     RELATED_REF,
     RELATED_STATES,
     RELATIONS,
@@ -118,12 +119,15 @@ def _load_related(entries, where: str, pid: str = "") -> tuple[Decision, ...]:
         state = entry.get("state")
         if state is not None and state not in RELATED_STATES:
             raise ConfigError(f"{rwhere} ({ref}): state {state!r} is not one of {', '.join(RELATED_STATES)}")
+        overlap = entry.get("overlap")
+        if overlap is not None and overlap not in RELATED_OVERLAPS:
+            raise ConfigError(f"{rwhere} ({ref}): overlap {overlap!r} is not one of {', '.join(RELATED_OVERLAPS)}")
         date = _iso_date(entry.get("date"), f"{rwhere} ({ref})")
         if date > latest_today():
             raise ConfigError(f"{_located(rwhere, pid, ref)} ({ref}): key 'date' is {date.isoformat()}, after today "
                               f"({latest_today().isoformat()} at the latest anywhere); a decision is dated when it "
                               "was made (a later date would hide every newer candidate from readiness)")
-        out.append(Decision(ref, relation, reason.strip(), date, kind, state))
+        out.append(Decision(ref, relation, reason.strip(), date, kind, state, overlap))
     return tuple(out)
 
 
