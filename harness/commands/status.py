@@ -297,10 +297,15 @@ def story(ctx, state: readiness.Readiness) -> None:
         m = pack.mitigation
         lines.append(f"  mitigation ({m.get('status', 'active')}): {m.get('what')}")
         lines.append(f"    retire when: {m.get('retire_when')}")
-    if state.ready:
-        lines.append("  READY to file")
-    else:
-        lines.append(f"  not ready ({len(state.reasons)} reason(s)):")
-        lines += [f"    [{r.code}] {r.text}" for r in state.reasons]
+    lines += verdict_lines(state.filing_base, [(str(r.code), r.text) for r in state.reasons], indent="  ")
     for line in lines:
         ui.data(line)
+
+
+def verdict_lines(filing_base: str, reasons: list[tuple[str, str]], indent: str = "") -> list[str]:
+    """The verdict of 'status PACK': ready, or every reason (code, text) why not. tools/pack_pages.py writes the
+    same lines on each pack's page from 'status --json', so a page cannot say other than status does."""
+    if not reasons:
+        return [f"{indent}READY to file against {filing_base}"]
+    return [f"{indent}not ready to file against {filing_base} ({len(reasons)} reason(s)):",
+            *(f"{indent}  [{code}] {text}" for code, text in reasons)]
