@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from harness.base import settings  # noqa: E402  (stdlib-only module)
 from harness.base.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
-from harness.lane.sessions import STAMP_FILE, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only module)
+from harness.lane.sessions import STAMP_FILE, heartbeat, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only)
 
 # Git bases (upstream main/dev): the same defaults as the CLI (harness/base/settings.py): $PATCHLANE_GIT_MIRRORS, else
 # ../shared/mirrors beside the clone when it exists, else GitHub. Exported so the lane runs see the same choice.
@@ -156,10 +156,14 @@ def _lane_env(session: nox.Session, spec) -> Path:
         session.log(f"creating the {spec.target} lane environment {envdir} (shared by its pack sessions)")
         session.run(python, "-m", "venv", "--clear", str(envdir), external=True)
         made_with.write_text(interpreter)
-    pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet")
-    session.run_install(*pip, "-e", ".", external=True)
+    # pip's own lines (what it collects and downloads, with sizes; a bar on a terminal) and a heartbeat with the
+    # environment's size every 15 s: the megatron one is about 5 GB, minutes of download with no line otherwise
+    pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check")
+    with heartbeat(f"installing the harness into {envdir.name}", grows=envdir):
+        session.run_install(*pip, "-e", ".", external=True)
     if spec.requirements:
-        session.run_install(*pip, "-r", spec.requirements, external=True)
+        with heartbeat(f"installing {spec.requirements} into {envdir.name}", grows=envdir):
+            session.run_install(*pip, "-r", spec.requirements, external=True)
     stamp_path.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
     return envdir
 

@@ -44,3 +44,23 @@ def test_sessions_of_one_target_share_one_lane_environment():
     assert len(specs) > 1
     assert {s.lane_env("3.12") for s in specs} == {"lane-megatron-lm-py3.12"}
 
+
+
+def test_a_long_install_beats_with_the_environment_size_terminal_or_not(tmp_path):
+    """The megatron lane environment's pip install printed nothing for three minutes off a terminal."""
+    import time
+
+    from harness.lane.sessions import heartbeat
+
+    env = tmp_path / "lane-x"
+    env.mkdir()
+    lines: list[str] = []
+    with heartbeat("installing torch into lane-x", grows=env, every=0.05, write=lines.append):
+        (env / "blob").write_bytes(b"\0" * (3 * 2**20))
+        time.sleep(0.3)
+    assert len(lines) >= 3 and all("still installing torch into lane-x" in line for line in lines[:-1])
+    assert "3 MiB in lane-x" in lines[-2]
+    assert lines[-1].startswith("  installing torch into lane-x: done in ")
+    noxfile = (ROOT / "noxfile.py").read_text()
+    body = noxfile[noxfile.index("def _lane_env"):noxfile.index("def _selected")]
+    assert '"--quiet"' not in body and body.count("with heartbeat(") == 2
