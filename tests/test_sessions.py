@@ -64,3 +64,14 @@ def test_a_long_install_beats_with_the_environment_size_terminal_or_not(tmp_path
     noxfile = (ROOT / "noxfile.py").read_text()
     body = noxfile[noxfile.index("def _lane_env"):noxfile.index("def _selected")]
     assert '"--quiet"' not in body and body.count("with heartbeat(") == 2
+
+
+def test_the_serial_run_collects_only_the_files_of_the_serial_tests():
+    """Collecting all of tests/ again for two 1-second tests took two minutes on a loaded host."""
+    from conftest import SERIAL
+
+    noxfile = (ROOT / "noxfile.py").read_text()
+    for name in ("def tests(", "def tests_slow("):
+        body = noxfile[noxfile.index(name):noxfile.index("@nox.session", noxfile.index(name))]
+        assert '"no:xdist"' in body and "*_serial_files()" in body and '"-v"' in body
+    assert SERIAL and all((ROOT / nodeid.split("::")[0]).is_file() for nodeid in SERIAL)
