@@ -132,7 +132,9 @@ def pack_json(ctx, state: readiness.Readiness) -> dict:
         "latest_receipt": receipt_json(ctx, _latest(ctx, pack)),
         "apply": None if state.apply is None else {"base": state.apply.base, "status": state.apply.status,
                                                    "detail": state.apply.detail,
-                                                   "checked_at": state.apply.checked_at},
+                                                   "checked_at": state.apply.checked_at,
+                                                   # true: answered from the store's apply-checks, not checked now
+                                                   "cached": state.apply.cached},
         "mitigation": (pack.mitigation or {}).get("status", "active") if pack.mitigation else None,
         "ready": state.ready,
         "reasons": [{"code": r.code.value, "text": r.text} for r in state.reasons],
@@ -278,7 +280,11 @@ def story(ctx, state: readiness.Readiness) -> None:
                          + (f"{d.relation} ({d.date})" if d else "not decided"))
     if state.apply is not None:
         a = state.apply
-        lines.append(f"  series on {a.base}: {a.describe()}" + (f" (checked {a.checked_at})" if a.checked_at else ""))
+        when = f"checked {a.checked_at}" if a.checked_at else ""
+        if a.cached:  # not checked by this command: say so, and where the answer is kept
+            when = (f"not checked now; {when or 'a result'} remembered in {ctx.store.area('apply-checks')}, "
+                    "shared by every clone on this host")
+        lines.append(f"  series on {a.base}: {a.describe()}" + (f" ({when})" if when else ""))
     if pack.lanes:
         lines.append("  lanes:")
         for e in state.lanes:

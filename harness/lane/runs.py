@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from harness.base import fingerprint, guard
+from harness.base import fingerprint, guard, ui
 from harness.errors import Exit, WriteError
 
 
@@ -148,7 +148,9 @@ def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
             return 0, f"cannot probe CUDA with {python}: {exc}"
         memo = fingerprint.Memo(memo_dir)
         remembered = memo.get(key)
-        if isinstance(remembered, list) and len(remembered) == 2:
+        if isinstance(remembered, list) and len(remembered) == 2:  # not asked now: say where the answer is from
+            ui.note_once(f"CUDA devices: {remembered[1]} (not probed now; remembered in {memo.directory}, shared by "
+                         "every clone on this host; PATCHLANE_RECHECK=1 asks torch again)")
             return int(remembered[0]), str(remembered[1])
     try:
         proc = guard.run([python, "-c", CUDA_PROBE], timeout=120, cwd=cwd)
