@@ -329,6 +329,22 @@ def test_ready_when_everything_holds(ran):
     assert r.ready and r.filing_base == "1.0" and r.apply.status == readiness.APPLIES
 
 
+def test_a_pack_switched_from_cpu_to_cuda_is_not_ready_on_receipts_from_a_cpu_host(ran):
+    """Its receipts passed on a CPU host: once the lanes require cuda, they say nothing of the GPU."""
+    path = ran.root / "tracking.toml"
+    assert 'requires = "cpu"' in path.read_text()
+    path.write_text(path.read_text().replace('requires = "cpu"', 'requires = "cuda"'))
+    r = _ready(ran)
+    assert not r.ready and ReasonCode.LANE in _codes(r)
+    assert _lane_problems(r) == {"bug": LaneProblemCode.HOST_KIND, "fix": LaneProblemCode.HOST_KIND}
+    assert "from a host without a GPU; the lane requires cuda" in r.why()
+    # one lane back on the CPU: its receipt counts again
+    text = path.read_text()
+    i = text.index('name = "bug"')
+    path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
+    assert _lane_problems(_ready(ran)) == {"fix": LaneProblemCode.HOST_KIND}
+
+
 def test_receipts_of_another_series_are_not_current(ran):
     patch = next((ran.root / "patches" / "fake" / "01").iterdir())
     patch.write_text(patch.read_text().replace("use each element's own weight", "use the element's own weight"))
