@@ -34,6 +34,7 @@ import os
 import runpy
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -202,6 +203,7 @@ _OUTCOMES: dict[str, int] = {}
 
 def _pack_session(spec):
     def run_pack(session: nox.Session) -> None:
+        started = time.monotonic()
         envdir = _lane_env(session, spec)
         env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
         with tempfile.TemporaryDirectory() as tmp:
@@ -210,6 +212,9 @@ def _pack_session(spec):
                         *session.posargs, env=env, external=True, success_codes=[int(c) for c in Exit])
             code = Exit(json.loads(result.read_text())["exit"]) if result.exists() else Exit.USAGE
         _OUTCOMES[code.name] = _OUTCOMES.get(code.name, 0) + 1
+        # every outcome with its time (nox times only the sessions it calls successful: a skip's 618 s went unsaid)
+        print(f"nox > {spec.name}: harness exit {int(code)} ({code.name}) in {time.monotonic() - started:.0f} s",
+              file=sys.stderr, flush=True)
         several = _selected(session) > 1
         if several and not _pack_sessions_left(session) and set(_OUTCOMES) <= {Exit.SKIPPED.name, Exit.NO_LANES.name}:
             # the last of several pack sessions, and none validated anything: not nox's 0 ("all fine")

@@ -400,3 +400,20 @@ def test_the_discard_a_run_prints_restores_the_committed_receipts(lane_repo, cap
     assert cli("status", "01", "--json", "--no-apply", *lane_repo.args()) in (Exit.OK, Exit.PIN)
     [lane] = [ln for ln in json.loads(capsys.readouterr().out)["packs"][0]["lanes"] if ln["name"] == "bug"]
     assert lane["receipt"]["path"] == str(committed.dir.relative_to(root))
+
+
+def test_lanes_that_share_a_build_say_what_was_applied_once(lane_repo, capsys):
+    """mamba_pack07 printed the same "applied 4 patch(es)" line 31 times, once per lane sharing the build."""
+    import textwrap
+
+    lane_repo.write_tracking(extra=textwrap.dedent('''
+        [[packs.01.lanes]]
+        name = "fix-again"
+        base = "1.0"
+        patched = true
+        expect = "FIX_VALIDATED"
+    '''))
+    capsys.readouterr()
+    assert _run(lane_repo, quiet=False) == Exit.OK
+    err = capsys.readouterr().err
+    assert err.count("applied 1 patch(es) on fake 1.0: 01/0001-use-own-weight.patch") == 1, err

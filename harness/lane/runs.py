@@ -265,15 +265,19 @@ class TraceFolder:
             self._partial = b""
         self._end_block()
 
+    NESTED = "Traceback (most recent call last):"  # TVM/TileLang: "tvm.error.InternalError: Traceback (most ..."
+
     def _line(self, line: bytes) -> None:
         text = line.decode("utf-8", errors="replace")
         if self._block is None:
-            if text.startswith(self.STARTS):
+            if text.startswith(self.STARTS) or self.NESTED in text:
                 self._block = [line]
             else:
                 self._write(line)
             return
-        if text[:1] in (" ", "\t") or not text.strip() or text.startswith(self.STARTS + self.INSIDE):
+        # a TileLang (TVM) error repeats its C++ trace after the Python one, behind the exception's name: one trace
+        if text[:1] in (" ", "\t") or not text.strip() or text.startswith(self.STARTS + self.INSIDE) \
+                or self.NESTED in text:
             self._block.append(line)
             return
         self._end_block()
