@@ -361,6 +361,9 @@ def test_piped_list_waves_perf_status_print_whole_plain_lines(two_packs, capsys,
         assert "…" not in out and "│" not in out and "━" not in out, argv
         assert lines[0].startswith(header + "\t"), argv
         width = len(lines[0].split("\t"))
+        if argv[0] == "status":  # its summary is data too: the last line, on stdout (it went to stderr)
+            assert lines[-1] == "0 of 2 ready; every reason of one pack: harness status <pack>", argv
+            lines = lines[:-1]
         assert all(len(line.split("\t")) == width for line in lines if line.strip()), argv
         for text in must:
             assert text in out, (argv, text)
@@ -389,6 +392,11 @@ def test_piped_run_and_order_print_whole_plain_lines_and_run_has_json(two_packs,
     assert cli("order", "--no-apply", *two_packs.args()) == Exit.OK
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("#\tpack\t") and LONG in out and "│" not in out
+    # every line piped is a tab-separated row: the checks after the order have a header of their own
+    lines = out.splitlines()
+    assert all("\t" in line for line in lines), [line for line in lines if "\t" not in line]
+    assert "check\tpack\ttarget\tbase\tresult\tdetail" in lines
+    assert "overlap\t-\t-\t-\tok\tno two unordered packs touch the same lines" in lines
 
 
 def test_list_is_by_pack_and_a_table_never_cuts_two_lane_names_to_the_same_text(two_packs, capsys, monkeypatch):

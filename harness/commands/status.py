@@ -70,7 +70,9 @@ def main(args) -> int:
         ctx = dataclasses.replace(ctx, tracking=Tracking.load(ctx.root))
     packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())
     memo: dict = {}
-    states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
+    # seconds of apply checks, related-work scans and body checks: say so on stderr, with a heartbeat off a terminal
+    with ui.status(f"computing the readiness of {len(packs)} pack(s) (apply checks, receipts, bodies)"):
+        states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
     unfetched = [s for s in states if s.apply is not None and s.apply.status == readiness.ApplyStatus.UNAVAILABLE]
     if unfetched:  # not "not ready": not known. Exit 4 as 'run' does when a base cannot be fetched
         ui.warn(f"{len(unfetched)} pack(s) could not be checked: their filing base could not be fetched "
@@ -82,9 +84,10 @@ def main(args) -> int:
     elif args.pack:
         story(ctx, states[0])
     elif ui.plain(args.format):
+        # the summary is data, as on a terminal: the last line of stdout (the rows above it are tab-separated)
         ui.out.file.write("".join(line + "\n" for line in overview_plain(ctx, states)))
-        ui.info(f"{sum(s.ready for s in states)} of {len(states)} ready; every reason of one pack: "
-                "harness status <pack>")
+        ui.out.file.write(f"{sum(s.ready for s in states)} of {len(states)} ready; every reason of one pack: "
+                          "harness status <pack>\n")
     else:
         for row in overview(ctx, states):
             ui.out.print(row, no_wrap=True, overflow="ignore", crop=False)
