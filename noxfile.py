@@ -1,4 +1,4 @@
-"""nox sessions: ``tests`` (``tests_slow``, ``tests_torch``), ``lint``, ``typecheck``, one ``<target>_pack<NN>`` a pack.
+"""nox sessions: tests (tests_slow, tests_torch), lint, typecheck, sweep, suite_commits, bench_*, <target>_pack<NN>.
 
 A pack session runs ``harness run <pack>`` in its target's lane environment: one
 virtualenv per target (``.nox/lane-<target>-py<X.Y>``), shared by all of that
@@ -105,8 +105,10 @@ def _test_pins() -> list[str]:
 
 @nox.session(default=False, venv_backend="none")
 def tests_torch(session: nox.Session) -> None:
-    """The tests that need torch, run by the megatron lane environment's interpreter: the lanes' own torch (PyPI's
-    CUDA build, run on the CPU here), installed once for both. pytest goes into a directory of its own beside it
+    """The tests that need torch, in the megatron lane environment (its torch, installed once for lanes and tests).
+
+    Run by that environment's interpreter: the lanes' own torch (PyPI's CUDA build, run on the CPU here). pytest
+    goes into a directory of its own beside it
     (.nox/tests_torch-pytest), so the lane environment stays exactly what its stamp says. CI runs this while the
     megatron lane environment exists."""
     spec = next(s for s in pack_sessions(ROOT) if s.target == TORCH_TARGET)
@@ -240,8 +242,10 @@ def _pack_session(spec):
 
 @nox.session(default=False)
 def sweep(session: nox.Session) -> None:
-    """Every selected lane of every pack at once on this host (``harness sweep``; posargs select: ``nox -s sweep --
-    05 09``, ``-- --target mamba``, ``-- --plan``). Each target's lanes run in its own lane environment. The session
+    """Every selected lane of every pack at once on this host, each target's in its lane environment (harness sweep).
+
+    Posargs select: ``nox -s sweep -- 05 09``, ``-- --target mamba``, ``-- --plan``. Each target's lanes run in
+    its own lane environment. The session
     fails on any exit but 0 and 3 (lanes skipped for want of GPUs), naming the harness's code."""
     session.install("-e", ".")  # the sweep itself needs only the harness; each lane runs in its target's env
     with tempfile.TemporaryDirectory() as tmp:
@@ -258,7 +262,9 @@ def sweep(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def suite_commits(session: nox.Session) -> None:
-    """Every commit of the PR series with a recorded suite (``suites/NN/BASE.toml``; posargs: pack ids, default all),
+    """Each commit of a PR series against the CPU part of its recorded upstream suite (harness suite commits).
+
+    Every commit of the PR series with a recorded suite (``suites/NN/BASE.toml``; posargs: pack ids, default all),
     applied in order on the filing base: the suite's CPU part at each vs the base (``harness suite commits``), in
     each target's lane environment. Fails on a commit that breaks a case that passes at the base."""
     specs = {spec.pack: spec for spec in pack_sessions(ROOT)}
@@ -276,8 +282,9 @@ def suite_commits(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench_sweep(session: nox.Session) -> None:
-    """Serial lanes vs ``harness sweep`` with empty and warm kernel caches, in one run (bench/sweep.py; posargs go to
-    it: ``-- --set cpu-2targets``). Each target's lanes run in its own lane environment, as in 'sweep'."""
+    """Benchmark: serial lanes against harness sweep, with empty and warm kernel caches, in one run (bench/sweep.py).
+
+    Posargs go to it: ``-- --set cpu-2targets``. Each target's lanes run in its own lane environment, as in 'sweep'."""
     session.install("-e", ".")
     sets = runpy.run_path(str(ROOT / "bench" / "sweep.py"))["SETS"]
     args = list(session.posargs)

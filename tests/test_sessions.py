@@ -75,3 +75,17 @@ def test_the_serial_run_collects_only_the_files_of_the_serial_tests():
         body = noxfile[noxfile.index(name):noxfile.index("@nox.session", noxfile.index(name))]
         assert '"no:xdist"' in body and "*_serial_files()" in body and '"-v"' in body
     assert SERIAL and all((ROOT / nodeid.split("::")[0]).is_file() for nodeid in SERIAL)
+
+
+def test_nox_l_shows_each_session_in_one_whole_sentence():
+    """'nox -l' prints a docstring's first line: it was cut mid-sentence for four sessions."""
+    import ast
+
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    sessions = [f for f in tree.body if isinstance(f, ast.FunctionDef)
+                and any("session" in ast.unparse(d) for d in f.decorator_list)]
+    assert len(sessions) >= 9
+    for f in sessions:
+        first = (ast.get_docstring(f) or "").splitlines()[0]
+        assert first.endswith("."), (f.name, first)
+        assert first.count("(") == first.count(")") and first.count("``") % 2 == 0, (f.name, first)
