@@ -417,3 +417,16 @@ def test_lanes_that_share_a_build_say_what_was_applied_once(lane_repo, capsys):
     assert _run(lane_repo, quiet=False) == Exit.OK
     err = capsys.readouterr().err
     assert err.count("applied 1 patch(es) on fake 1.0: 01/0001-use-own-weight.patch") == 1, err
+
+
+def test_a_host_without_a_gpu_has_one_name(lane_repo, capsys):
+    """status said 'cpu' and tracking.toml (and the pack pages) the platform string for the same host."""
+    import platform
+
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
+    entry = Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]["bug"]
+    assert entry["host"].startswith("cpu (") and platform.system() in entry["host"]
+    capsys.readouterr()
+    cli("status", "01", "--json", "--no-apply", *lane_repo.args())
+    [lane] = [ln for ln in json.loads(capsys.readouterr().out)["packs"][0]["lanes"] if ln["name"] == "bug"]
+    assert lane["receipt"]["host"] == "cpu" and entry["host"].split()[0] == "cpu"

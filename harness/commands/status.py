@@ -101,8 +101,7 @@ def _latest(ctx, pack):
 
 
 def _host(rec: receipts.Receipt) -> str:
-    gpu = rec.host.gpu if rec.host is not None else None
-    return gpu.replace("NVIDIA ", "").split()[0] if gpu else "cpu"
+    return receipts.host_label(rec)
 
 
 def receipt_json(ctx, rec: receipts.Receipt | None) -> dict | None:

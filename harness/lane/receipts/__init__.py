@@ -34,6 +34,7 @@ from harness.lane.receipts.index import (
     display_path,
     find,
     host_description,
+    host_label,
     latest,
     latest_by_lane,
     log_text,
@@ -67,7 +68,7 @@ from harness.lane.receipts.writer import helper_digests, write, write_manifest
 __all__ = [
     "BaseRecord", "BuildRecord", "Check", "Figure", "HarnessRecord", "Host", "KernelCacheRecord", "LOG",
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
-    "Verdict", "check_dir", "display_path", "dump", "find", "helper_digests", "host_description", "latest",
-    "latest_by_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time", "suite_logs", "summary",
+    "Verdict", "check_dir", "display_path", "dump", "find", "helper_digests", "host_description", "host_label",
+    "latest", "latest_by_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time", "suite_logs", "summary",
     "utc_now", "verify", "write", "write_manifest",
 ]
