@@ -428,3 +428,19 @@ def test_a_mistyped_command_names_the_closest_ones(capsys):
     assert cli("zzzzzz") == Exit.USAGE
     err = capsys.readouterr().err
     assert "unknown command 'zzzzzz'" in err and "did you mean" not in err
+
+
+def test_list_on_a_120_column_terminal_never_breaks_a_lane_name(two_packs, capsys, monkeypatch):
+    """At 120 columns list wrapped lane names mid-word: each lane now has a line of its own, kept whole."""
+    path = two_packs.root / "tracking.toml"
+    text = path.read_text()
+    for lane in ("bug", "fix"):
+        text = text.replace(f'name = "{lane}"', f'name = "upstream-tests-{lane}-main-cpu-r1"').replace(
+            f'lane = "{lane}"', f'lane = "upstream-tests-{lane}-main-cpu-r1"')
+    path.write_text(text.replace('title = "scale uses w[0] for every element"', f'title = "{LONG}"'))
+    monkeypatch.setattr(ui.out, "width", 120)
+    assert cli("list", "--format", "table", *two_packs.args()) == Exit.OK
+    out = capsys.readouterr().out
+    cells = [line.split("│")[6].strip() for line in out.splitlines() if line.count("│") >= 7]
+    for lane in ("bug", "fix"):
+        assert any(cell.startswith(f"upstream-tests-{lane}-main-cpu-r1: ") for cell in cells), cells
