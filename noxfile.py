@@ -1,4 +1,4 @@
-"""nox sessions: ``tests`` (``tests_slow``, ``tests_torch``), ``lint``, ``typecheck``, one ``<target>_pack<NN>`` a pack.
+"""nox sessions: tests (tests_slow, tests_torch), lint, typecheck, sweep, suite_commits, bench_*, <target>_pack<NN>.
 
 A pack session runs ``harness run <pack>`` in its target's lane environment: one
 virtualenv per target (``.nox/lane-<target>-py<X.Y>``), shared by all of that
@@ -28,11 +28,13 @@ Tags: each pack session carries its target's name and session prefix (``nox -t m
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import runpy
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -43,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from harness.base import settings  # noqa: E402  (stdlib-only module)
 from harness.base.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
-from harness.lane.sessions import STAMP_FILE, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only module)
+from harness.lane.sessions import STAMP_FILE, heartbeat, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only)
 
 # Git bases (upstream main/dev): the same defaults as the CLI (harness/base/settings.py): $PATCHLANE_GIT_MIRRORS, else
 # ../shared/mirrors beside the clone when it exists, else GitHub. Exported so the lane runs see the same choice.
@@ -63,8 +65,11 @@ def tests(session: nox.Session) -> None:
     """The test suite without the slow end-to-end tests (marker 'slow': 'tests_slow' runs those); a few minutes."""
     session.install("-e", ".[test]")
     session.run("pytest", *PYTEST, "-m", "not slow and not serial", *session.posargs)
-    # the tests of process-wide faults (marker 'serial'), in one plain process: no worker thread to take a signal
-    session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "serial and not slow", *session.posargs)
+    # the tests of process-wide faults (marker 'serial'), in one plain process: no worker thread to take a signal.
+    # Only their files are collected: collecting all of tests/ again (every module imported, its asserts rewritten)
+    # took 2 minutes on a loaded 2-core host for 2 tests of 1 s each. -v names each test as it starts.
+    session.run("pytest", "-v", "-rs", "-p", "no:xdist", "-m", "serial and not slow", *_serial_files(),
+                *session.posargs)
 
 
 @nox.session(default=False)
@@ -72,8 +77,17 @@ def tests_slow(session: nox.Session) -> None:
     """The slow end-to-end tests (marker 'slow': real pinned artefacts, nox sessions, scans of this repository)."""
     session.install("-e", ".[test]")
     session.run("pytest", *PYTEST, "-m", "slow and not serial", *session.posargs)
-    session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "slow and serial", *session.posargs,
-                success_codes=[0, 5])  # 5: none collected (no test is both today)
+    session.run("pytest", "-v", "-rs", "-p", "no:xdist", "-m", "slow and serial", *_serial_files(),
+                *session.posargs, success_codes=[0, 5])  # 5: none collected (no test is both today)
+
+
+def _serial_files() -> list[str]:
+    """The files of the tests marked 'serial' (tests/conftest.py's SERIAL node ids), read without importing it."""
+    tree = ast.parse((ROOT / "tests" / "conftest.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "SERIAL" for t in node.targets):
+            return sorted({str(nodeid).split("::", 1)[0] for nodeid in ast.literal_eval(node.value)})
+    raise SystemExit("noxfile: tests/conftest.py has no SERIAL tuple")
 
 
 # The tests that import torch (pytest.importorskip: they skip in 'tests', whose environment has none).
@@ -91,8 +105,10 @@ def _test_pins() -> list[str]:
 
 @nox.session(default=False, venv_backend="none")
 def tests_torch(session: nox.Session) -> None:
-    """The tests that need torch, run by the megatron lane environment's interpreter: the lanes' own torch (PyPI's
-    CUDA build, run on the CPU here), installed once for both. pytest goes into a directory of its own beside it
+    """The tests that need torch, in the megatron lane environment (its torch, installed once for lanes and tests).
+
+    Run by that environment's interpreter: the lanes' own torch (PyPI's CUDA build, run on the CPU here). pytest
+    goes into a directory of its own beside it
     (.nox/tests_torch-pytest), so the lane environment stays exactly what its stamp says. CI runs this while the
     megatron lane environment exists."""
     spec = next(s for s in pack_sessions(ROOT) if s.target == TORCH_TARGET)
@@ -156,10 +172,14 @@ def _lane_env(session: nox.Session, spec) -> Path:
         session.log(f"creating the {spec.target} lane environment {envdir} (shared by its pack sessions)")
         session.run(python, "-m", "venv", "--clear", str(envdir), external=True)
         made_with.write_text(interpreter)
-    pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--quiet")
-    session.run_install(*pip, "-e", ".", external=True)
+    # pip's own lines (what it collects and downloads, with sizes; a bar on a terminal) and a heartbeat with the
+    # environment's size every 15 s: the megatron one is about 5 GB, minutes of download with no line otherwise
+    pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check")
+    with heartbeat(f"installing the harness into {envdir.name}", grows=envdir):
+        session.run_install(*pip, "-e", ".", external=True)
     if spec.requirements:
-        session.run_install(*pip, "-r", spec.requirements, external=True)
+        with heartbeat(f"installing {spec.requirements} into {envdir.name}", grows=envdir):
+            session.run_install(*pip, "-r", spec.requirements, external=True)
     stamp_path.write_text(json.dumps(stamp, indent=1, sort_keys=True) + "\n")
     return envdir
 
@@ -185,6 +205,7 @@ _OUTCOMES: dict[str, int] = {}
 
 def _pack_session(spec):
     def run_pack(session: nox.Session) -> None:
+        started = time.monotonic()
         envdir = _lane_env(session, spec)
         env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
         with tempfile.TemporaryDirectory() as tmp:
@@ -193,6 +214,9 @@ def _pack_session(spec):
                         *session.posargs, env=env, external=True, success_codes=[int(c) for c in Exit])
             code = Exit(json.loads(result.read_text())["exit"]) if result.exists() else Exit.USAGE
         _OUTCOMES[code.name] = _OUTCOMES.get(code.name, 0) + 1
+        # every outcome with its time (nox times only the sessions it calls successful: a skip's 618 s went unsaid)
+        print(f"nox > {spec.name}: harness exit {int(code)} ({code.name}) in {time.monotonic() - started:.0f} s",
+              file=sys.stderr, flush=True)
         several = _selected(session) > 1
         if several and not _pack_sessions_left(session) and set(_OUTCOMES) <= {Exit.SKIPPED.name, Exit.NO_LANES.name}:
             # the last of several pack sessions, and none validated anything: not nox's 0 ("all fine")
@@ -218,8 +242,10 @@ def _pack_session(spec):
 
 @nox.session(default=False)
 def sweep(session: nox.Session) -> None:
-    """Every selected lane of every pack at once on this host (``harness sweep``; posargs select: ``nox -s sweep --
-    05 09``, ``-- --target mamba``, ``-- --plan``). Each target's lanes run in its own lane environment. The session
+    """Every selected lane of every pack at once on this host, each target's in its lane environment (harness sweep).
+
+    Posargs select: ``nox -s sweep -- 05 09``, ``-- --target mamba``, ``-- --plan``. Each target's lanes run in
+    its own lane environment. The session
     fails on any exit but 0 and 3 (lanes skipped for want of GPUs), naming the harness's code."""
     session.install("-e", ".")  # the sweep itself needs only the harness; each lane runs in its target's env
     with tempfile.TemporaryDirectory() as tmp:
@@ -236,7 +262,9 @@ def sweep(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def suite_commits(session: nox.Session) -> None:
-    """Every commit of the PR series with a recorded suite (``suites/NN/BASE.toml``; posargs: pack ids, default all),
+    """Each commit of a PR series against the CPU part of its recorded upstream suite (harness suite commits).
+
+    Every commit of the PR series with a recorded suite (``suites/NN/BASE.toml``; posargs: pack ids, default all),
     applied in order on the filing base: the suite's CPU part at each vs the base (``harness suite commits``), in
     each target's lane environment. Fails on a commit that breaks a case that passes at the base."""
     specs = {spec.pack: spec for spec in pack_sessions(ROOT)}
@@ -254,8 +282,9 @@ def suite_commits(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench_sweep(session: nox.Session) -> None:
-    """Serial lanes vs ``harness sweep`` with empty and warm kernel caches, in one run (bench/sweep.py; posargs go to
-    it: ``-- --set cpu-2targets``). Each target's lanes run in its own lane environment, as in 'sweep'."""
+    """Benchmark: serial lanes against harness sweep, with empty and warm kernel caches, in one run (bench/sweep.py).
+
+    Posargs go to it: ``-- --set cpu-2targets``. Each target's lanes run in its own lane environment, as in 'sweep'."""
     session.install("-e", ".")
     sets = runpy.run_path(str(ROOT / "bench" / "sweep.py"))["SETS"]
     args = list(session.posargs)

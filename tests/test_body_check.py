@@ -463,3 +463,11 @@ def test_a_pr_that_files_its_linked_issue_lists_related_work_only_there(tmp_path
     changed = Tracking.load(REPO, path)
     alone = filing.render(REPO, changed, changed.pack("10"))
     assert alone.companion is None and all(ln in alone.body for ln in lines)
+
+
+def test_a_finding_about_the_whole_file_does_not_point_at_line_0():
+    """'body.md:0: budget: ...' named a line that does not exist."""
+    from harness.filing.lint import Finding
+
+    assert Finding(0, "budget", "412 words").describe("02-pr.md") == "02-pr.md (the whole file): budget: '412 words'"
+    assert Finding(7, "layout", "x").describe("02-pr.md") == "02-pr.md:7: layout: 'x'"

@@ -206,3 +206,12 @@ def test_every_slow_entry_names_a_test_that_exists():
         path, _, name = entry.partition("::")
         assert (REPO / path).is_file(), entry
         assert not name or f"def {name}(" in (REPO / path).read_text(), entry
+
+
+def test_ci_downloads_the_lane_environments_wheels_once_and_drops_them_after_the_last():
+    """Four lane environments each installed PyPI's CUDA torch (~5 GB) with no pip cache: four downloads."""
+    lines = _ci_lines()
+    assert 'export PIP_CACHE_DIR="$PWD/.ci-pip-cache"' in lines and "export PIP_NO_CACHE_DIR=1" not in lines
+    last_drop = max(i for i, line in enumerate(lines) if line.startswith("drop_lane "))
+    assert lines.index('rm -rf "$PIP_CACHE_DIR"') > last_drop
+    assert ".ci-pip-cache/" in (REPO / ".gitignore").read_text().splitlines()

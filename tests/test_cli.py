@@ -361,6 +361,9 @@ def test_piped_list_waves_perf_status_print_whole_plain_lines(two_packs, capsys,
         assert "…" not in out and "│" not in out and "━" not in out, argv
         assert lines[0].startswith(header + "\t"), argv
         width = len(lines[0].split("\t"))
+        if argv[0] == "status":  # its summary is data too: the last line, on stdout (it went to stderr)
+            assert lines[-1] == "0 of 2 ready; every reason of one pack: harness status <pack>", argv
+            lines = lines[:-1]
         assert all(len(line.split("\t")) == width for line in lines if line.strip()), argv
         for text in must:
             assert text in out, (argv, text)
@@ -389,6 +392,11 @@ def test_piped_run_and_order_print_whole_plain_lines_and_run_has_json(two_packs,
     assert cli("order", "--no-apply", *two_packs.args()) == Exit.OK
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("#\tpack\t") and LONG in out and "│" not in out
+    # every line piped is a tab-separated row: the checks after the order have a header of their own
+    lines = out.splitlines()
+    assert all("\t" in line for line in lines), [line for line in lines if "\t" not in line]
+    assert "check\tpack\ttarget\tbase\tresult\tdetail" in lines
+    assert "overlap\t-\t-\t-\tok\tno two unordered packs touch the same lines" in lines
 
 
 def test_list_is_by_pack_and_a_table_never_cuts_two_lane_names_to_the_same_text(two_packs, capsys, monkeypatch):
@@ -420,3 +428,19 @@ def test_a_mistyped_command_names_the_closest_ones(capsys):
     assert cli("zzzzzz") == Exit.USAGE
     err = capsys.readouterr().err
     assert "unknown command 'zzzzzz'" in err and "did you mean" not in err
+
+
+def test_list_on_a_120_column_terminal_never_breaks_a_lane_name(two_packs, capsys, monkeypatch):
+    """At 120 columns list wrapped lane names mid-word: each lane now has a line of its own, kept whole."""
+    path = two_packs.root / "tracking.toml"
+    text = path.read_text()
+    for lane in ("bug", "fix"):
+        text = text.replace(f'name = "{lane}"', f'name = "upstream-tests-{lane}-main-cpu-r1"').replace(
+            f'lane = "{lane}"', f'lane = "upstream-tests-{lane}-main-cpu-r1"')
+    path.write_text(text.replace('title = "scale uses w[0] for every element"', f'title = "{LONG}"'))
+    monkeypatch.setattr(ui.out, "width", 120)
+    assert cli("list", "--format", "table", *two_packs.args()) == Exit.OK
+    out = capsys.readouterr().out
+    cells = [line.split("│")[6].strip() for line in out.splitlines() if line.count("│") >= 7]
+    for lane in ("bug", "fix"):
+        assert any(cell.startswith(f"upstream-tests-{lane}-main-cpu-r1: ") for cell in cells), cells

@@ -154,6 +154,8 @@ def test_body_is_built_from_the_patch_and_the_receipts_and_stdout_holds_only_it(
         assert ours not in body
     assert "gh pr create --repo acme/fake --title" in out.err and "--head '<fork-owner>:<branch>'" in out.err
     assert "readiness: ready" in out.err
+    # the placeholder branch comes with how to make it
+    assert "'harness export 01 --base 1.0' writes it signed as you (dist/export/01-1.0/)" in " ".join(out.err.split())
 
 
 def test_every_figure_traces_to_the_receipt(ran, capsys):
@@ -329,6 +331,22 @@ def test_ready_when_everything_holds(ran):
     assert r.ready and r.filing_base == "1.0" and r.apply.status == readiness.APPLIES
 
 
+def test_a_pack_switched_from_cpu_to_cuda_is_not_ready_on_receipts_from_a_cpu_host(ran):
+    """Its receipts passed on a CPU host: once the lanes require cuda, they say nothing of the GPU."""
+    path = ran.root / "tracking.toml"
+    assert 'requires = "cpu"' in path.read_text()
+    path.write_text(path.read_text().replace('requires = "cpu"', 'requires = "cuda"'))
+    r = _ready(ran)
+    assert not r.ready and ReasonCode.LANE in _codes(r)
+    assert _lane_problems(r) == {"bug": LaneProblemCode.HOST_KIND, "fix": LaneProblemCode.HOST_KIND}
+    assert "from a host without a GPU; the lane requires cuda" in r.why()
+    # one lane back on the CPU: its receipt counts again
+    text = path.read_text()
+    i = text.index('name = "bug"')
+    path.write_text(text[:i] + 'requires = "cpu"\n' + text[i:])
+    assert _lane_problems(_ready(ran)) == {"fix": LaneProblemCode.HOST_KIND}
+
+
 def test_receipts_of_another_series_are_not_current(ran):
     patch = next((ran.root / "patches" / "fake" / "01").iterdir())
     patch.write_text(patch.read_text().replace("use each element's own weight", "use the element's own weight"))
@@ -457,3 +475,14 @@ def test_all_docs_renders_every_fileable_pack_with_its_reproducer_and_receipts(r
     index = (docs / "README.md").read_text()
     assert "| 01 | pr | 1.0 | [01-pr.md](01-pr.md) | [repro_fake.py](repro_fake.py) |" in index
     assert "`receipts/fake/01/" in index and index.count("receipts/fake/01/") == 2
+
+
+def test_a_git_base_is_named_once_with_its_commit():
+    """'Where, in NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd' named the same commit twice."""
+    from types import SimpleNamespace
+
+    from harness.filing.parts import base_label
+
+    manifest = SimpleNamespace(repo="https://github.com/acme/fake", distribution="fake")
+    base = SimpleNamespace(version="main@d98e8a6", commit="d98e8a64ddf34856e74b", artifact=None)
+    assert base_label(manifest, base) == "acme/fake main at d98e8a64dd"

@@ -8,6 +8,7 @@ Building and running the reproducers is left to ``nox -s megatron_pack16`` (.ci/
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,11 @@ pytestmark = pytest.mark.network
 
 
 def _packs_with_series() -> list[str]:
-    tracking = Tracking.load(ROOT)
-    return [p.id for p in tracking.packs.values()
-            if p.target == TARGET and series.load_series(ROOT, TARGET, p.id)]
+    """Read at collection, in every worker of every run: the standard library's parser (tomlkit's Tracking.load
+    takes seconds on a loaded host, and this module's tests are the slow ones)."""
+    packs = tomllib.loads((ROOT / "tracking.toml").read_text())["packs"]
+    return [pid for pid, table in packs.items()
+            if table.get("target") == TARGET and series.load_series(ROOT, TARGET, pid)]
 
 
 @pytest.fixture(scope="module")

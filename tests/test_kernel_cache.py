@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -592,3 +593,23 @@ def test_a_receipt_with_a_malformed_kernel_cache_record_is_a_config_error(kc_rep
     del data["kernel_cache"]
     path.write_text(json.dumps(data))
     assert Receipt.load(path).kernel_cache is None  # receipts written before kernel caches load as they are
+
+
+def test_a_lane_that_compiles_nothing_says_nothing_of_the_kernel_cache(kc_repo, capsys):
+    """"kernel cache ...: cold" on every CPU lane, where nothing compiles, read as a failure: an empty entry is a
+    detail; what a lane compiled is said when it is kept, and a warm entry when it is found."""
+    capsys.readouterr()
+    assert cli("run", "01", "--lane", "bug", *kc_repo.args()) == Exit.OK
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cold" not in err and "kept 2 file(s) this lane compiled" in err
+    time.sleep(1.1)
+    assert cli("run", "01", "--lane", "bug", *kc_repo.args()) == Exit.OK
+    err = " ".join(capsys.readouterr().err.split())
+    assert "warm, 2 file(s)" in err and "this lane compiled" not in err
+    # the reproducer without its compile step: no kernel cache line at all
+    repro = kc_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text().replace(COMPILE, ""))
+    shutil.rmtree(kc_repo.cache / "kernel-cache")
+    time.sleep(1.1)
+    assert cli("run", "01", "--lane", "bug", *kc_repo.args()) == Exit.OK
+    assert "kernel cache" not in capsys.readouterr().err

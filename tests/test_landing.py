@@ -128,7 +128,9 @@ def test_check_apply_remembers_a_series_that_applied_and_prints_progress(lane_re
     monkeypatch.setattr(pins, "materialize", no_materialize)
     assert cli("check", "--apply", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr()
-    assert "pack 01: 1 patch(es) apply on fake 1.0" in out.out and "remembered" in out.err
+    assert "pack 01: 1 patch(es) apply on fake 1.0" in out.out
+    # not presented as a check made now, and the shared cache it came from is named
+    assert f"applies (not applied now; remembered in {lane_repo.cache / 'apply-ok'}" in " ".join(out.err.split())
     # another patch is another key: checked again (and here, the materialize it needs is refused)
     lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("weight", "own weight")))
     assert cli("check", "--apply", *lane_repo.args()) == Exit.INTERNAL

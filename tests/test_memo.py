@@ -277,3 +277,19 @@ def test_an_edit_of_the_checking_code_forgets_its_answers(tmp_path, checks, monk
     monkeypatch.setattr(builds, "__file__", str(edited))
     builds.import_check(build, ["fakemod"], sys.executable, "fake")
     assert len(checks) == 2
+
+
+def test_a_remembered_check_says_it_did_not_run_and_names_the_cache(tmp_path, checks, capsys):
+    """A fresh clone printed checks "remembered" from before it existed: all clones share the cache, so the line
+    says the check was not run now and where its answer is kept."""
+    from harness.base import ui
+
+    build = _build(tmp_path)
+    builds.import_check(build, ["fakemod"], sys.executable, "fake")
+    capsys.readouterr()
+    ui.set_verbosity(0)
+    builds.import_check(build, ["fakemod"], sys.executable, "fake")
+    err = " ".join(capsys.readouterr().err.split())
+    assert checks == [["fakemod"]]
+    assert f"import check of fake: not run now; remembered in {build.path / 'import-checks'}" in err
+    assert "shared by every clone on this host" in err

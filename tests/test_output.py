@@ -39,3 +39,21 @@ def test_the_folder_leaves_short_traces_and_other_lines_alone():
     folder.feed(text)
     folder.close()
     assert b"".join(shown) == text
+
+
+def test_a_tilelang_trace_with_its_nested_cxx_trace_is_folded_as_one():
+    """TVM repeats the C++ trace behind the exception's name ("tvm.error.InternalError: Traceback ..."): that
+    second trace was echoed whole, and a passing bug lane looked like a crash."""
+    shown: list[bytes] = []
+    folder = TraceFolder(shown.append)
+    lines = ["Traceback (most recent call last):", '  File "probe.py", line 9, in <module>',
+             "    tilelang.lower(prim)", '  File "tilelang/engine/lower.py", line 3, in lower',
+             "tvm.error.InternalError: Traceback (most recent call last):",
+             *(f"  {i}: tvm::tl::LowerBulkCopy::Lower{i}()" for i in range(12, 0, -1)),
+             "  File \"src/transform/lower_bulk_copy.cc\", line 88",
+             "InternalError: Check failed: (shared_layout->InputDim() == 2) is false", "BUG_REPRODUCED"]
+    folder.feed(("\n".join(lines) + "\n").encode())
+    folder.close()
+    text = b"".join(shown).decode()
+    assert "tvm::tl::" not in text and "more line(s) of this trace" in text
+    assert text.endswith("InternalError: Check failed: (shared_layout->InputDim() == 2) is false\nBUG_REPRODUCED\n")

@@ -372,3 +372,61 @@ def test_multi_rank_cuda_lane_records_its_gpus_and_nccl(lane_repo, monkeypatch, 
     assert (rec.world_size, rec.visible_devices, rec.nccl) == (2, "3,5", recorded)
     saved = json.loads((rec.dir / "receipt.json").read_text())
     assert ("nccl" in saved) == (recorded is not None)
+
+
+def test_the_discard_a_run_prints_restores_the_committed_receipts(lane_repo, capsys):
+    """`git checkout` alone left the new (untracked) receipt directories, and status kept reading them: the command
+    the run prints restores the checkout, and status then reports the committed receipts again."""
+    import re
+    import subprocess
+
+    from conftest import git
+
+    root = lane_repo.root
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "committed receipts")
+    [committed] = find(root, "fake", "01")
+    capsys.readouterr()
+    assert _run(lane_repo, "--lane", "bug", quiet=False) == Exit.OK
+    err = " ".join(capsys.readouterr().err.split())
+    keep = re.search(r"Keep: (git add .*?); discard: (git .*?)(?: exit|$)", err)
+    assert keep, err
+    assert keep.group(1) == "git add receipts/fake/01 tracking.toml && git commit"
+    assert len(find(root, "fake", "01")) == 2 and git(root, "status", "--porcelain")
+    subprocess.run(keep.group(2), shell=True, cwd=root, check=True)
+    assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
+    assert cli("status", "01", "--json", "--no-apply", *lane_repo.args()) in (Exit.OK, Exit.PIN)
+    [lane] = [ln for ln in json.loads(capsys.readouterr().out)["packs"][0]["lanes"] if ln["name"] == "bug"]
+    assert lane["receipt"]["path"] == str(committed.dir.relative_to(root))
+
+
+def test_lanes_that_share_a_build_say_what_was_applied_once(lane_repo, capsys):
+    """mamba_pack07 printed the same "applied 4 patch(es)" line 31 times, once per lane sharing the build."""
+    import textwrap
+
+    lane_repo.write_tracking(extra=textwrap.dedent('''
+        [[packs.01.lanes]]
+        name = "fix-again"
+        base = "1.0"
+        patched = true
+        expect = "FIX_VALIDATED"
+    '''))
+    capsys.readouterr()
+    assert _run(lane_repo, quiet=False) == Exit.OK
+    err = capsys.readouterr().err
+    assert err.count("applied 1 patch(es) on fake 1.0: 01/0001-use-own-weight.patch") == 1, err
+
+
+def test_a_host_without_a_gpu_has_one_name(lane_repo, capsys):
+    """status said 'cpu' and tracking.toml (and the pack pages) the platform string for the same host."""
+    import platform
+
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
+    entry = Tracking.load(lane_repo.root).doc["packs"]["01"]["validation"]["bug"]
+    assert entry["host"].startswith("cpu (") and platform.system() in entry["host"]
+    capsys.readouterr()
+    cli("status", "01", "--json", "--no-apply", *lane_repo.args())
+    [lane] = [ln for ln in json.loads(capsys.readouterr().out)["packs"][0]["lanes"] if ln["name"] == "bug"]
+    assert lane["receipt"]["host"] == "cpu" and entry["host"].split()[0] == "cpu"

@@ -125,3 +125,26 @@ def test_new_writes_the_generated_pack_pages_and_says_so_when_it_cannot(lane_rep
     assert cli("new", "25", "--target", "fake", *lane_repo.args()) == Exit.OK  # the pack is made all the same
     err = capsys.readouterr().err
     assert "tools/pack_pages.py failed" in err and "cannot read the receipts" in err
+
+
+def test_new_without_requires_scaffolds_cpu_lanes_where_the_target_runs_on_a_cpu_host(lane_repo, capsys):
+    """'harness new 24 --target mamba' as the README gives it wrote requires = "cuda": every lane skipped on a CPU
+    host and the pack could never become ready there."""
+    from harness.lane.tracking import Tracking as T
+
+    assert T.load(lane_repo.root).pack("01").requires == "cpu"  # the fake target runs on a CPU host
+    assert cli("new", "24", "--target", "fake", *lane_repo.args()) == Exit.OK
+    err = " ".join(capsys.readouterr().err.split())
+    assert "its lanes require cpu (pack 01's lane bug runs fake on a CPU host; --requires chooses)" in err
+    assert T.load(lane_repo.root).pack("24").requires == "cpu"
+    # a target none of whose lanes runs on a CPU host: cuda, and said why
+    lane_repo.write_tracking(requires="cuda")
+    assert cli("new", "25", "--target", "fake", *lane_repo.args()) == Exit.OK
+    assert "its lanes require cuda (no lane of fake runs on a CPU host yet" in " ".join(capsys.readouterr().err.split())
+    assert T.load(lane_repo.root).pack("25").requires == "cuda"
+
+
+def test_new_help_describes_the_lanes_it_writes(capsys):
+    cli("new", "--help")
+    text = " ".join(capsys.readouterr().out.split())
+    assert "on the base and again on the target's filing base" in text and "4 lanes for a PR" in text

@@ -109,3 +109,22 @@ def test_a_non_ascii_subject_is_decoded_from_its_mail_header(lane_repo, tmp_path
     path = lane_repo.write_patch(text)
     [patch] = series.load_series(lane_repo.root, "fake", "01")
     assert patch.path == path and patch.subject == "core: use each element’s own weight (ß)"
+
+
+def test_check_counts_the_ported_series_and_says_what_it_counts(lane_repo, capsys):
+    """'check' said 12 patches where the repository holds 19 files: it counted only the packs' own series."""
+    import shutil
+
+    from conftest import cli
+
+    from harness.errors import Exit
+
+    top = lane_repo.root / "patches" / "fake" / "01"
+    (top / "main").mkdir()
+    for patch in top.glob("*.patch"):
+        shutil.copy(patch, top / "main" / patch.name)
+    capsys.readouterr()
+    assert cli("check", *lane_repo.args()) == Exit.OK
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("patch files: 2 with valid Upstream-Status (1 in the packs' own series, 1 in series ported to main)"
+            in out), out

@@ -44,3 +44,48 @@ def test_sessions_of_one_target_share_one_lane_environment():
     assert len(specs) > 1
     assert {s.lane_env("3.12") for s in specs} == {"lane-megatron-lm-py3.12"}
 
+
+
+def test_a_long_install_beats_with_the_environment_size_terminal_or_not(tmp_path):
+    """The megatron lane environment's pip install printed nothing for three minutes off a terminal."""
+    import time
+
+    from harness.lane.sessions import heartbeat
+
+    env = tmp_path / "lane-x"
+    env.mkdir()
+    lines: list[str] = []
+    with heartbeat("installing torch into lane-x", grows=env, every=0.05, write=lines.append):
+        (env / "blob").write_bytes(b"\0" * (3 * 2**20))
+        time.sleep(0.3)
+    assert len(lines) >= 3 and all("still installing torch into lane-x" in line for line in lines[:-1])
+    assert "3 MiB in lane-x" in lines[-2]
+    assert lines[-1].startswith("  installing torch into lane-x: done in ")
+    noxfile = (ROOT / "noxfile.py").read_text()
+    body = noxfile[noxfile.index("def _lane_env"):noxfile.index("def _selected")]
+    assert '"--quiet"' not in body and body.count("with heartbeat(") == 2
+
+
+def test_the_serial_run_collects_only_the_files_of_the_serial_tests():
+    """Collecting all of tests/ again for two 1-second tests took two minutes on a loaded host."""
+    from conftest import SERIAL
+
+    noxfile = (ROOT / "noxfile.py").read_text()
+    for name in ("def tests(", "def tests_slow("):
+        body = noxfile[noxfile.index(name):noxfile.index("@nox.session", noxfile.index(name))]
+        assert '"no:xdist"' in body and "*_serial_files()" in body and '"-v"' in body
+    assert SERIAL and all((ROOT / nodeid.split("::")[0]).is_file() for nodeid in SERIAL)
+
+
+def test_nox_l_shows_each_session_in_one_whole_sentence():
+    """'nox -l' prints a docstring's first line: it was cut mid-sentence for four sessions."""
+    import ast
+
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    sessions = [f for f in tree.body if isinstance(f, ast.FunctionDef)
+                and any("session" in ast.unparse(d) for d in f.decorator_list)]
+    assert len(sessions) >= 9
+    for f in sessions:
+        first = (ast.get_docstring(f) or "").splitlines()[0]
+        assert first.endswith("."), (f.name, first)
+        assert first.count("(") == first.count(")") and first.count("``") % 2 == 0, (f.name, first)

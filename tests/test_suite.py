@@ -187,6 +187,13 @@ def test_suite_lanes_run_base_and_patched_and_compare_every_case(suite_repo, cap
     assert out["collected"] == 5 and out["ran"] == 5 and out["missing"] == []  # a skip ran (and is recorded)
     assert cases["tests/test_core.py::test_scale_uses_each_weight"] == ("failed", "passed", "fixed")
     assert cases["tests/test_core.py::test_total"] == ("passed", "passed", "ok")
+    assert out["schema"] == 1
+    # piped: the cases left out are counted, and the verdict line is data (stdout), not a note on stderr
+    assert cli("suite", "compare", "01", "--base", "1.0", *args) == Exit.OK
+    piped = capsys.readouterr()
+    ok = sum(1 for c in out["cases"] if c["verdict"] == "ok")
+    assert f"{ok} case(s) ok on both builds, not listed (--json lists every case)" in piped.out
+    assert piped.out.rstrip("\n").splitlines()[-1] == out["line"] and out["line"] not in piped.err
 
 
 def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path, capsys):

@@ -5,15 +5,20 @@ read them (never typed by hand).
     python tools/pack_pages.py --check    # exit 1 when a page differs from what would be written
 
 A page holds the pack's facts (target, kind, state, threads, dependencies, mitigation), each lane with its
-latest receipt (verdict, host, directory), the pack's rows of ``harness perf --markdown``, and the notes
-files under docs/packs/notes/ whose first line names the pack (``<!-- packs: 04 05 07 -->``). The index
-adds ``harness perf --markdown`` and ``tools/head_evidence.py`` as they print. Figures appear only through
-those two commands: notes are prose.
+latest receipt (verdict, host, directory), its readiness as ``harness status --json`` computes it (written
+by ``status``'s own ``verdict_lines``), the pack's rows of ``harness perf --markdown``, and the notes files under
+docs/packs/notes/ whose first line names the pack (``<!-- packs: 04 05 07 -->``). The index adds each pack's
+readiness, ``harness perf --markdown`` and ``tools/head_evidence.py`` as they print. Figures and readiness appear
+only through those commands: notes are prose, and ``--check`` refuses a note that says whether a pack is ready
+(that sentence goes stale the day a receipt or a state changes; the page's "Readiness" section does not).
+CI runs ``--check`` (.ci/run, step pack-pages) after the apply checks, so a page that disagrees with ``status``
+fails the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -22,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from a checkout: the harness beside it reads the receipts
 
+from harness.commands.status import verdict_lines  # noqa: E402
 from harness.lane import receipts  # noqa: E402
 from harness.lane.tracking import Tracking  # noqa: E402
 from harness.upstream.github import thread_label  # noqa: E402
@@ -39,12 +45,27 @@ interleaved (`repros/_timing.py`); kernel time is torch.profiler's sum of the ca
 """
 
 
-def command(*args: str) -> str:
+def command(*args: str, ok: tuple[int, ...] = (0, 1)) -> str:
     """stdout of a command run from the repository root (a stale claim exits 1 and still prints its table)."""
     proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    if proc.returncode not in (0, 1) or not proc.stdout.strip():
+    if proc.returncode not in ok or not proc.stdout.strip():
         raise SystemExit(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout
+
+
+# A sentence of a note that says whether a pack is ready (or may be filed now): readiness is computed, so it is
+# written on each page from 'status' (## Readiness), never typed in prose.
+READY_CLAIM = re.compile(r"\bready\b", re.IGNORECASE)
+
+
+def readiness_claims() -> list[str]:
+    """'notes/FILE.md:LINE: text' for every line of a note that states readiness."""
+    found = []
+    for path in sorted(NOTES.glob("*.md")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if READY_CLAIM.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    return found
 
 
 def notes_for(pack_id: str) -> list[str]:
@@ -61,7 +82,14 @@ def cell(value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def pack_page(tracking: Tracking, pack, perf_rows: list[str]) -> str:
+def readiness_section(status: dict) -> list[str]:
+    """The pack's verdict as 'harness status PACK' prints it (status.verdict_lines, from 'status --json')."""
+    reasons = [(r["code"], " ".join(r["text"].split())) for r in status["reasons"]]
+    return ["## Readiness (`harness status " + status["id"] + "`)", "", "```",
+            *verdict_lines(status["filing_base"], reasons), "```"]
+
+
+def pack_page(tracking: Tracking, pack, perf_rows: list[str], status: dict | None = None) -> str:
     latest = receipts.latest_by_lane(ROOT, pack.target, pack.id)
     lines = [HEADER, "", f"# Pack {pack.id}: {pack.title}", ""]
     facts = [f"target `{pack.target}`", f"kind {pack.kind}" + (f" ({pack.cls})" if pack.cls else ""),
@@ -78,6 +106,8 @@ def pack_page(tracking: Tracking, pack, perf_rows: list[str]) -> str:
                      f"{m.get('retire_when')}")
     if pack.summary:
         lines += ["", pack.summary.strip()]
+    if status is not None:
+        lines += ["", *readiness_section(status)]
     lines += ["", "## Lanes", ""]
     if pack.lanes:
         lines += ["| lane | base | build | expects | needs | latest receipt | verdict | host |",
@@ -100,13 +130,29 @@ def pack_page(tracking: Tracking, pack, perf_rows: list[str]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def index_page(tracking: Tracking, perf: str, head: str) -> str:
+def _ready_cell(status: dict | None) -> str:
+    if status is None:
+        return "-"
+    if status["ready"]:
+        return f"**ready** ({status['filing_base']})"
+    codes = sorted({r["code"] for r in status["reasons"]})
+    return f"not ready ({status['filing_base']}: {', '.join(codes)})"
+
+
+def index_page(tracking: Tracking, perf: str, head: str, statuses: dict[str, dict] | None = None) -> str:
+    statuses = statuses or {}
+    ready = [s for s in statuses.values() if s["ready"]]
     lines = [HEADER, "", "# Packs", "",
-             "One page per pack: its facts, every lane's latest receipt, its performance claims and notes.",
+             "One page per pack: its facts, its readiness as `harness status` computes it, every lane's latest "
+             "receipt, its performance claims and notes.",
              "`harness status` prints the live readiness of each; `harness list` the lanes' latest verdicts.", "",
-             "| pack | target | kind | state | title |", "| --- | --- | --- | --- | --- |"]
+             f"As `harness status` computed it for this page: {len(ready)} of {len(statuses)} ready to file"
+             + (f" ({', '.join(s['id'] for s in ready)})." if ready else "."), "",
+             "| pack | target | kind | state | readiness (filing base: reason codes) | title |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for p in tracking.packs.values():
-        lines.append(f"| [{p.id}]({p.id}.md) | {p.target} | {p.kind} | {p.state} | {cell(p.title)} |")
+        lines.append(f"| [{p.id}]({p.id}.md) | {p.target} | {p.kind} | {p.state} | {_ready_cell(statuses.get(p.id))} "
+                     f"| {cell(p.title)} |")
     lines += ["", "## Performance claims (`harness perf --markdown`, as it printed)", "", INDEX_PROSE,
               perf.strip(), "", "## Evidence at upstream HEAD (`python tools/head_evidence.py`, as it printed)", "",
               "What a filing is judged on; decisions that follow are in [decisions.md](../decisions.md) and "
@@ -118,10 +164,12 @@ def pages() -> dict[Path, str]:
     tracking = Tracking.load(ROOT)
     perf = command("-m", "harness", "-q", "perf", "--markdown")
     head = command(str(ROOT / "tools" / "head_evidence.py"))
+    # readiness exactly as 'harness status' computes it (bases materialized for the apply check, as status does)
+    statuses = {p["id"]: p for p in json.loads(command("-m", "harness", "-q", "status", "--json", ok=(0,)))["packs"]}
     perf_rows = [r for r in perf.splitlines() if r.startswith("|")]
-    out = {OUT / "README.md": index_page(tracking, perf, head)}
+    out = {OUT / "README.md": index_page(tracking, perf, head, statuses)}
     for p in tracking.packs.values():
-        out[OUT / f"{p.id}.md"] = pack_page(tracking, p, perf_rows)
+        out[OUT / f"{p.id}.md"] = pack_page(tracking, p, perf_rows, statuses.get(p.id))
     return out
 
 
@@ -129,6 +177,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page would change")
     args = ap.parse_args()
+    claims = readiness_claims()
+    for claim in claims:
+        print(f"{claim}\n  a note states readiness: 'harness status' computes it and each page's Readiness section "
+              "shows it; say what was decided, not whether the pack is ready", file=sys.stderr)
     stale = []
     for path, text in pages().items():
         if path.exists() and path.read_text() == text:
@@ -138,7 +190,7 @@ def main() -> int:
             path.write_text(text)
     for path in stale:
         print(("stale: " if args.check else "wrote ") + str(path.relative_to(ROOT)))
-    return 1 if args.check and stale else 0
+    return 1 if claims or (args.check and stale) else 0
 
 
 if __name__ == "__main__":

@@ -5,19 +5,19 @@ helper it uses is copied in below.
 
 Run it once per build, from one directory:
 
-  1. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CPU is enough):
+  1. NVIDIA/Megatron-LM dev at d48bd6be0a unchanged (CPU is enough):
        python repro_flce_unfused_fallback.py --unpatched --device cpu
-  2. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CPU is enough):
+  2. NVIDIA/Megatron-LM dev at d48bd6be0a with this PR (CPU is enough):
        python repro_flce_unfused_fallback.py --patched --device cpu
-  3. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CPU is enough):
+  3. NVIDIA/Megatron-LM dev at d48bd6be0a with this PR (CPU is enough):
        python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --patched --device cpu
-  4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CUDA GPU):
+  4. NVIDIA/Megatron-LM dev at d48bd6be0a with this PR (CUDA GPU):
        python -m torch.distributed.run --standalone --nproc_per_node=2 repro_flce_unfused_fallback.py --patched --device cuda
-  5. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CUDA GPU):
+  5. NVIDIA/Megatron-LM dev at d48bd6be0a unchanged (CUDA GPU):
        python repro_flce_unfused_fallback.py --unpatched --device cuda
-  6. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CUDA GPU):
+  6. NVIDIA/Megatron-LM dev at d48bd6be0a with this PR (CUDA GPU):
        python repro_flce_unfused_fallback.py --patched --device cuda
-  7. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with this PR (CUDA GPU):
+  7. NVIDIA/Megatron-LM dev at d48bd6be0a with this PR (CUDA GPU):
        python repro_flce_unfused_fallback.py --patched --device cuda --stage memory
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.

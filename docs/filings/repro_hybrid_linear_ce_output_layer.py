@@ -5,13 +5,13 @@ Nothing else: every helper it uses is copied in below.
 
 Run it once per build, from one directory:
 
-  1. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CPU is enough):
+  1. NVIDIA/Megatron-LM dev at d48bd6be0a unchanged (CPU is enough):
        python repro_hybrid_linear_ce_output_layer.py --unpatched --device cpu
-  2. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CPU is enough):
+  2. NVIDIA/Megatron-LM dev at d48bd6be0a with the change (CPU is enough):
        python repro_hybrid_linear_ce_output_layer.py --patched --device cpu
-  3. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a unchanged (CUDA GPU):
+  3. NVIDIA/Megatron-LM dev at d48bd6be0a unchanged (CUDA GPU):
        python repro_hybrid_linear_ce_output_layer.py --unpatched --device cuda --pattern 'M*-'
-  4. NVIDIA/Megatron-LM dev@d48bd6b at d48bd6be0a with the change (CUDA GPU):
+  4. NVIDIA/Megatron-LM dev at d48bd6be0a with the change (CUDA GPU):
        python repro_hybrid_linear_ce_output_layer.py --patched --device cuda --pattern 'M*-'
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.

@@ -5,14 +5,14 @@ is copied in below.
 
 Run it once per build, from one directory:
 
-  1. state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged (CUDA GPU):
+  1. state-spaces/mamba main at e9594ce1c7 unchanged (CUDA GPU):
        python repro_siso_bwd_vdo_once.py --unpatched
-  2. state-spaces/mamba main@e9594ce at e9594ce1c7 with this PR (CUDA GPU):
+  2. state-spaces/mamba main at e9594ce1c7 with this PR (CUDA GPU):
        python repro_siso_bwd_vdo_once.py --patched --baseline-site $RELEASED_SITE
 
-RELEASED_SITE is a directory holding state-spaces/mamba main@e9594ce at e9594ce1c7 unchanged, e.g.
-made with 'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main@e9594ce at
-e9594ce1c7: the run compares the changed function with that one in one process.
+RELEASED_SITE is a directory holding state-spaces/mamba main at e9594ce1c7 unchanged, e.g. made with
+'pip install --no-deps --target DIR .' in a checkout of state-spaces/mamba main at e9594ce1c7: the
+run compares the changed function with that one in one process.
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 

@@ -5,18 +5,18 @@ else: every helper it uses is copied in below.
 
 Run it once per build, from one directory:
 
-  1. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CPU is enough):
+  1. NVIDIA/Megatron-LM main at d98e8a64dd unchanged (CPU is enough):
        python repro_sparse_mla_dims.py --unpatched --check lower
-  2. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CPU is enough):
+  2. NVIDIA/Megatron-LM main at d98e8a64dd with this PR (CPU is enough):
        python repro_sparse_mla_dims.py --patched --check lower
-  3. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged (CUDA GPU):
+  3. NVIDIA/Megatron-LM main at d98e8a64dd unchanged (CUDA GPU):
        python repro_sparse_mla_dims.py --unpatched
-  4. NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd with this PR (CUDA GPU):
+  4. NVIDIA/Megatron-LM main at d98e8a64dd with this PR (CUDA GPU):
        python repro_sparse_mla_dims.py --patched --baseline-site $RELEASED_SITE
 
-RELEASED_SITE is a directory holding NVIDIA/Megatron-LM main@d98e8a6 at d98e8a64dd unchanged, e.g.
-made with 'pip install --no-deps --target DIR .' in a checkout of NVIDIA/Megatron-LM main@d98e8a6 at
-d98e8a64dd: the run compares the changed function with that one in one process.
+RELEASED_SITE is a directory holding NVIDIA/Megatron-LM main at d98e8a64dd unchanged, e.g. made with
+'pip install --no-deps --target DIR .' in a checkout of NVIDIA/Megatron-LM main at d98e8a64dd: the
+run compares the changed function with that one in one process.
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
 

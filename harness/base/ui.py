@@ -97,9 +97,10 @@ def plain(fmt: str = "auto") -> bool:
     return fmt == "plain" or (fmt == "auto" and not out.is_terminal)
 
 
-def tabular(columns, rows, *, fmt: str = "auto", title: str | None = None) -> None:
+def tabular(columns, rows, *, fmt: str = "auto", title: str | None = None, whole: tuple[str, ...] = ()) -> None:
     """Rows of cells (str or Text): a rich table on a terminal; elsewhere one line per row, the cells separated
-    by tabs, the header first, nothing cut, wrapped or styled (``grep``, ``cut -f``, ``column -t`` read it)."""
+    by tabs, the header first, nothing cut, wrapped or styled (``grep``, ``cut -f``, ``column -t`` read it).
+    ``whole``: columns whose lines are never broken inside (names): at least as wide as their longest line."""
     rows = [list(r) for r in rows]
     if plain(fmt):
         lines = ["\t".join(columns)] + ["\t".join(" ".join(str(c).split("\n")) for c in r) for r in rows]
@@ -108,8 +109,9 @@ def tabular(columns, rows, *, fmt: str = "auto", title: str | None = None) -> No
     from rich.table import Table
 
     table = Table(title=title)
-    for col in columns:
-        table.add_column(col, overflow="fold")  # a long name wraps onto the next line, never cut to "…"
+    for i, col in enumerate(columns):
+        widest = max((len(line) for r in rows for line in str(r[i]).splitlines()), default=0) if col in whole else None
+        table.add_column(col, overflow="fold", min_width=widest)  # a long name wraps onto the next line, never "…"
     for r in rows:
         table.add_row(*(c if isinstance(c, Text) else text(c) for c in r))
     out.print(table)

@@ -101,6 +101,11 @@ def main(args) -> int:
     ui.info(f"readiness: {state.why()}")
     ui.info("command:")
     ui.info(plan.shell())
+    if pack.kind == "pr" and not args.head:  # the command ends with a placeholder: say how to make the branch
+        fbase = state.filing_base
+        ui.info(f"--head OWNER:BRANCH is a branch of your fork holding the series: 'harness export {pack.id} --base "
+                f"{fbase}' writes it signed as you (dist/export/{pack.id}-{fbase}/); 'git am' those files on "
+                f"{fbase} in your fork, push the branch, then pass --head you:branch")
     if not args.post:
         return 0
     if not state.ready:

@@ -24,7 +24,8 @@ def main(args) -> int:
     ctx = context(args)  # loading validates tracking.toml and the manifests it names
     for target in pins.list_targets(ctx.root):
         pins.load_manifest(ctx.root, target)
-    n_patches = 0
+    n_patches = n_ported = 0
+    ported_bases: set[str] = set()
     for pack in ctx.tracking.packs.values():
         loaded = series.load_series(ctx.root, pack.target, pack.id)  # parses headers
         patched = [lane.name for lane in pack.lanes if lane.patched]
@@ -38,12 +39,19 @@ def main(args) -> int:
             ui.warn(f"pack {pack.id}: {where} holds no patch yet; lane(s) {', '.join(patched)} cannot run until "
                     "it does ('harness edit', docs/adding-a-pack.md)")
         n_patches += len(loaded)
+        # the ported series (patches/<target>/<pack>/<base>/: main, dev) are patch files too: parse and count them
+        top = series.series_dir(ctx.root, pack.target, pack.id)
+        for base in sorted(d.name for d in top.iterdir() if d.is_dir()) if top.is_dir() else []:
+            ported = series.load_series(ctx.root, pack.target, pack.id, base)
+            n_ported += len(ported)
+            ported_bases.add(base)
     unknown = unknown_keys(ctx.root)
     if unknown:  # the loaders warned (other commands go on); the validator fails
         raise ConfigError(f"{len(unknown)} unknown key(s), the first: {unknown[0]}",
                           hint="a misspelt key is ignored by every other command: fix or remove it")
     ui.data(f"tracking.toml: {len(ctx.tracking.packs)} packs; manifests: {len(pins.list_targets(ctx.root))}; "
-                 f"patches: {n_patches} with valid Upstream-Status")
+            f"patch files: {n_patches + n_ported} with valid Upstream-Status ({n_patches} in the packs' own series, "
+            f"{n_ported} in series ported to {', '.join(sorted(ported_bases)) or 'no other base'})")
     recorded = suite_selections(ctx)  # schema and reasons: a file that breaks them raises here
     if not args.apply:
         return 0

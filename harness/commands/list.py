@@ -33,8 +33,11 @@ def main(args) -> int:
     if args.json:
         ui.out.file.write(json.dumps({"schema": JSON_SCHEMA, "packs": rows}, indent=2) + "\n")
         return 0
+    # a table gives each lane a line of its own, never broken inside (a lane name wrapped mid-word at 120 columns);
+    # piped, one line per pack as before
+    sep = ", " if ui.plain(args.format) else "\n"
     ui.tabular(("pack", "target", "kind", "state", "depends on", "lanes: latest verdict", "title"),
                ((r["id"], r["target"], r["kind"], r["state"], ", ".join(r["depends_on"]) or "-",
-                 ", ".join(f"{lane['name']}: {lane['verdict']}" for lane in r["lanes"]) or "-", r["title"])
-                for r in rows), fmt=args.format)
+                 sep.join(f"{lane['name']}: {lane['verdict']}" for lane in r["lanes"]) or "-", r["title"])
+                for r in rows), fmt=args.format, whole=("lanes: latest verdict",))
     return 0

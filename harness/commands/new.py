@@ -14,25 +14,33 @@ from harness.lane.tracking import KINDS
 
 def register(sub) -> None:
     p = sub.add_parser("new", help="scaffold a pack: tracking.toml entry, series directory, reproducer from the kit",
-                       description="Adds [packs.NN] to tracking.toml (state planned; a bug lane on the base and, "
-                                   "for kinds that carry a patch, a fix lane), creates patches/<target>/NN/ and "
-                                   "writes repros/<target>/packNN_<slug>.py from repros/_lane.py's kit. All or "
-                                   "nothing. Next: write the reproducer's check, then 'harness edit NN' to make "
-                                   "the series.")
+                       description="Adds [packs.NN] to tracking.toml (state planned) with its lanes: a bug lane "
+                                   "(unpatched, expects BUG_REPRODUCED) and, for kinds that carry a patch, a fix "
+                                   "lane (patched, expects FIX_VALIDATED), on the base and again on the target's "
+                                   "filing base when that is another one (upstream main or dev): 4 lanes for a PR "
+                                   "on mamba (bug-<base>, fix-<base>, bug-main, fix-main). Creates "
+                                   "patches/<target>/NN/ and writes repros/<target>/packNN_<slug>.py from "
+                                   "repros/_lane.py's kit. All or nothing. Next: write the reproducer's check, "
+                                   "then 'harness edit NN' to make the series.")
     p.add_argument("pack", help="the new pack's id, e.g. 24")
     p.add_argument("--target", required=True, help="an upstream/<target>.toml, e.g. mamba")
     p.add_argument("--title", default=None, help="one line: what breaks (default: 'TODO: title')")
     p.add_argument("--kind", default="pr", choices=KINDS, help="what will be filed (default: %(default)s)")
     p.add_argument("--base", default=None, help="the base its lanes run on (default: the manifest's default_base)")
-    p.add_argument("--requires", default="cuda", choices=("cpu", "cuda"),
-                   help="what its lanes need (default: %(default)s)")
+    p.add_argument("--requires", default=None, choices=("cpu", "cuda"),
+                   help="what its lanes need (default: cpu where a pack of the target already runs a lane on a CPU "
+                        "host, so they run here instead of being skipped; else cuda)")
     _args.common(p)
 
 
 def main(args) -> int:
     ctx = context(args)
+    requires = args.requires
+    if requires is None:
+        requires, why = scaffold.default_requires(ctx.tracking, args.target)
+        ui.info(f"its lanes require {requires} ({why}; --requires chooses)")
     made = scaffold.new_pack(ctx.tracking, args.pack, args.target, args.title or "TODO: title", args.kind,
-                             args.base, args.requires)
+                             args.base, requires)
     ui.data(str(made.reproducer.relative_to(ctx.root)))
     ui.info(f"pack {made.pack}: [packs.{made.pack}] in tracking.toml (lanes {', '.join(made.lanes)}), "
             f"{made.series_dir.relative_to(ctx.root)}/, {made.reproducer.relative_to(ctx.root)}")

@@ -46,6 +46,15 @@ def main(args) -> int:
     ui.tabular(("#", "pack", "target", "kind", "class", "state", "depends on", "title"),
                [(str(i), p.id, p.target, p.kind, p.cls or "-", p.state, ", ".join(p.depends_on) or "-", p.title)
                 for i, p in enumerate(order, 1)], fmt=getattr(args, "format", "auto"), title="landing order")
+    if ui.plain(getattr(args, "format", "auto")):
+        # piped: the checks as tab-separated rows too (a header of their own), never space-aligned prose between
+        rows = [("apply", c.pack, c.target, c.base, "FAIL" if c.error else "ok",
+                 c.error or f"{c.patches} patch(es) apply with only its declared dependencies") for c in checks]
+        rows += [("overlap", ov.a[0], ov.target, "-", "FAIL", f"{ov.describe()}; add a depends_on") for ov in found]
+        if not found:
+            rows.append(("overlap", "-", "-", "-", "ok", "no two unordered packs touch the same lines"))
+        ui.tabular(("check", "pack", "target", "base", "result", "detail"), rows, fmt="plain")
+        return int(worst(codes))
     for check in checks:
         if check.error:
             ui.data(f"FAIL pack {check.pack}: series does not apply on {check.target} {check.base} with only its "

@@ -101,18 +101,34 @@ def _hint_lane_environment(exc: BuildError, ctx, pack, args) -> None:
 
 
 def next_steps(ctx, pack, results, skipped, args) -> list[str]:
-    """After a skip: how to run those lanes on a GPU host, and what this run changed in the checkout."""
-    if not skipped:
-        return []
-    bundle = f"dist/bundle-{pack.id}.tar.xz"
-    only = "".join(f" --lane {r.lane}" for r in skipped)
-    lines = [f"to run the skipped lane(s) on a GPU host: harness bundle {pack.id} -o {bundle}; there: python3 -m "
-             f"harness.bootstrap {bundle} -- run {pack.id}{only} --receipts-dir /tmp/r --no-tracking; back here: "
-             "harness receipts import (docs/gpu-hosts.md)"]
+    """After a skip: how to run those lanes on a GPU host; after any lane wrote a receipt into the checkout: what
+    this run changed there, and the one command that keeps it and the one that discards it."""
+    lines = []
+    if skipped:
+        bundle = f"dist/bundle-{pack.id}.tar.xz"
+        only = "".join(f" --lane {r.lane}" for r in skipped)
+        lines.append(f"to run the skipped lane(s) on a GPU host: harness bundle {pack.id} -o {bundle}; there: python3 "
+                     f"-m harness.bootstrap {bundle} -- run {pack.id}{only} --receipts-dir /tmp/r --no-tracking; back "
+                     "here: harness receipts import (docs/gpu-hosts.md)")
     ran = [r for r in results if r.receipt is not None]
     if ran:
-        where = receipts.display_path(ctx.receipts_dir or receipts.receipts_root(ctx.root), ctx.root)
-        tracked = "" if args.no_tracking else "; tracking.toml was updated"
-        lines.append(f"the {len(ran)} lane(s) that ran here wrote receipts under {where}/{tracked} "
-                     "(commit them, or discard with git checkout)")
+        lines.append(changes_line(ctx, pack, len(ran), tracked=not args.no_tracking))
     return lines
+
+
+def changes_line(ctx, pack, ran: int, tracked: bool) -> str:
+    """What ``ran`` lanes changed in the checkout, with the commands that keep or discard it. The receipt directories
+    are new, untracked files: ``git checkout`` alone leaves them (and 'status' keeps reading them); ``git clean``
+    of the pack's receipt directory removes exactly those, and tracking.toml goes back to its committed text."""
+    root = ctx.receipts_dir or receipts.receipts_root(ctx.root)
+    where = receipts.display_path(root, ctx.root)
+    pack_dir = receipts.display_path(root / pack.target / pack.id, ctx.root)
+    inside = (root / pack.target / pack.id).is_relative_to(ctx.root)
+    keep = [p for p, wanted in ((pack_dir, inside), ("tracking.toml", tracked)) if wanted]
+    undo = [cmd for cmd, wanted in (("git checkout -- tracking.toml", tracked),
+                                    (f"git clean -fdq -- {pack_dir}/", inside)) if wanted]
+    text = f"the {ran} lane(s) that ran here wrote receipts under {where}/" + ("; tracking.toml was updated" if tracked
+                                                                              else "")
+    if keep:
+        text += f". Keep: git add {' '.join(keep)} && git commit; discard: {' && '.join(undo)}"
+    return text

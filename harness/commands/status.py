@@ -70,7 +70,9 @@ def main(args) -> int:
         ctx = dataclasses.replace(ctx, tracking=Tracking.load(ctx.root))
     packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())
     memo: dict = {}
-    states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
+    # seconds of apply checks, related-work scans and body checks: say so on stderr, with a heartbeat off a terminal
+    with ui.status(f"computing the readiness of {len(packs)} pack(s) (apply checks, receipts, bodies)"):
+        states = [readiness.readiness(ctx, p, allow_download=not args.no_apply, _memo=memo) for p in packs]
     unfetched = [s for s in states if s.apply is not None and s.apply.status == readiness.ApplyStatus.UNAVAILABLE]
     if unfetched:  # not "not ready": not known. Exit 4 as 'run' does when a base cannot be fetched
         ui.warn(f"{len(unfetched)} pack(s) could not be checked: their filing base could not be fetched "
@@ -82,9 +84,10 @@ def main(args) -> int:
     elif args.pack:
         story(ctx, states[0])
     elif ui.plain(args.format):
+        # the summary is data, as on a terminal: the last line of stdout (the rows above it are tab-separated)
         ui.out.file.write("".join(line + "\n" for line in overview_plain(ctx, states)))
-        ui.info(f"{sum(s.ready for s in states)} of {len(states)} ready; every reason of one pack: "
-                "harness status <pack>")
+        ui.out.file.write(f"{sum(s.ready for s in states)} of {len(states)} ready; every reason of one pack: "
+                          "harness status <pack>\n")
     else:
         for row in overview(ctx, states):
             ui.out.print(row, no_wrap=True, overflow="ignore", crop=False)
@@ -98,8 +101,7 @@ def _latest(ctx, pack):
 
 
 def _host(rec: receipts.Receipt) -> str:
-    gpu = rec.host.gpu if rec.host is not None else None
-    return gpu.replace("NVIDIA ", "").split()[0] if gpu else "cpu"
+    return receipts.host_label(rec)
 
 
 def receipt_json(ctx, rec: receipts.Receipt | None) -> dict | None:
@@ -132,7 +134,9 @@ def pack_json(ctx, state: readiness.Readiness) -> dict:
         "latest_receipt": receipt_json(ctx, _latest(ctx, pack)),
         "apply": None if state.apply is None else {"base": state.apply.base, "status": state.apply.status,
                                                    "detail": state.apply.detail,
-                                                   "checked_at": state.apply.checked_at},
+                                                   "checked_at": state.apply.checked_at,
+                                                   # true: answered from the store's apply-checks, not checked now
+                                                   "cached": state.apply.cached},
         "mitigation": (pack.mitigation or {}).get("status", "active") if pack.mitigation else None,
         "ready": state.ready,
         "reasons": [{"code": r.code.value, "text": r.text} for r in state.reasons],
@@ -278,7 +282,11 @@ def story(ctx, state: readiness.Readiness) -> None:
                          + (f"{d.relation} ({d.date})" if d else "not decided"))
     if state.apply is not None:
         a = state.apply
-        lines.append(f"  series on {a.base}: {a.describe()}" + (f" (checked {a.checked_at})" if a.checked_at else ""))
+        when = f"checked {a.checked_at}" if a.checked_at else ""
+        if a.cached:  # not checked by this command: say so, and where the answer is kept
+            when = (f"not checked now; {when or 'a result'} remembered in {ctx.store.area('apply-checks')}, "
+                    "shared by every clone on this host")
+        lines.append(f"  series on {a.base}: {a.describe()}" + (f" ({when})" if when else ""))
     if pack.lanes:
         lines.append("  lanes:")
         for e in state.lanes:
@@ -297,10 +305,15 @@ def story(ctx, state: readiness.Readiness) -> None:
         m = pack.mitigation
         lines.append(f"  mitigation ({m.get('status', 'active')}): {m.get('what')}")
         lines.append(f"    retire when: {m.get('retire_when')}")
-    if state.ready:
-        lines.append("  READY to file")
-    else:
-        lines.append(f"  not ready ({len(state.reasons)} reason(s)):")
-        lines += [f"    [{r.code}] {r.text}" for r in state.reasons]
+    lines += verdict_lines(state.filing_base, [(str(r.code), r.text) for r in state.reasons], indent="  ")
     for line in lines:
         ui.data(line)
+
+
+def verdict_lines(filing_base: str, reasons: list[tuple[str, str]], indent: str = "") -> list[str]:
+    """The verdict of 'status PACK': ready, or every reason (code, text) why not. tools/pack_pages.py writes the
+    same lines on each pack's page from 'status --json', so a page cannot say other than status does."""
+    if not reasons:
+        return [f"{indent}READY to file against {filing_base}"]
+    return [f"{indent}not ready to file against {filing_base} ({len(reasons)} reason(s)):",
+            *(f"{indent}  [{code}] {text}" for code, text in reasons)]

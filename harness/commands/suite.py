@@ -10,6 +10,7 @@ from harness.commands._context import context
 from harness.errors import Exit
 from harness.lane import lanes, suite, suite_check
 
+JSON_SCHEMA = 1  # 'suite compare --json' and 'suite commits --json' (keys: docs/cli.md)
 
 def register(sub) -> None:
     p = sub.add_parser("suite", help="derive, record and judge a pack's upstream suite (docs/upstream-tests.md)",
@@ -117,7 +118,7 @@ def _collected_cases(ctx, pack, base: str) -> dict[str, int] | None:
 def _compare(ctx, pack, base: str, as_json: bool) -> int:
     result = suite_check.suite_verdict(ctx, pack, base)
     if as_json:
-        ui.json_data(result.as_json())
+        ui.json_data({"schema": JSON_SCHEMA, **result.as_json()})
     else:
         for case in result.comparison.cases:
             if case.verdict != "ok":
@@ -125,7 +126,11 @@ def _compare(ctx, pack, base: str, as_json: bool) -> int:
                                                                      ("patched", case.why_patched)) if text)
                 ui.data(f"{case.id}: base {case.base}, patched {case.patched}: {case.verdict}"
                         + (f" ({why})" if why else ""))
-        ui.note(result.line())
+        # what was left out, and the verdict, are data too (stdout): 'suite compare 07 | tail -2' reads both
+        ok = sum(1 for case in result.comparison.cases if case.verdict == "ok")
+        if ok:
+            ui.data(f"{ok} case(s) ok on both builds, not listed (--json lists every case)")
+        ui.data(result.line())
     return Exit.OK if result.ok else Exit.MISMATCH
 
 
@@ -141,7 +146,8 @@ def _commits(ctx, args) -> int:
     started = time.monotonic()
     results = [suite_check.commit_check(ctx, pack, base or pack.filing_base, args.timeout) for pack, base in chosen]
     if args.json:
-        ui.out.print_json(json.dumps({"ok": all(r.ok for r in results), "checks": [r.as_json() for r in results],
+        ui.out.print_json(json.dumps({"schema": JSON_SCHEMA, "ok": all(r.ok for r in results),
+                                      "checks": [r.as_json() for r in results],
                                       "duration_s": round(time.monotonic() - started, 1)}))
     else:
         for r in results:

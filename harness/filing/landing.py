@@ -87,7 +87,8 @@ def apply_checks(ctx: Context, packs: list[Pack] | None = None, keep_going: bool
         where = f"[{n}/{len(todo)}] pack {pack.id} on {pack.target} {base}"
         error = None
         if memo.is_file():
-            ui.note(f"{where}: applies (remembered from an earlier check of the same pin and patches)")
+            ui.note(f"{where}: applies (not applied now; remembered in {memo.parent} from an earlier check of the "
+                    "same pin and patches, by any clone on this host)")
         else:
             try:
                 with ui.status(f"{where}: applying {len(patches)} patch(es)"):

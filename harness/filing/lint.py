@@ -44,7 +44,9 @@ class Finding:
     where: str = "body"
 
     def describe(self, name: str | None = None) -> str:
-        return f"{name or self.where}:{self.line}: {self.rule}: {self.text!r}"
+        # line 0: a finding about the whole file (its budget, its template, a build), not one of its lines
+        where = f"{name or self.where}:{self.line}" if self.line > 0 else f"{name or self.where} (the whole file)"
+        return f"{where}: {self.rule}: {self.text!r}"
 
 
 def lint(text: str, body: bool = True, where: str = "body", vocabulary: bool | None = None) -> list[Finding]:

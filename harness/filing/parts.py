@@ -169,7 +169,11 @@ def base_label(manifest: pins.Manifest, base) -> str:
     if is_release(base):
         return f"{manifest.distribution} {base.version}"
     slug = repo_slug(manifest.repo) or manifest.repo
-    return f"{slug} {base.version} at {base.commit[:10]}" if base.commit else f"{manifest.distribution} {base.version}"
+    if not base.commit:
+        return f"{manifest.distribution} {base.version}"
+    # a git base's version names its commit already ("main@d98e8a6"): name the branch and the commit once
+    name, _, short = str(base.version).partition("@")
+    return f"{slug} {name if short and base.commit.startswith(short) else base.version} at {base.commit[:10]}"
 
 
 def _where(manifest: pins.Manifest, base, own: list[series.Patch]) -> str:

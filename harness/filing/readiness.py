@@ -13,9 +13,10 @@ A pack is **ready** when all of these hold:
 * the series applies to the filing base -- checked with ``git am`` on the materialized base and cached
   per (base pin, patch sha256s) in the store; ``--no-apply`` uses only a cached result and otherwise
   says "not checked", which is never ready;
-* every lane on the filing base has a latest receipt that passed, ran on the artefact (or commit)
-  pinned today, ran the reproducer file as it is now, and -- patched lanes -- applied exactly the
-  series files of the filing base (their sha256s); at least one lane runs there;
+* every lane on the filing base has a latest receipt that passed, came from the kind of host the lane
+  requires (a cuda lane's from a host with a GPU), ran on the artefact (or commit) pinned today, ran the
+  reproducer file as it is now, and -- patched lanes -- applied exactly the series files of the filing
+  base (their sha256s); at least one lane runs there;
 * the filing body renders from receipts, its evidence rows all resolve, body and reproducer lint, and
   the body passes the body check (``filing.check``: layout, budget, anchors, evidence bases, names);
 * nothing says upstream absorbed it: every patch reverse-applies on the filing base, a passing
@@ -146,6 +147,7 @@ class LaneProblemCode(StrEnum):
     HELPERS = "helpers"  # a helper module the reproducer imports changed since
     HOST = "host"  # a suite shard whose cases failed for want of the host's resources (GPU memory, a port)
     DOMAIN = "domain"  # a domain lane that swept another declaration, or ran on a device the claim is not for
+    HOST_KIND = "host-kind"  # a lane that requires cuda, whose latest receipt came from a host without a GPU
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,10 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
         return LaneProblem(LaneProblemCode.NO_RECEIPT, "no receipt")
     if rec.verdict != Verdict.PASS:
         return LaneProblem(LaneProblemCode.VERDICT, f"latest receipt is {rec.verdict}, not pass")
+    if pack.lane_requires(lane) == "cuda" and (rec.host is None or not rec.host.gpu):
+        # a pack switched from cpu to cuda: a CPU host's pass says nothing of the GPU the lane now requires
+        return LaneProblem(LaneProblemCode.HOST_KIND, "latest receipt is from a host without a GPU; the lane "
+                                                      "requires cuda (run it on a GPU host)")
     if not _same_pin(rec.base, base):
         return LaneProblem(LaneProblemCode.PIN, f"latest receipt ran on another artefact than the {lane.base} pin")
     if lane.patched:

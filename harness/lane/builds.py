@@ -333,7 +333,9 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
         raise BuildError(f"import check of {label}: {exc}") from None
     remembered = memo.get(key)
     if isinstance(remembered, dict):
-        ui.note_once(f"import check of {label}: remembered ({key[:12]}), nothing changed since it passed")
+        ui.note_once(f"import check of {label}: not run now; remembered in {memo.directory} (key {key[:12]}: "
+                     "it passed there and nothing it depends on changed since; the cache is shared by every clone "
+                     "on this host; PATCHLANE_RECHECK=1 runs it)")
         return remembered
     proc = guard.run([python, "-c", code, *modules], env=env, cwd=cwd)
     if proc.returncode != 0:

@@ -416,6 +416,10 @@ class Lease:
                 names = entry_files(self.path)
                 if finished:
                     reseal(self.path, names)
+                    compiled = len([n for n in names if n != META]) - self.files
+                    if compiled > 0:  # said only where something compiled (a CPU lane mostly compiles nothing)
+                        ui.note(f"kernel cache {self.facts.key[:12]}: kept {compiled} file(s) this lane compiled "
+                                f"({self.path})")
                     return
                 before = sealed(self.path) or {}
                 whole = [n for n in names if Path(n).parts[0] in WHOLE_WRITES]
@@ -466,7 +470,10 @@ def lane(store: Store, facts: Facts, scratch_prefix: str, seed: Path | None = No
         with _throwaway(facts, scratch_prefix, "throwaway") as lease:
             yield lease
         return
-    ui.note(f"kernel cache {facts.key[:12]}: {'warm, ' + str(files) + ' file(s)' if files else 'cold'} ({entry})")
+    # "cold" on every CPU lane, where nothing compiles, read as a failure: an empty entry is a detail (-v); what a
+    # lane compiled into it is said when it is sealed
+    state = f"warm, {files} file(s)" if files else "empty, nothing compiled yet"
+    (ui.note if files else ui.detail)(f"kernel cache {facts.key[:12]}: {state} ({entry})")
     try:
         yield Lease(facts, "store", entry, warm=files > 0, files=files, _lock=lock)
     finally:

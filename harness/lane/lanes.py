@@ -104,7 +104,9 @@ def obtain_build(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches
     ui.note_once(f"base {manifest.target} {base.name}: {checkout.path} (git {checkout.commit[:12]})")
     if patches:
         tree = series.apply(checkout, patches, ctx.store)
-        ui.note(f"applied {len(patches)} patch(es): " + ", ".join(f"{p.pack}/{p.name}" for p in patches))
+        # once per base and series: pack 07's 31 patched lanes share one build and printed it 31 times
+        ui.note_once(f"applied {len(patches)} patch(es) on {manifest.target} {base.name}: "
+                     + ", ".join(f"{p.pack}/{p.name}" for p in patches))
         tree_path, tree_key = tree.path, tree.key
     else:
         tree_path, tree_key = checkout.path, series.series_key(manifest.target, base.pin, [])

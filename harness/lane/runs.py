@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from harness.base import fingerprint, guard
+from harness.base import fingerprint, guard, ui
 from harness.errors import Exit, WriteError
 
 
@@ -148,7 +148,9 @@ def cuda_devices(python: str, memo_dir: Path | None = None) -> tuple[int, str]:
             return 0, f"cannot probe CUDA with {python}: {exc}"
         memo = fingerprint.Memo(memo_dir)
         remembered = memo.get(key)
-        if isinstance(remembered, list) and len(remembered) == 2:
+        if isinstance(remembered, list) and len(remembered) == 2:  # not asked now: say where the answer is from
+            ui.note_once(f"CUDA devices: {remembered[1]} (not probed now; remembered in {memo.directory}, shared by "
+                         "every clone on this host; PATCHLANE_RECHECK=1 asks torch again)")
             return int(remembered[0]), str(remembered[1])
     try:
         proc = guard.run([python, "-c", CUDA_PROBE], timeout=120, cwd=cwd)
@@ -263,15 +265,19 @@ class TraceFolder:
             self._partial = b""
         self._end_block()
 
+    NESTED = "Traceback (most recent call last):"  # TVM/TileLang: "tvm.error.InternalError: Traceback (most ..."
+
     def _line(self, line: bytes) -> None:
         text = line.decode("utf-8", errors="replace")
         if self._block is None:
-            if text.startswith(self.STARTS):
+            if text.startswith(self.STARTS) or self.NESTED in text:
                 self._block = [line]
             else:
                 self._write(line)
             return
-        if text[:1] in (" ", "\t") or not text.strip() or text.startswith(self.STARTS + self.INSIDE):
+        # a TileLang (TVM) error repeats its C++ trace after the Python one, behind the exception's name: one trace
+        if text[:1] in (" ", "\t") or not text.strip() or text.startswith(self.STARTS + self.INSIDE) \
+                or self.NESTED in text:
             self._block.append(line)
             return
         self._end_block()

@@ -165,3 +165,15 @@ def _check_loads(tracking: Tracking, change) -> None:
         Tracking.load(tracking.root, Path(fh.name))
     finally:
         Path(fh.name).unlink(missing_ok=True)
+
+
+def default_requires(tracking: Tracking, target: str) -> tuple[str, str]:
+    """What a new pack of ``target``'s lanes require when 'new' is not told, and why: ``cpu`` where a pack of the
+    target already has a lane that requires cpu (its builds import and run on a host without a GPU), so the
+    scaffolded lanes run on a CPU host instead of being skipped there; else ``cuda``."""
+    for pack in tracking.packs.values():
+        if pack.target == target:
+            for lane in pack.lanes:
+                if pack.lane_requires(lane) == "cpu":
+                    return "cpu", f"pack {pack.id}'s lane {lane.name} runs {target} on a CPU host"
+    return "cuda", f"no lane of {target} runs on a CPU host yet"

@@ -12,14 +12,21 @@ again only when ``lane_env_stamp`` changes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import sys
+import threading
+import time
 import tomllib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base.fingerprint import file_identity
 from harness.errors import Exit  # stdlib-only, like this module (the noxfile imports both)
 
+HEARTBEAT_S = 15.0  # as harness.base.ui: a line at least this often while a long step runs off a terminal
 STAMP_FILE = ".patchlane-stamp.json"
 STAMP_VERSION = "1"  # bump when what the lane environment installs changes in a way the stamp cannot see
 
@@ -100,3 +107,40 @@ def pack_sessions(root: Path) -> list[PackSession]:
                                session_python(root, target)))
     return out
 
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_size
+    return total
+
+
+@contextlib.contextmanager
+def heartbeat(what: str, grows: Path | None = None, every: float = HEARTBEAT_S,
+              write: Callable[[str], object] | None = None) -> Iterator[None]:
+    """A line every ``every`` seconds while the block runs (``what``, the time so far and, with ``grows``, that
+    directory's size), terminal or not, then one with the total: a pip install of the megatron lane environment
+    (about 5 GB) printed nothing for three minutes. Standard library only (the noxfile runs it before rich)."""
+    say = write or (lambda line: print(line, file=sys.stderr, flush=True))
+    started = time.monotonic()
+    stop = threading.Event()
+
+    def state() -> str:
+        size = f", {_size(grows) / 2**20:,.0f} MiB in {grows.name}" if grows is not None and grows.is_dir() else ""
+        return f"{time.monotonic() - started:.0f} s{size}"
+
+    def beat() -> None:
+        while not stop.wait(every):
+            say(f"  ... still {what} ({state()})")
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    say(f"  {what}: done in {state()}")

@@ -36,6 +36,7 @@ from harness.lane.receipts.index import (
     display_path,
     find,
     host_description,
+    host_label,
     latest,
     latest_by_lane,
     latest_per_lane,
@@ -71,6 +72,6 @@ __all__ = [
     "BaseRecord", "BuildRecord", "Check", "Figure", "HarnessRecord", "Host", "KernelCacheRecord", "LOG",
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
     "Verdict", "check_dir", "dated_in_future", "display_path", "dump", "find", "helper_digests", "host_description",
-    "latest", "latest_by_lane", "latest_per_lane", "load", "log_text", "receipts_root", "run_dirs", "stamp_time",
-    "suite_logs", "summary", "utc_now", "verify", "write", "write_manifest",
+    "host_label", "latest", "latest_by_lane", "latest_per_lane", "load", "log_text", "receipts_root", "run_dirs",
+    "stamp_time", "suite_logs", "summary", "utc_now", "verify", "write", "write_manifest",
 ]

@@ -100,11 +100,19 @@ def display_path(path: Path, root: Path) -> str:
 
 
 def host_description(receipt: Receipt) -> str:
-    """'<GPU> (cc <x.y>)', else the platform, as tracking.toml's validation entries name the host."""
+    """'<GPU> (cc <x.y>)', else 'cpu (<platform>)', as tracking.toml's validation entries name the host. A host
+    without a GPU is 'cpu' here as in 'status' (host_label): one name, the platform only added to it."""
     host = receipt.host
     if host is not None and host.gpu:
         return f"{host.gpu} (cc {host.compute_capability})"
-    return (host.platform if host is not None else None) or "unknown host"
+    platform = host.platform if host is not None else None
+    return f"cpu ({platform})" if platform else "unknown host"
+
+
+def host_label(receipt: Receipt) -> str:
+    """The host in one word, as 'status' and 'list' show it: the GPU's model (H100), else 'cpu'."""
+    gpu = receipt.host.gpu if receipt.host is not None else None
+    return gpu.replace("NVIDIA ", "").split()[0] if gpu else "cpu"
 
 
 def summary(receipt: Receipt, root: Path) -> dict:
