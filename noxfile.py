@@ -64,12 +64,19 @@ PYTEST = ["-q", "-rs", "-n", "auto"]
 def tests(session: nox.Session) -> None:
     """The test suite without the slow end-to-end tests (marker 'slow': 'tests_slow' runs those); a few minutes."""
     session.install("-e", ".[test]")
-    session.run("pytest", *PYTEST, "-m", "not slow and not serial", *session.posargs)
+    session.run("pytest", *PYTEST, "-m", "not slow and not serial and not slurm", *session.posargs)
     # the tests of process-wide faults (marker 'serial'), in one plain process: no worker thread to take a signal.
     # Only their files are collected: collecting all of tests/ again (every module imported, its asserts rewritten)
     # took 2 minutes on a loaded 2-core host for 2 tests of 1 s each. -v names each test as it starts.
     session.run("pytest", "-v", "-rs", "-p", "no:xdist", "-m", "serial and not slow", *_serial_files(),
                 *session.posargs)
+
+
+@nox.session(default=False)
+def tests_slurm(session: nox.Session) -> None:
+    """The tests against a real single-node Slurm: 'sweep --slurm' submits, a task is cancelled and resubmitted."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "slurm", "tests/test_slurm.py", *session.posargs)
 
 
 @nox.session(default=False)

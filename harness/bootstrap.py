@@ -35,6 +35,8 @@ wheel from DIR instead of building (a later host of the same image, when one cal
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import lzma
 import os
@@ -43,6 +45,7 @@ import subprocess
 import sys
 import tarfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness.base import tarsafe
@@ -262,14 +265,34 @@ def main(argv: list[str]) -> int:
     return subprocess.call(cmd, env=env)
 
 
+@contextlib.contextmanager
+def _node_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` (``flock``: released with the process, also when it is killed). Array tasks
+    of one Slurm sweep that start on one node together take turns: the first unpacks, the others find it done."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"> waiting for another bootstrap on this node ({path})", file=sys.stderr, flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def unpacked_dir(archive: Path) -> Path | int:
-    """The bundle directory of ``archive`` under the cache, unpacked and checked once (a later call with the
-    same archive finds it complete); or the exit code of what went wrong."""
+    """The bundle directory of ``archive`` under the cache, unpacked and checked once per node, under a lock
+    (a later or concurrent call with the same archive finds it complete); or the exit code of what went wrong."""
     dest = default_root() / "bundles" / sha256_file(archive)[:16]
     if not (dest / ".complete").exists():
-        code = unpack(archive, dest)
-        if code:
-            return code
+        # the lock lives outside the directory: an unpack replaces the directory whole (a scratch renamed in)
+        with _node_lock(default_root() / "locks" / f"bundle-{dest.name}.lock"):
+            if not (dest / ".complete").exists():  # looked at again under the lock: another task may have done it
+                code = unpack(archive, dest)
+                if code:
+                    return code
     return dest / TOP
 
 
@@ -278,7 +301,9 @@ def harness_env(bundle_dir: Path) -> dict[str, str]:
     checkout and the bundle's dependency wheels, installed once per interpreter beside the bundle directory,
     first on ``PYTHONPATH``. A script that starts harness commands itself (bench/sweep.py) uses it too."""
     site = bundle_dir.parent / f"site-{sys.implementation.cache_tag}"
-    install_site(bundle_dir, site)
+    if not site.with_name(site.name + ".complete").exists():
+        with _node_lock(site.with_name(f".{site.name}.lock")):
+            install_site(bundle_dir, site)
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parent.parent)
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -76,6 +76,20 @@ def test_bootstrap_uses_the_harness_cache_location_and_reuses_the_unpacked_bundl
     assert dest.name in {p.name for p in (xdg / "patchlane" / "bundles").iterdir()}
 
 
+def test_array_tasks_starting_together_on_one_node_unpack_the_bundle_once(lane_repo, bundled, tmp_path):
+    """Slurm array tasks of one sweep arrive at a node at once: the first unpacks and installs under a lock, the
+    others wait and find it done (docs/sweep.md, "Slurm")."""
+    env = _env(PATCHLANE_HOME=str(tmp_path / "home"))
+    procs = [subprocess.Popen([sys.executable, "-m", "harness.bootstrap", str(bundled), "--", "prepare", "01",
+                               "--root", str(lane_repo.root)], stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+             for _ in range(4)]
+    errs = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errs
+    said = "".join(errs)
+    assert said.count(f"> unpacking {bundled} into") == 1, said
+    assert said.count("installing 1 wheel(s) offline") == 1, said
+
+
 def test_bootstrap_failures_exit_pin(lane_repo, bundled, tmp_path):
     env = _env(PATCHLANE_HOME=str(tmp_path / "home"))
     assert bootstrap(tmp_path / "missing.tar.xz", "list", env=env).returncode == Exit.PIN

@@ -194,8 +194,15 @@ def test_ci_still_runs_the_slow_tests_and_tests_leaves_them_out():
     lines = _ci_lines()
     assert any(line.endswith("nox -s tests_slow") for line in lines)
     noxfile = (REPO / "noxfile.py").read_text()
-    assert '"-m", "not slow and not serial"' in noxfile and '"-m", "slow and not serial"' in noxfile
+    assert '"-m", "not slow and not serial and not slurm"' in noxfile and '"-m", "slow and not serial"' in noxfile
     assert '"-m", "serial and not slow"' in noxfile and '"-rs"' in noxfile
+
+
+def test_ci_runs_the_slurm_tests_against_a_slurm_it_starts_and_requires():
+    """The Slurm test must not pass in CI by skipping: .ci/run starts Slurm and requires it."""
+    text = (REPO / ".ci" / "run").read_text()
+    assert "bash .ci/slurm-up.sh" in text and "PATCHLANE_REQUIRE_SLURM=1 nox -s tests_slurm" in text
+    assert any(line.startswith("step slurm ") for line in _ci_lines())
 
 
 def test_every_slow_entry_names_a_test_that_exists():

@@ -111,14 +111,16 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         1: {"bundle",  # made from lanes
             "unpacked",  # a bundle opened on the GPU host (lane.context.Offline)
             "sweep_plan"},  # lanes into tasks (readiness says which are current)
-        2: {"sweep_estimate"},  # the scheduler replayed over recorded durations
+        2: {"sweep_estimate",  # the scheduler replayed over recorded durations
+            "slurm"},  # the plan as Slurm array jobs, and their state
         3: {"sweep"},  # the runner
         4: {""},
     },
     "commands": {
         0: {"_args", "_context", "error_handler"},  # what the verbs share
-        1: {"*"},  # the verbs
-        2: {""},
+        1: {"_sweep_slurm"},  # sweep's Slurm side: submit, watch, cancel, gather
+        2: {"*"},  # the verbs
+        3: {""},
     },
 }
 SUBRANK = {(pkg, name): rank for pkg, layers in SUBLAYERS.items() for rank, names in layers.items() for name in names}

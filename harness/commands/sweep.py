@@ -7,10 +7,10 @@ import json
 import sys
 
 from harness.base import ui
-from harness.commands import _args
+from harness.commands import _args, _sweep_slurm
 from harness.commands._context import context
 from harness.errors import Exit, UsageError
-from harness.host import sweep, sweep_estimate, sweep_plan, sweep_schedule
+from harness.host import slurm, sweep, sweep_estimate, sweep_plan, sweep_schedule
 from harness.lane.receipts import Verdict
 
 _STYLE = {Verdict.PASS.value: "green", "current": "green", "skipped": "yellow"}
@@ -58,6 +58,35 @@ def register(sub) -> None:
     p.add_argument("--task", type=int, default=None, metavar="N", help="the task of --from-plan to run")
     p.add_argument("--json", action="store_true",
                    help="print the plan (--plan) or the sweep's result as one JSON document on stdout")
+    g = p.add_argument_group(
+        "Slurm", "hand the plan to Slurm instead of running it here: one array job per GPU count, each array task "
+                 "'sweep --from-plan plan.json --task I' into a receipts directory of its own, then a gather job "
+                 "(afterany) that imports their receipts and writes the summary a local sweep prints. Run it again "
+                 "and it submits only the tasks with no current receipt and none still queued (docs/sweep.md)")
+    g.add_argument("--slurm", action="store_true", help="submit the selected lanes to Slurm (sbatch)")
+    g.add_argument("--slurm-dir", type=_args.path, default=None, metavar="DIR",
+                   help=f"where rounds keep their plan, scripts, logs, receipts and summary; on storage every node "
+                        f"sees (default: {_sweep_slurm.DEFAULT_DIR}/ in the checkout)")
+    g.add_argument("--partition", default=None, help="sbatch --partition")
+    g.add_argument("--account", default=None, help="sbatch --account")
+    g.add_argument("--time", default=None,
+                   help="sbatch --time for every array task (default: the longest task's lane limits + 25%% + 10 min)")
+    g.add_argument("--gpus-flag", default=slurm.Options.gpus_flag, metavar="TEMPLATE",
+                   help="how a task asks for its N GPUs, {n} standing for N (default: %(default)s; e.g. --gpus={n})")
+    g.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="one more sbatch argument for every job, as written (repeatable: --sbatch-arg=--qos=high)")
+    g.add_argument("--bundle", type=_args.path, default=None, metavar="FILE",
+                   help="an offline bundle on shared storage: every task starts through 'python -m harness.bootstrap "
+                        "FILE', which unpacks it once per node under a lock")
+    g.add_argument("--watch", action="store_true",
+                   help=f"with --slurm: follow the jobs until the gather job ends (progress on stderr; every "
+                        f"${_sweep_slurm.POLL_ENV} s, default 10), then print the summary and exit with its code; "
+                        "Ctrl-C or SIGTERM cancels them")
+    g.add_argument("--slurm-watch", action="store_true", help="follow the newest round already submitted (as --watch)")
+    g.add_argument("--slurm-cancel", action="store_true",
+                   help="cancel every job of this sweep's rounds that is still queued or running (scancel)")
+    g.add_argument("--slurm-gather", type=_args.path, default=None, metavar="ROUND_DIR",
+                   help="import a round's receipts and write its summary (what the gather job runs; also by hand)")
     p.add_argument("--receipts-dir", type=_args.path, default=None, help="write receipts here (default: receipts/)")
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
     _args.output_format(p)
@@ -76,6 +105,15 @@ def _per_target(values: list[str]) -> dict[str, str]:
 
 
 def main(args) -> int:
+    _sweep_slurm.check_flags(args)
+    if args.slurm_gather is not None:
+        return _sweep_slurm.gather(args, context(args))
+    if args.slurm_cancel:
+        return _sweep_slurm.cancel(args, context(args))
+    if args.slurm_watch:
+        ctx = context(args)
+        rnd = slurm.round_of(_sweep_slurm.slurm_dir(args, ctx), None)
+        return _sweep_slurm.watch(args, ctx, slurm.Slurm(), rnd)
     if (args.from_plan is None) != (args.task is None):
         raise UsageError("--from-plan and --task go together: the plan file and the index of its task to run")
     if args.estimate and not args.plan:
@@ -84,6 +122,9 @@ def main(args) -> int:
         raise UsageError("--jobs must be at least 1")
     ctx = context(args, receipts_dir=args.receipts_dir)
     jobs = args.jobs or sweep_schedule.cpu_count()
+    if args.slurm:
+        return _sweep_slurm.submit(args, ctx, sweep_plan.Selection(tuple(args.packs), tuple(args.target),
+                                                                 tuple(args.base), tuple(args.lanes)), jobs)
     if args.from_plan is not None:
         if args.packs or args.target or args.base or args.lanes:
             raise UsageError("--from-plan runs the plan's task as written: no PACK, --target, --base or --lane")
