@@ -86,7 +86,8 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "watch": {
         0: {"threads", "decisions", "rebase", "provenance",
             "footprint"},  # what a series touches, and how close upstream work comes to it
-        1: {"related", "absorbed"},  # overlapping work needs decisions and footprints; absorbed needs rebase
+        1: {"related", "absorbed",  # overlapping work needs decisions and footprints; absorbed needs rebase
+            "refresh"},  # a new upstream head: every pack classified there (rebase's trial, patch-ids, history)
         2: {""},
     },
     "filing": {
