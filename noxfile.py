@@ -267,6 +267,20 @@ def sweep(session: nox.Session) -> None:
     session.run("harness", "sweep", *pythons, *session.posargs, success_codes=[int(Exit.OK), int(Exit.SKIPPED)])
 
 
+@nox.session(default=False)
+def refresh(session: nox.Session) -> None:
+    """Every active pack re-decided at upstream's new heads (``harness refresh``; posargs pass on: ``nox -s refresh --
+    --target mamba --to <ref> --propose``). Bug lanes run in their target's lane environment (made when missing)."""
+    session.install("-e", ".")
+    chosen = [a.split("=", 1)[1] for a in session.posargs if a.startswith("--target=")]
+    chosen += [b for a, b in zip(session.posargs, session.posargs[1:], strict=False) if a == "--target"]
+    specs = [spec for spec in pack_sessions(ROOT) if not chosen or spec.target in chosen]
+    pythons = [] if "--no-lanes" in session.posargs else \
+        [f"--lane-python={spec.target}={_lane_env(session, spec) / 'bin' / 'python'}"
+         for spec in {s.target: s for s in specs}.values()]
+    session.run("harness", "refresh", *pythons, *session.posargs, success_codes=[int(Exit.OK), int(Exit.APPLY)])
+
+
 @nox.session(venv_backend="none", default=False)
 def suite_commits(session: nox.Session) -> None:
     """Each commit of a PR series against the CPU part of its recorded upstream suite (harness suite commits).

@@ -90,7 +90,8 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         0: {"threads", "decisions", "rebase", "provenance",
             "footprint"},  # what a series touches, and how close upstream work comes to it
         1: {"conflicts"},  # whether an open upstream PR conflicts with a series, hunk by hunk (uses footprint)
-        2: {"related", "absorbed"},  # overlapping work needs decisions, footprints, conflicts; absorbed needs rebase
+        2: {"related", "absorbed",  # overlapping work needs decisions, footprints, conflicts; absorbed needs rebase
+            "refresh"},  # a new upstream head: every pack classified there (rebase's trial, patch-ids, history)
         3: {""},
     },
     "filing": {

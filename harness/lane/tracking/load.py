@@ -10,6 +10,8 @@ import re
 import string
 from pathlib import Path
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
 from harness.base import regular
 from harness.base.tomlutil import choice, field, str_list
 from harness.errors import ConfigError
@@ -25,6 +27,7 @@ from harness.lane.tracking.model import (
     OURS,
     PICKS,
     REQUIRES,
+    RETIRE_KINDS,
     SCHEMA,
     STATES,
     THREAD_STATES,
@@ -101,6 +104,38 @@ def _date_text(value) -> str | None:
     return None if value is None else str(value)
 
 
+_RETIRE_KEYS = {"requirement": {"kind", "target", "base", "package", "version"},
+                "lane": {"kind", "pack", "lane", "verdict"},
+                "thread": {"kind", "ref", "state"}}
+
+
+def _check_retire(conditions, where: str) -> None:
+    """``[[packs.NN.mitigation.retire]]``: the conditions, all of which retire the mitigation, as data that
+    ``harness refresh`` evaluates (docs/refresh.md): a version bound on what a base of a target requires of a
+    package, a lane's latest verdict, or a thread's state. Closed: every key named, every value checked."""
+    if not isinstance(conditions, list):
+        raise ConfigError(f"{where}: 'retire' must be an array of tables [[...mitigation.retire]]")
+    for i, c in enumerate(conditions):
+        cwhere = f"{where}.retire[{i}]"
+        kind = choice(c, "kind", RETIRE_KINDS, cwhere)
+        extra = sorted(set(c) - _RETIRE_KEYS[kind])
+        if extra:
+            raise ConfigError(f"{cwhere}: unknown key '{extra[0]}' for kind '{kind}' (keys: "
+                              f"{', '.join(sorted(_RETIRE_KEYS[kind]))})")
+        for key in sorted(_RETIRE_KEYS[kind] - {"kind"}):
+            field(c, key, str, cwhere)
+        if kind == "requirement":
+            try:
+                SpecifierSet(c["version"])
+            except InvalidSpecifier:
+                raise ConfigError(f"{cwhere}: version {c['version']!r} is not a version bound (e.g. '>=0.1.12')"
+                                  ) from None
+        elif kind == "lane":
+            choice(c, "verdict", ("pass", "mismatch"), cwhere)
+        else:
+            choice(c, "state", THREAD_STATES, cwhere)
+
+
 def _regular_in(root: Path, rel: str | None, key: str, where: str) -> None:
     """The file a key names must be a regular file of the checkout (a FIFO blocks, a link reads elsewhere)."""
     if rel is None:
@@ -166,6 +201,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         field(mitigation, "what", str, mwhere)
         field(mitigation, "retire_when", str, mwhere)
         choice(mitigation, "status", MITIGATION_STATUS, mwhere, default="active")
+        _check_retire(mitigation.get("retire", []), mwhere)
     absorbed = t.get("absorbed")
     if absorbed is not None:
         awhere = f"{where} .absorbed"

@@ -19,6 +19,7 @@ from harness.lane.tracking.domain import Domain
 KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
 STATES = ("planned", "held", "ready", "filed", "absorbed", "retired", "blocked")
 THREAD_STATES = ("open", "draft", "merged", "closed", "unknown")
+RETIRE_KINDS = ("requirement", "lane", "thread")  # [[packs.NN.mitigation.retire]]: what a condition reads
 REQUIRES = ("cuda", "cpu")
 MITIGATION_STATUS = ("active", "retired")
 # What a pack's change is; `harness waves` files crash fixes first and refactors late.

@@ -1,0 +1,190 @@
+"""``harness refresh [PACK ...] [--to REF]``: re-decide every pack on a git base when upstream moves."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from harness.base import ui
+from harness.commands import _args
+from harness.commands._context import context
+from harness.errors import Exit, UsageError
+from harness.host import sweep_plan
+from harness.lane import series
+from harness.lane.context import Context
+from harness.lane.tracking import Tracking
+from harness.upstream import git
+from harness.watch import refresh
+
+SCHEMA = 1
+_STYLE = {refresh.UNCHANGED: "green", refresh.OFFSETS: "yellow", refresh.CONFLICTS: "red",
+          refresh.LANDED: "cyan", refresh.LANDED_MODIFIED: "cyan", refresh.SUPERSEDED: "cyan",
+          refresh.STILL_NEEDED: "green"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "refresh", help="when upstream moves: classify every pack on a git base at the new head, propose the move",
+        description="For each git base (upstream main/dev) of the selected packs' targets, resolve the new head "
+                    "(--to REF, else the ref the base follows, from its mirror or repository), try every pack's "
+                    "series there and give it one class: unchanged, offsets, conflicts (with the upstream commits "
+                    "that changed the conflicting lines), landed (an upstream commit with the same patch-id), "
+                    "landed-modified (the commit after which the series is contained, with git range-diff), "
+                    "superseded (the bug lane prints BUG_ABSENT at the head) or still-needed (it still "
+                    "reproduces). A bug lane that needs a GPU this host lacks is planned, not run. --propose "
+                    "writes the move as one commit on a branch of its own: the new pin, the series regenerated "
+                    "where hunks moved, and a note with the classes and the lanes the move made stale "
+                    "(docs/refresh.md). Exit 5 when a pack's series conflicts at the head, else 0.")
+    p.add_argument("packs", nargs="*", metavar="PACK", help="pack ids (default: every active pack on a git base)")
+    p.add_argument("--target", action="append", default=[], help="only this target (repeatable)")
+    p.add_argument("--base", action="append", default=[], help="only this git base, e.g. main (repeatable)")
+    p.add_argument("--to", metavar="REF", default=None,
+                   help="the new head: a branch, tag or full commit id (default: the ref each base follows)")
+    p.add_argument("--no-lanes", action="store_true",
+                   help="do not run bug lanes at the head (superseded and still-needed are then not decided)")
+    p.add_argument("--propose", action="store_true",
+                   help="write the move as one commit on a branch refresh/<target>-<base>-<sha12> (needs a git "
+                        "checkout; the working tree is not touched)")
+    p.add_argument("--lane-python", action="append", default=[], metavar="TARGET=PYTHON",
+                   help="run TARGET's bug lanes with this interpreter's environment (its lane environment: the nox "
+                        "refresh session passes each target's; default: this interpreter)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    _args.artifacts(p)
+    _args.output_format(p)
+    _args.common(p)
+
+
+_INACTIVE = ("absorbed", "retired")
+
+
+def main(args) -> int:
+    ctx = context(args)
+    chosen = {ctx.tracking.pack(p).id for p in args.packs}
+    targets = sorted({p.target for p in ctx.tracking.packs.values()
+                      if (not args.target or p.target in args.target) and (not chosen or p.id in chosen)})
+    results = []
+    for target in targets:
+        manifest = ctx.manifest(target)
+        for base_name in refresh.git_bases(manifest):
+            if args.base and base_name not in args.base:
+                continue
+            packs = [p for p in ctx.tracking.packs.values()
+                     if p.target == target and p.state not in _INACTIVE and (not chosen or p.id in chosen)
+                     and series.load_series(ctx.root, target, p.id, base_name)]
+            if packs:
+                results.append(_one_base(ctx, args, manifest, base_name, packs))
+    trees = {(r["target"], r["base"]): Path(r.pop("_tree")) for r in results if r.get("_tree")}
+    retirements = [r.as_json() for r in refresh.evaluate_retirements(ctx, trees)]
+    for r in results:
+        shutil.rmtree(r.pop("_scratch"), ignore_errors=True)
+    doc = {"schema": SCHEMA, "kind": "patchlane-refresh", "bases": results, "retirements": retirements}
+    conflicts = any(m["class"] == refresh.CONFLICTS for r in results for m in r["packs"])
+    code = int(Exit.APPLY if conflicts else Exit.OK)
+    doc["exit"] = code
+    if args.json:
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        _print(doc, args)
+    if not results:
+        ui.info("refresh: no active pack has a series on a git base of the selection")
+    return code
+
+
+def _one_base(ctx: Context, args, manifest, base_name: str, packs) -> dict:
+    base = manifest.base(base_name)
+    assert base.git is not None
+    new, source = refresh.resolve(base.git, args.to, ctx.sources())
+    ui.info(f"refresh {manifest.target} {base_name}: {base.git.commit[:12]} -> {new[:12]} ({args.to or base.git.ref}, "
+            f"{source})")
+    scratch = refresh.scratch_dir(f"{manifest.target}-{base_name}")
+    try:
+        hist = refresh.history(base.git, new, ctx.sources(), scratch / "history")
+        ui.info(f"refresh {manifest.target} {base_name}: " + (f"{len(hist.commits)} upstream commit(s) between the "
+                f"pin and the head" if hist.known else f"history unknown: {hist.why_unknown}"))
+        root = refresh.moved_tree(ctx.root, manifest.target, base_name, new, hist, scratch / "proposal", args.propose)
+        moved_ctx = Context(root=root, tracking=Tracking.load(root), store=ctx.store, options=ctx.options)
+        checkout = moved_ctx.materialize(moved_ctx.manifest(manifest.target), base_name)
+        moves = []
+        for pack in packs:
+            ui.info(f"refresh {manifest.target} {base_name}: pack {pack.id}")
+            move = refresh.classify(moved_ctx, pack, checkout, hist, scratch / f"pack-{pack.id}")
+            lane = refresh.bug_lane(pack, base_name)
+            move.bug_lane = lane.name if lane else None
+            if lane is not None and not args.no_lanes and move.klass not in (refresh.LANDED, refresh.LANDED_MODIFIED):
+                ui.info(f"refresh: running {pack.id}'s bug lane {lane.name} at the head")
+                try:
+                    sentinel, planned = refresh.run_lane_at(moved_ctx, pack, lane, scratch / "receipts",
+                                                            _source_options(args, pack.target))
+                except refresh.RefreshError as exc:
+                    ui.warn(str(exc))
+                    sentinel, planned = None, False
+                refresh.judge_lane(move, sentinel, planned)
+            if refresh.OFFSETS in (move.klass, move.applies):
+                refresh.regenerate(moved_ctx, pack, checkout, scratch / f"regen-{pack.id}")
+            moves.append(move)
+        stale = _stale_lanes(moved_ctx, manifest.target, base_name)
+        out = {"target": manifest.target, "base": base_name, "old": base.git.commit, "new": new, "source": source,
+               "history": {"known": hist.known, "commits": len(hist.commits), "why_unknown": hist.why_unknown},
+               "packs": [m.as_json() for m in moves], "stale_lanes": stale,
+               "counts": refresh.summary_counts(moves), "branch": None, "commit": None,
+               "_tree": str(checkout.path), "_scratch": str(scratch)}
+        if args.propose:
+            out["branch"], out["commit"] = refresh.commit_proposal(root, manifest.target, base_name, hist, moves,
+                                                                   stale)
+            ui.info(f"refresh {manifest.target} {base_name}: proposed as {out['commit'][:12]} on branch "
+                    f"{out['branch']}")
+        return out
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    finally:
+        if args.propose:
+            git.call(ctx.root, "worktree", "remove", "--force", str(scratch / "proposal"))
+
+
+def _source_options(args, target: str) -> list[str]:
+    opts = []
+    for value in args.lane_python:
+        name, sep, python = value.partition("=")
+        if not sep or not name or not python:
+            raise UsageError(f"--lane-python {value!r}: write TARGET=PYTHON")
+        if name == target:
+            opts += ["--python", python]
+    for d in args.git_mirrors:
+        opts += ["--git-mirrors", str(d)]
+    for d in args.artifacts:
+        opts += ["--artifacts", str(d)]
+    return opts
+
+
+def _stale_lanes(ctx: Context, target: str, base_name: str) -> list[dict]:
+    """Every lane on the moved base: their receipts name the old pin, so the move made them stale. As the sweep
+    plans them (what it needs, its time limit), for a sweep after the move is taken."""
+    plan = sweep_plan.make_plan(ctx, sweep_plan.Selection((), (target,), (base_name,), ()), rerun=True, jobs=1)
+    return [{"pack": t.pack, "lanes": list(t.lanes), "gpus": t.need.gpus, "timeout_s": t.timeout_s}
+            for t in plan.tasks]
+
+
+def _print(doc: dict, args) -> None:
+    rows = []
+    for r in doc["bases"]:
+        for m in r["packs"]:
+            lane = m["bug_lane"] or "-"
+            said = "planned (needs a GPU)" if m["planned"] else (m["bug_sentinel"] or "not run")
+            rows.append([r["target"], r["base"], m["pack"], ui.text(m["class"], _STYLE.get(m["class"], "")),
+                         f"{lane}: {said}" if m["bug_lane"] else "-", m["detail"] or "-"])
+    ui.tabular(["target", "base", "pack", "class", "bug lane at the head", "detail"], rows, fmt=args.format,
+               title="refresh")
+    for m in doc["retirements"]:
+        said = {True: "came true", False: "not yet", None: "cannot be told yet"}[m["holds"]]
+        ui.info(f"mitigation of pack {m['pack']}: its retirement condition {said}: "
+                + "; ".join(f"{c['condition']}: {c['why']}" for c in m["conditions"]))
+    for r in doc["bases"]:
+        counts = ", ".join(f"{n} {k}" for k, n in r["counts"].items())
+        gpu = sum(1 for t in r["stale_lanes"] if t["gpus"])
+        ui.info(f"{r['target']} {r['base']} {r['old'][:12]} -> {r['new'][:12]}: {counts}; "
+                f"{len(r['stale_lanes'])} task(s) of lanes made stale ({gpu} need a GPU)"
+                + (f"; proposed on {r['branch']}" if r["branch"] else ""))

@@ -1,0 +1,245 @@
+"""``harness refresh`` and ``harness bisect`` on synthetic upstream moves built here.
+
+A bare mirror of the fake upstream holds the pinned commit and, on a branch each, the moves a real upstream
+makes: take our patch verbatim, take it reworded (with another change in the same commit), change the context
+of our hunk, fix the bug another way, touch nothing we carry. Each must get its class; bisect must find the
+commit that changed the bug lane's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import CORE_BUGGY, CORE_FIXED, cli, fake_tree, git
+
+from harness.errors import Exit
+
+MIRROR_NAME = "example.invalid+fake.git"  # what pins.mirror_name makes of https://example.invalid/fake
+CORE = "src/fakepkg/core.py"
+
+LANES = textwrap.dedent('''
+    [[packs.01.lanes]]
+    name = "bug-main"
+    base = "main"
+    patched = false
+    expect = "BUG_REPRODUCED"
+
+    [[packs.01.lanes]]
+    name = "fix-main"
+    base = "main"
+    patched = true
+    expect = "FIX_VALIDATED"
+''')
+
+
+class Upstream:
+    """A work repository of fakepkg whose branches are pushed to a bare mirror."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.work = tmp_path / "upstream-work"
+        for name, text in fake_tree("1.0", CORE_BUGGY).items():
+            (self.work / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.work / name).write_text(text)
+        git(self.work, "init", "-q", "-b", "main")
+        git(self.work, "add", "-A")
+        git(self.work, "commit", "-q", "-m", "fakepkg 1.0")
+        self.pin = self.head()
+        self.mirrors = tmp_path / "mirrors"
+        self.mirrors.mkdir()
+        git(tmp_path, "init", "-q", "--bare", str(self.mirrors / MIRROR_NAME))
+        self.push("main")
+
+    def head(self) -> str:
+        return git(self.work, "rev-parse", "HEAD").strip()
+
+    def push(self, branch: str) -> None:
+        git(self.work, "push", "-q", "-f", str(self.mirrors / MIRROR_NAME), f"HEAD:refs/heads/{branch}")
+
+    def branch(self, name: str) -> None:
+        git(self.work, "checkout", "-q", "-B", name, self.pin)
+
+    def commit(self, message: str, edit) -> str:
+        path = self.work / CORE
+        path.write_text(edit(path.read_text()))
+        git(self.work, "commit", "-q", "-am", message)
+        return self.head()
+
+
+@pytest.fixture
+def moved(lane_repo, tmp_path):
+    """The lane repository on a git base 'main' pinned at the upstream's first commit, with one branch a move."""
+    up = Upstream(tmp_path)
+    path = lane_repo.root / "upstream" / "fake.toml"
+    path.write_text(path.read_text() + textwrap.dedent(f'''
+        [bases.main]
+        version = "main@{up.pin[:7]}"
+        role = "upstream main"
+
+        [bases.main.git]
+        commit = "{up.pin}"
+        ref = "refs/heads/main"
+        date = "2026-01-01"
+    '''))
+    lane_repo.write_tracking(extra=LANES)
+    fixed_line = "[x * wi for x, wi in zip(xs, w)]"
+    # 1. our patch, verbatim (git am of the very file)
+    up.branch("verbatim")
+    git(up.work, "am", "-q", str(next((lane_repo.root / "patches" / "fake" / "01").glob("*.patch"))))
+    up.push("verbatim")
+    # 2. reworded: our change with another one in the same commit, another message
+    up.branch("reworded")
+    up.commit("core: weights per element, and say so", lambda t: t.replace("[x * w[0] for x in xs]", fixed_line)
+              .replace('"""Scaling helpers."""', '"""Scaling helpers, one weight per element."""'))
+    up.push("reworded")
+    # 3. the context of our hunk changes (the comment line above the line we change)
+    up.branch("context")
+    up.commit("core: unrelated cleanup", lambda t: t.replace("def total(xs):\n    return sum(xs)",
+                                                             "def total(xs):\n    return sum(xs, 0)"))
+    context = up.commit("core: reword a comment", lambda t: t.replace("# multiply each element by its weight",
+                                                                       "# each element times its weight"))
+    up.push("context")
+    # 4. the bug fixed another way, after two unrelated commits, with one more after it
+    up.branch("another-way")
+    up.commit("core: total starts from zero", lambda t: t.replace("return sum(xs)", "return sum(xs, 0)"))
+    up.commit("core: a blank line", lambda t: t + "\n")
+    fix = up.commit("core: scale each element by its own weight",
+                    lambda t: t.replace("return [x * w[0] for x in xs]", "return [a * b for a, b in zip(xs, w)]"))
+    up.commit("core: trailing newline", lambda t: t + "\n")
+    up.push("another-way")
+    # 5. nothing we carry
+    up.branch("unrelated")
+    up.commit("core: total starts from zero", lambda t: t.replace("return sum(xs)", "return sum(xs, 0)"))
+    up.push("unrelated")
+    git(lane_repo.root, "init", "-q")
+    git(lane_repo.root, "add", "-A")
+    git(lane_repo.root, "commit", "-q", "-m", "checkout")
+    lane_repo.up, lane_repo.marks = up, {"context": context, "fix": fix}
+    return lane_repo
+
+
+def _refresh(repo, *argv: str, capsys) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = cli("refresh", "--json", "--git-mirrors", str(repo.up.mirrors), *argv, *repo.args())
+    out = capsys.readouterr()
+    assert out.out, out.err
+    return code, json.loads(out.out)
+
+
+def _one(doc: dict) -> dict:
+    [base] = doc["bases"]
+    [pack] = base["packs"]
+    return pack
+
+
+@pytest.mark.parametrize(("branch", "klass", "code"), [
+    ("verbatim", "landed", Exit.OK),
+    ("reworded", "landed-modified", Exit.OK),
+    ("context", "conflicts", Exit.APPLY),
+    ("another-way", "superseded", Exit.OK),
+    ("unrelated", "still-needed", Exit.OK),
+])
+def test_each_upstream_move_gets_its_class(moved, capsys, branch, klass, code):
+    got, doc = _refresh(moved, "--to", branch, capsys=capsys)
+    pack = _one(doc)
+    assert (pack["class"], got) == (klass, code), pack
+    base = doc["bases"][0]
+    assert base["old"] == moved.up.pin and base["history"]["known"]
+    commits = [c["subject"] for c in pack["commits"]]
+    if branch == "verbatim":
+        assert commits == ["core: use each element's own weight"] and "patch-id" in pack["detail"]
+    elif branch == "reworded":
+        assert commits == ["core: weights per element, and say so"] and "use each element" in pack["range_diff"]
+    elif branch == "context":
+        assert commits == ["core: reword a comment"]  # the cleanup of total() touched none of our lines
+    elif branch == "another-way":
+        assert pack["bug_sentinel"] == "BUG_ABSENT"
+    else:
+        assert pack["bug_sentinel"] == "BUG_REPRODUCED" and pack["applies"] == "unchanged"
+
+
+def test_the_checkout_is_left_as_it_was_and_the_proposal_is_one_commit_that_checks(moved, capsys):
+    before = git(moved.root, "status", "--porcelain")
+    code, doc = _refresh(moved, "--to", "unrelated", "--propose", capsys=capsys)
+    assert code == Exit.OK and git(moved.root, "status", "--porcelain") == before
+    branch = doc["bases"][0]["branch"]
+    assert branch.startswith("refresh/fake-main-")
+    message = git(moved.root, "log", "-1", "--format=%B", branch)
+    assert "pack 01: still-needed" in message and "Lanes made stale" in message
+    manifest = git(moved.root, "show", f"{branch}:upstream/fake.toml")
+    new = git(moved.up.work, "rev-parse", "unrelated").strip()
+    assert f'commit = "{new}"' in manifest and f'main@{new[:7]}' in manifest
+    assert git(moved.root, "rev-list", "--count", f"HEAD..{branch}").strip() == "1"
+    work = moved.root.parent / "proposal-check"
+    git(moved.root, "worktree", "add", "-q", str(work), branch)
+    assert cli("check", "--apply", "--git-mirrors", str(moved.up.mirrors), "--root", str(work),
+               "--cache", str(moved.cache)) == Exit.OK
+
+
+def test_a_shallow_mirror_says_the_history_is_unknown_instead_of_guessing(moved, tmp_path, capsys):
+    shallow = tmp_path / "shallow-mirrors"
+    shallow.mkdir()
+    head = git(moved.up.work, "rev-parse", "context").strip()
+    git(tmp_path, "init", "-q", "--bare", str(shallow / MIRROR_NAME))
+    for sha in (moved.up.pin, head):  # the two commits, one deep each: as the shared mirrors are
+        git(shallow / MIRROR_NAME, "fetch", "-q", "--depth", "1", str(moved.up.mirrors / MIRROR_NAME), sha)
+    git(shallow / MIRROR_NAME, "update-ref", "refs/heads/context", head)
+    capsys.readouterr()
+    code = cli("refresh", "--json", "--to", "context", "--git-mirrors", str(shallow), *moved.args())
+    out = capsys.readouterr()
+    assert out.out, out.err
+    pack = _one(json.loads(out.out))
+    assert code == Exit.APPLY and pack["class"] == "conflicts" and pack["commits"] == []
+    assert "unknown" in pack["detail"] and "shallow" in pack["detail"]
+
+
+def test_bisect_finds_the_commit_that_changed_the_bug_lane(moved, capsys):
+    capsys.readouterr()
+    code = cli("bisect", "01", "--lane", "bug-main", "--bad", "another-way", "--json",
+               "--git-mirrors", str(moved.up.mirrors), *moved.args())
+    doc = json.loads(capsys.readouterr().out)
+    assert code == Exit.OK and doc["first"]["sha"] == moved.marks["fix"], doc
+    assert doc["good_sentinel"] == "BUG_REPRODUCED" and doc["first"]["sentinel"] == "BUG_ABSENT"
+    assert len(doc["steps"]) <= 3  # four commits: a binary search, not a walk
+
+
+MITIGATION = textwrap.dedent('''
+    [packs.01.mitigation]
+    what = "a local workaround until upstream's tinydep pin reaches 1.2"
+    retire_when = "fakepkg main requires tinydep >= 1.2"
+    status = "active"
+
+    [[packs.01.mitigation.retire]]
+    kind = "requirement"
+    target = "fake"
+    base = "main"
+    package = "tinydep"
+    version = ">=1.2"
+''')
+
+
+def test_a_retirement_condition_is_data_that_refresh_evaluates_at_the_new_head(moved, capsys):
+    up = moved.up
+    up.branch("dep")
+    pyproject = up.work / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('version = "1.0"\n', 'version = "1.0"\n'
+                                                       'dependencies = ["tinydep==1.2"]\n'))
+    git(up.work, "commit", "-q", "-am", "require tinydep 1.2")
+    up.push("dep")
+    moved.write_tracking(extra=LANES.replace("[[packs.01.lanes]]", MITIGATION + "\n[[packs.01.lanes]]", 1))
+    _, doc = _refresh(moved, "--to", "dep", "--no-lanes", capsys=capsys)
+    [ret] = doc["retirements"]
+    assert ret["pack"] == "01" and ret["holds"] is True
+    assert "pins tinydep==1.2" in ret["conditions"][0]["why"]
+    _, doc = _refresh(moved, "--to", "unrelated", "--no-lanes", capsys=capsys)
+    assert doc["retirements"][0]["holds"] is None  # the head names no tinydep: cannot be told, never "true"
+
+
+def test_a_retirement_condition_with_an_unknown_key_is_refused_naming_it(moved, capsys):
+    moved.write_tracking(extra=LANES.replace("[[packs.01.lanes]]", MITIGATION.replace(
+        'version = ">=1.2"', 'version = ">=1.2"\nminimum = "1.2"') + "\n[[packs.01.lanes]]", 1))
+    capsys.readouterr()
+    assert cli("check", *moved.args()) == Exit.USAGE
+    assert "retire[0]: unknown key 'minimum'" in capsys.readouterr().err
