@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import CORE_BUGGY, CORE_FIXED, cli, fake_tree, git
+from conftest import CORE_BUGGY, cli, fake_tree, git
 
 from harness.errors import Exit
 
