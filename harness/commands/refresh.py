@@ -72,6 +72,7 @@ def main(args) -> int:
                 continue
             packs = [p for p in ctx.tracking.packs.values()
                      if p.target == target and p.state not in _INACTIVE and (not chosen or p.id in chosen)
+                     and base_name in {lane.base for lane in p.lanes}  # a base the pack runs on
                      and series.load_series(ctx.root, target, p.id, base_name)]
             if packs:
                 results.append(_one_base(ctx, args, manifest, base_name, packs))
@@ -125,7 +126,7 @@ def _one_base(ctx: Context, args, manifest, base_name: str, packs) -> dict:
             if refresh.OFFSETS in (move.klass, move.applies):
                 refresh.regenerate(moved_ctx, pack, checkout, scratch / f"regen-{pack.id}")
             moves.append(move)
-        stale = _stale_lanes(moved_ctx, manifest.target, base_name)
+        stale = _stale_lanes(moved_ctx, manifest.target, base_name) if new != base.git.commit else []
         out = {"target": manifest.target, "base": base_name, "old": base.git.commit, "new": new, "source": source,
                "history": {"known": hist.known, "commits": len(hist.commits), "why_unknown": hist.why_unknown},
                "packs": [m.as_json() for m in moves], "stale_lanes": stale,

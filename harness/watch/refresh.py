@@ -279,8 +279,12 @@ def classify(ctx: Context, pack: Pack, checkout: pins.Checkout, hist: History, s
                 for h in patch.hunks:
                     hits += hist.touching(h.path, *h.old_range)
             move.commits = list(dict.fromkeys(hits))
-            move.detail += ("; changed there by " + ", ".join(str(c) for c in move.commits) if move.commits
-                            else "; no commit between the pin and the head changed those lines (context moved)")
+            if move.commits:
+                move.detail += "; changed there by " + ", ".join(str(c) for c in move.commits)
+            elif hist.commits:
+                move.detail += "; no commit between the pin and the head changed those lines (context moved)"
+            else:
+                move.detail += "; the head is the pin: the series does not apply at its own pin"
         else:
             move.detail += f"; which commits changed it is unknown: {hist.why_unknown}"
         return move
