@@ -81,9 +81,12 @@ def main(args) -> int:
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(path)
     if args.json:
+        chains = {d.path: [c.as_json() for c in d.chains] for d in derived}
         ui.out.print_json(json.dumps({
             "pack": pack.id, "base": base, "series": list(sel.series), "path": str(path.relative_to(ctx.root)),
-            "files": [{"path": f.path, "reasons": list(f.reasons), "cases": f.cases} for f in sel.files],
+            "files": [{"path": f.path, "reasons": list(f.reasons), "cases": f.cases,
+                       "chains": chains.get(f.path, [])} for f in sel.files],
+            "rules": suite.rule_counts(derived), "library_hops": suite.LIBRARY_HOPS,
             "add": [{"id": a.id, "reason": a.reason} for a in sel.add],
             "exclude": [{"id": e.id, "reason": e.reason} for e in sel.exclude],
             "cases": sel.cases, "added_tests": {k: sorted(v) for k, v in source.added().items()}}))
@@ -94,6 +97,9 @@ def main(args) -> int:
         ui.data(f"+ {a.id}: {a.reason}")
     for e in sel.exclude:
         ui.data(f"- {e.id}: {e.reason}")
+    counts = suite.rule_counts(derived)
+    ui.note("files per rule (selects/adds): " + "; ".join(f"{r} {c['selects']}/{c['adds']}"
+                                                          for r, c in counts.items()))
     ui.note(f"pack {pack.id} at {base}: {len(sel.files)} file(s); {path.relative_to(ctx.root)}"
             + (" matches the derivation" if args.check else " written"))
     return 0
