@@ -138,6 +138,22 @@ def test_derivation_follows_library_modules_two_hops_and_modules_named_by_a_swit
     assert "tests/models/test_net.py" in {d.path for d in suite.derive(tree, {"lib/kernels/bwd.py": ["p"]}, hops=3)}
 
 
+def test_a_library_module_many_tests_enter_through_is_not_followed_unless_a_switch_guards_the_chain(tmp_path):
+    files = dict(LIBRARY)
+    files.update({f"tests/models/test_m{i}.py": "from lib.models.net import Net\n" for i in range(suite.HUB_LIMIT)})
+    files["lib/models/net.py"] = "from lib.kernels.combined import combined\n"  # now two hops: in reach
+    tree = _tree(tmp_path, files)
+    hubs: dict[str, int] = {}
+    derived = {d.path for d in suite.derive(tree, {"lib/kernels/bwd.py": ["p"]}, dropped=hubs)}
+    assert hubs == {"lib.models.net": suite.HUB_LIMIT + 1}  # test_net.py and the ten test_m*.py
+    assert not any(p.startswith("tests/models/") for p in derived)
+    assert {"tests/modules/test_block_varlen.py", "tests/attn/test_fast_backend.py",
+            "tests/test_config_fast.py"} <= derived
+    few = {d.path for d in suite.derive(_tree(tmp_path / "few", {**files, **{
+        f"tests/models/test_m{i}.py": "" for i in range(suite.HUB_LIMIT)}}), {"lib/kernels/bwd.py": ["p"]})}
+    assert "tests/models/test_net.py" in few  # one test through it: followed
+
+
 def test_suite_select_json_gives_each_added_file_its_chain_and_the_rule_counts(upstream_repo, monkeypatch,  # noqa: F811
                                                                                   capsys):
     import test_upstream_tests

@@ -109,8 +109,12 @@ def added_tests(patches: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
     return out
 
 
-def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None) -> list[Derived]:
-    """The upstream test files of ``tree`` (a base with the series applied) that exercise ``touched``."""
+def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None,
+           dropped: dict[str, int] | None = None) -> list[Derived]:
+    """The upstream test files of ``tree`` (a base with the series applied) that exercise ``touched``.
+
+    ``dropped``, when given, receives the library modules the library rules did not follow because more than
+    ``HUB_LIMIT`` test files enter the chain there (module -> how many)."""
     reasons: dict[str, list[str]] = {}
     chains: dict[str, list[Chain]] = {}
     for path, by in touched.items():
@@ -177,13 +181,20 @@ def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None
                     if why not in reasons.get(rel, []):
                         reasons.setdefault(rel, []).append(why)
         graph = _LibraryGraph(tree, library, hops)
-        for rel in files:
-            if not is_test_file(rel):
-                continue
-            direct = {d for n in imports[rel] if (d := _matches(n, exposing, library))}
-            for chain in graph.chains(rel, (tree / rel).read_text(encoding="utf-8", errors="replace")):
-                if chain.touched in direct:
-                    continue  # the direct import says it already
+        found = {rel: graph.chains(rel, (tree / rel).read_text(encoding="utf-8", errors="replace"))
+                 for rel in files if is_test_file(rel) and rel not in reasons}  # the library rules add files only
+        way_in: dict[str, set[str]] = {}  # the first library module of a chain no switch guards -> its test files
+        for rel, found_chains in found.items():
+            for chain in found_chains:
+                if not any(k.switches for k in chain.links):
+                    way_in.setdefault(chain.links[0].module, set()).add(rel)
+        hubs = {m: len(tests) for m, tests in way_in.items() if len(tests) > HUB_LIMIT}
+        if dropped is not None:
+            dropped.update(hubs)
+        for rel, found_chains in found.items():
+            for chain in found_chains:
+                if chain.links[0].module in hubs and not any(k.switches for k in chain.links):
+                    continue
                 reasons.setdefault(rel, []).append(chain.reason)
                 chains.setdefault(rel, []).append(chain)
     return [Derived(path, tuple(r), tuple(chains.get(path, ()))) for path, r in sorted(reasons.items())]
@@ -192,6 +203,10 @@ def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None
 # ---------------------------------------------------------------------------------------------- the library graph
 
 LIBRARY_HOPS = 2  # library modules a chain may pass between a test file and the touched module (docs/upstream-tests.md)
+# A library module through which more than this many test files reach the touched code, with no config switch on
+# the way, is how end-to-end tests enter the package (Megatron's GPTModel builds the output layer whose fused path
+# a switch picks at run time), not a sign that they run the change: chains through it are not followed.
+HUB_LIMIT = 10
 RULES = ("changed by the series", "direct import", "test helper", "library imports", "module named in a string")
 
 
@@ -288,9 +303,10 @@ class _LibraryGraph:
         return out, strings
 
     def chains(self, rel: str, source: str) -> list[Chain]:
-        """The shortest chain from test file ``rel`` to each touched module it reaches through library modules."""
+        """The shortest chain of each rule from test file ``rel`` to each touched module it reaches through library
+        modules (a module named in a string is one rule, imports alone the other)."""
         start, switches = self._links(rel, module_name(rel) or rel, source)
-        found: dict[str, Chain] = {}
+        found: dict[tuple[str, str], Chain] = {}  # (touched module, rule) -> the shortest chain
         paths: list[tuple[Link, ...]] = [(k,) for k in start if k.module not in self.touched
                                          and self._open(k, switches)
                                          and self.dist.get(k.module, self.hops + 1) <= self.hops]
@@ -301,13 +317,13 @@ class _LibraryGraph:
                     if not self._open(k, switches):
                         continue
                     if k.module in self.touched:
-                        if k.module not in found:
-                            found[k.module] = Chain(k.module, (*path, k))
+                        chain = Chain(k.module, (*path, k))
+                        found.setdefault((k.module, chain.rule), chain)
                     elif depth < self.hops and self.dist.get(k.module, self.hops + 1) <= self.hops - depth \
                             and all(k.module != q.module for q in path):
                         nxt.append((*path, k))
             paths = nxt
-        return [found[t] for t in sorted(found)]
+        return [found[k] for k in sorted(found)]
 
     @staticmethod
     def _open(link: Link, switches: set[str]) -> bool:
