@@ -77,7 +77,8 @@ def test_a_whole_file_failure_the_series_introduces_fails_the_export(upstream_at
     capsys.readouterr()
     assert _export(repo, tmp_path / "files", "--identity", TESTER) == Exit.LINT
     err = capsys.readouterr().err
-    assert "that the series introduces" in err and "src/fakepkg/core.py:7: black: would insert 1 line(s) after line 7" in err
+    assert "that the series introduces" in err
+    assert "src/fakepkg/core.py:7: black: would insert 1 line(s) after line 7" in err
     assert not (tmp_path / "files").exists()
 
 

@@ -293,7 +293,8 @@ def whole_files(check: Check, env: Path, repo: git.Repo, base: str, files: list[
         if h.new_path:
             hunks.setdefault(h.new_path, []).append(h)
     seen = {(f.path, f.tool, f.line, f.message if check.kind == "lint" else "") for f in then}
-    ours, theirs = [], []
+    ours: list[Finding] = []
+    theirs: list[Finding] = []
     for f in now:
         old = None if f.line in touched.get(f.path, set()) else _base_line(hunks.get(f.path, []), f.line)
         key = (f.path, f.tool, old, f.message if check.kind == "lint" else "")
