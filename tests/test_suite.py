@@ -29,7 +29,7 @@ TREE = {
     "pkg/ops/__init__.py": "from .kern import run\n",  # re-exports the touched module
     "pkg/ops/kern.py": "def run(): return 1\n",
     "pkg/ops/other.py": "def other(): return 2\n",
-    "pkg/block.py": "from pkg.ops.kern import run\n",  # a library module using it: not followed
+    "pkg/block.py": "from pkg.ops.kern import run\n",  # a library module using it: one library hop
     "tests/__init__.py": "",
     "tests/conftest.py": "import tests.shared\n",
     "tests/shared.py": "X = 1\n",
@@ -47,16 +47,141 @@ TREE = {
 }
 
 
-def test_derivation_follows_direct_imports_reexports_and_test_helpers_only(tmp_path):
+def test_derivation_follows_direct_imports_reexports_test_helpers_and_library_modules(tmp_path):
     tree = _tree(tmp_path, TREE)
     derived = {d.path: d.reasons for d in suite.derive(tree, {"pkg/ops/kern.py": ["0001-x.patch"],
                                                                "tests/ops/test_other.py": ["0002-t.patch"]})}
-    assert sorted(derived) == ["tests/ops/test_direct.py", "tests/ops/test_from.py", "tests/ops/test_helper.py",
-                               "tests/ops/test_other.py", "tests/ops/test_package.py"]
+    assert sorted(derived) == ["tests/ops/test_block.py", "tests/ops/test_direct.py", "tests/ops/test_from.py",
+                               "tests/ops/test_helper.py", "tests/ops/test_other.py", "tests/ops/test_package.py"]
+    assert derived["tests/ops/test_block.py"] == (
+        "reaches pkg.ops.kern through library imports: tests/ops/test_block.py:1 -> pkg.block:1 -> pkg.ops.kern",)
     assert derived["tests/ops/test_direct.py"] == ("imports pkg.ops.kern",)
     assert derived["tests/ops/test_other.py"] == ("changed by the series (0002-t.patch)",)
     assert "its __init__ imports the touched code" in derived["tests/ops/test_package.py"][0]
     assert derived["tests/ops/test_helper.py"] == ("imports helper tests.ops.util, which imports pkg.ops.kern",)
+
+
+LIBRARY = {
+    "lib/__init__.py": "from lib.models.net import Net\n",  # every test imports lib: not a way in by itself
+    "lib/utils.py": textwrap.dedent("""\
+        def _check_fast():
+            from lib.kernels import fast  # a lazy import, made only where the switch says "fast"
+            return fast
+
+
+        def validate(backend):
+            if backend == "fast":
+                _check_fast()
+        """),
+    "lib/modules/__init__.py": "",
+    "lib/modules/block.py": "from lib.kernels.combined import combined\n",  # hop 1 of a module-level test
+    "lib/kernels/__init__.py": "",
+    "lib/kernels/combined.py": "from lib.kernels.bwd import bwd\n\ndef combined(): return bwd()\n",  # hop 2
+    "lib/kernels/bwd.py": "def bwd(): return 1\n",  # the touched kernel
+    "lib/kernels/fast.py": "from lib.kernels import bwd\n",
+    "lib/attn/__init__.py": "",
+    "lib/attn/backends.py": textwrap.dedent("""\
+        from importlib import import_module
+
+        _BY_NAME = {
+            "fast": "lib.attn.fast_backend",
+            "slow": "lib.attn.slow_backend",
+        }
+
+
+        def load(config):
+            return import_module(_BY_NAME[config.backend])
+        """),
+    "lib/attn/fast_backend.py": "from lib.kernels.bwd import bwd\n",
+    "lib/attn/slow_backend.py": "def run(): return 0\n",
+    "lib/models/__init__.py": "",
+    "lib/models/net.py": "from lib.modules.block import Block\n",  # hop 3: beyond the bound
+    "tests/__init__.py": "",
+    "tests/modules/test_block_varlen.py": "import pytest\n\nfrom lib.modules.block import Block\n",
+    "tests/attn/test_fast_backend.py": "from lib.attn.backends import load\n\nCONFIG = dict(backend=\"fast\")\n",
+    "tests/attn/test_slow_backend.py": "from lib.attn.backends import load\n\nCONFIG = dict(backend=\"slow\")\n",
+    "tests/test_config.py": "from lib.utils import validate\n\ndef test_v():\n    validate(\"none\")\n",
+    "tests/test_config_fast.py": "from lib.utils import validate\n\ndef test_v():\n    validate(\"fast\")\n",
+    "tests/models/test_net.py": "from lib.models.net import Net\n",
+    "tests/test_top.py": "import lib\n",
+}
+
+
+def test_derivation_follows_library_modules_two_hops_and_modules_named_by_a_switch(tmp_path):
+    tree = _tree(tmp_path, LIBRARY)
+    found = suite.derive(tree, {"lib/kernels/bwd.py": ["0001-bwd.patch"]})
+    derived = {d.path: d.reasons for d in found}
+    # in: two library hops; a backend named in a dict that the test's switch value picks; a lazy import made
+    # under that switch. Out: the other switch values, three hops (the model), the top package alone.
+    assert sorted(derived) == ["tests/attn/test_fast_backend.py", "tests/modules/test_block_varlen.py",
+                               "tests/test_config_fast.py"]
+    assert derived["tests/modules/test_block_varlen.py"] == (
+        "reaches lib.kernels.bwd through library imports: tests/modules/test_block_varlen.py:3 -> "
+        "lib.modules.block:1 -> lib.kernels.combined:1 -> lib.kernels.bwd",)
+    assert derived["tests/attn/test_fast_backend.py"] == (
+        "reaches lib.kernels.bwd through module named in a string: tests/attn/test_fast_backend.py:1 -> "
+        "lib.attn.backends:4 (by name, when a switch is 'fast') -> lib.attn.fast_backend:1 -> lib.kernels.bwd",)
+    assert derived["tests/test_config_fast.py"] == (
+        "reaches lib.kernels.bwd through library imports: tests/test_config_fast.py:1 -> "
+        "lib.utils:2 (when a switch is 'fast') -> lib.kernels.fast:1 -> lib.kernels.bwd",)
+    chain = next(d for d in found if d.path == "tests/attn/test_fast_backend.py").chains[0].as_json()
+    assert chain["rule"] == "module named in a string"
+    assert [(k["file"], k["line"], k["module"], k["by"], k["switches"]) for k in chain["links"]] == [
+        ("tests/attn/test_fast_backend.py", 1, "lib.attn.backends", "import", []),
+        ("lib/attn/backends.py", 4, "lib.attn.fast_backend", "name", ["fast"]),
+        ("lib/attn/fast_backend.py", 1, "lib.kernels.bwd", "import", [])]
+    counts = suite.rule_counts(found)
+    assert counts["library imports"] == {"selects": 2, "adds": 2}
+    assert counts["module named in a string"] == {"selects": 1, "adds": 1}
+    assert counts["direct import"] == {"selects": 0, "adds": 0}
+    # the bound: at three hops the model test comes in too (why the bound is two: docs/upstream-tests.md)
+    assert "tests/models/test_net.py" in {d.path for d in suite.derive(tree, {"lib/kernels/bwd.py": ["p"]}, hops=3)}
+
+
+def test_a_library_module_many_tests_enter_through_is_not_followed_unless_a_switch_guards_the_chain(tmp_path):
+    files = dict(LIBRARY)
+    files.update({f"tests/models/test_m{i}.py": "from lib.models.net import Net\n" for i in range(suite.HUB_LIMIT)})
+    files["lib/models/net.py"] = "from lib.kernels.combined import combined\n"  # now two hops: in reach
+    tree = _tree(tmp_path, files)
+    hubs: dict[str, int] = {}
+    derived = {d.path for d in suite.derive(tree, {"lib/kernels/bwd.py": ["p"]}, dropped=hubs)}
+    assert hubs == {"lib.models.net": suite.HUB_LIMIT + 1}  # test_net.py and the ten test_m*.py
+    assert not any(p.startswith("tests/models/") for p in derived)
+    assert {"tests/modules/test_block_varlen.py", "tests/attn/test_fast_backend.py",
+            "tests/test_config_fast.py"} <= derived
+    few = {d.path for d in suite.derive(_tree(tmp_path / "few", {**files, **{
+        f"tests/models/test_m{i}.py": "" for i in range(suite.HUB_LIMIT)}}), {"lib/kernels/bwd.py": ["p"]})}
+    assert "tests/models/test_net.py" in few  # one test through it: followed
+
+
+def test_suite_select_json_gives_each_added_file_its_chain_and_the_rule_counts(upstream_repo, monkeypatch,  # noqa: F811
+                                                                                  capsys):
+    import test_upstream_tests
+
+    monkeypatch.setitem(test_upstream_tests.UPSTREAM_TESTS, "src/fakepkg/layer.py",
+                        "from fakepkg.core import scale\n")
+    monkeypatch.setitem(test_upstream_tests.UPSTREAM_TESTS, "tests/test_layer.py",
+                        "from fakepkg.layer import scale\n\ndef test_layer():\n    assert scale\n")
+    upstream_repo.sdist.unlink()
+    upstream_repo.sdist = test_upstream_tests._sdist(upstream_repo.sdist.parent)
+    upstream_repo.write_manifest()
+    capsys.readouterr()
+    assert cli("suite", "select", "01", "--base", "1.0", "--json", *upstream_repo.args()) == Exit.OK
+    out = json.loads(capsys.readouterr().out)
+    files = {f["path"]: f for f in out["files"]}
+    assert files["tests/test_layer.py"]["chains"] == [{
+        "rule": "library imports", "touched": "fakepkg.core",
+        "links": [{"file": "tests/test_layer.py", "line": 1, "module": "fakepkg.layer", "by": "import",
+                   "switches": []},
+                  {"file": "src/fakepkg/layer.py", "line": 1, "module": "fakepkg.core", "by": "import",
+                   "switches": []}]}]
+    assert files["tests/test_layer.py"]["reasons"] == [
+        "reaches fakepkg.core through library imports: tests/test_layer.py:1 -> fakepkg.layer:1 -> fakepkg.core"]
+    assert files["tests/test_core.py"]["chains"] == []  # it imports the touched module itself
+    assert out["rules"]["library imports"] == {"selects": 1, "adds": 1}
+    assert out["rules"]["direct import"] == {"selects": 1, "adds": 1}
+    sel = suite.load(upstream_repo.root / "suites" / "01" / "1.0.toml")
+    assert sel.files[1].reasons == tuple(files["tests/test_layer.py"]["reasons"])  # the chain, in the file too
 
 
 def test_the_exported_tree_holds_the_files_their_conftest_chain_and_helpers(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 TEST_TOPS = ("tests", "test")  # top directories of an upstream tree that hold its tests
@@ -64,6 +65,114 @@ def imported_names(source: str, module: str, is_package: bool) -> set[str]:
             names.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names
                          if alias.name != "*")
     return names
+
+
+@dataclass(frozen=True)
+class Load:
+    """How a source file loads a module: an import statement, or a string naming it (``import_module(name)``)."""
+
+    line: int
+    by: str  # "import" or "name"
+    switches: tuple[str, ...] = ()  # it loads only where a config switch holds one of these values; () always
+    pattern: bool = False  # an f-string with a placeholder: the name is a regex (``pkg\\.\\w+_kernels``)
+
+
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+
+
+def loads(source: str, module: str, is_package: bool) -> tuple[dict[str, Load], set[str]]:
+    """Every module name ``source`` may load, with the first line that loads it, and every string constant of the
+    file (the switch values a test sets, ``dsa_kernel_backend="tilelang"``). A file that does not parse loads
+    nothing we can see.
+
+    * import statements anywhere (``from a.b import c`` gives ``a.b`` and ``a.b.c``; relative ones resolved against
+      ``module``). One inside a function that the module calls only under ``if switch == "value"`` (or that sits
+      under such an ``if`` itself) loads only for those values;
+    * strings naming a module: an argument of a call whose name holds ``import`` (``import_module("a.b")``), and a
+      value of a dict with string keys (``{"tilelang": "a.b.tilelang_kernels"}``: the key is the switch value
+      that picks it). An f-string there is a pattern (``f"a.b.{kind}"``).
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}, set()
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found: list[tuple[str, int, str, str | None, frozenset[str], bool]] = []  # name, line, by, func, guards, regex
+    guarded_calls: dict[str, list[frozenset[str]]] = {}  # function name -> the switch values around each call
+    strings: set[str] = set()
+
+    def visit(node: ast.AST, func: str | None, guard: frozenset[str]) -> None:
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno, "import", func, guard, False) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package[:len(package) - (node.level - 1)] if node.level - 1 <= len(package) else []
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            else:
+                base = node.module or ""
+            if base:
+                found.append((base, node.lineno, "import", func, guard, False))
+            found.extend((f"{base}.{alias.name}" if base else alias.name, node.lineno, "import", func, guard, False)
+                         for alias in node.names if alias.name != "*")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            strings.add(node.value)
+        elif isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if isinstance(k, ast.Constant) and isinstance(k.value, str) and v is not None and (named := _named(v)):
+                    found.append((named[0], v.lineno, "name", None, frozenset({k.value}), named[1]))
+        elif isinstance(node, ast.Call):
+            called = node.func.id if isinstance(node.func, ast.Name) else (
+                node.func.attr if isinstance(node.func, ast.Attribute) else "")
+            guarded_calls.setdefault(called, []).append(guard)
+            if "import" in called and node.args and (named := _named(node.args[0])):
+                found.append((named[0], node.lineno, "name", func, guard, named[1]))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for child in ast.iter_child_nodes(node):
+                visit(child, node.name, frozenset())
+        elif isinstance(node, ast.If):
+            visit(node.test, func, guard)
+            inner = guard | _compared(node.test)
+            for child in node.body:
+                visit(child, func, inner)
+            for child in node.orelse:
+                visit(child, func, guard)
+        else:
+            for child in ast.iter_child_nodes(node):
+                visit(child, func, guard)
+
+    visit(tree, None, frozenset())
+    names: dict[str, Load] = {}
+    for name, line, by, func, guard, regex in found:
+        switches = guard
+        if not switches and func is not None:  # a function's import: the switches around every call of it here
+            around = guarded_calls.get(func, [])
+            switches = frozenset().union(*around) if around and all(around) else frozenset()
+        load = Load(line, by, tuple(sorted(switches)), regex)
+        if name not in names or (line, by) < (names[name].line, names[name].by):
+            names[name] = load
+    return names, strings
+
+
+def _compared(test: ast.AST) -> set[str]:
+    """String constants an ``if`` test compares with (``x == "a"``, ``x in ("a", "b")``)."""
+    out: set[str] = set()
+    for n in ast.walk(test):
+        if isinstance(n, ast.Compare) and all(isinstance(op, (ast.Eq, ast.In, ast.Is)) for op in n.ops):
+            out |= {c.value for side in (n.left, *n.comparators) for c in ast.walk(side)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return out
+
+
+def _named(node: ast.AST) -> tuple[str, bool] | None:
+    """A dotted module name (``"a.b.c"``) or an f-string pattern with a dot (``f"a.b.{x}"``, a regex) in ``node``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.match(node.value):
+        return node.value, False
+    if isinstance(node, ast.JoinedStr):
+        literal = "".join(v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+        if "." in literal and re.fullmatch(r"[\w.]*", literal):
+            return "".join(re.escape(v.value) if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                           else r"\w+" for v in node.values), True
+    return None
 
 
 def helper_files(tree: Path, selected: Iterable[str]) -> list[str]:

@@ -18,8 +18,11 @@ def register(sub) -> None:
                                    "upstream asks for the DCO), and check that they apply with plain 'git am' to "
                                    "a fresh clone of the base. Then run the upstream's own formatters and linters "
                                    "(its [policy] checks, installed from PyPI at their pinned versions) on the "
-                                   "lines the series adds or changes; any finding fails the export (one "
-                                   "file:line per finding) unless --report-only. Prints the output directory.")
+                                   "lines the series adds or changes, or on whole changed files where its CI "
+                                   "runs them so; a finding the series introduces fails the export (one "
+                                   "file:line per finding) unless --report-only, and so does a file that fails "
+                                   "at the base already without the pack's recorded decision "
+                                   "([[packs.NN.lint_at_base]]). Prints the output directory.")
     p.add_argument("pack")
     p.add_argument("--base", default=None,
                    help="the upstream base to file against (default: the pack's filing base, e.g. main)")
@@ -46,13 +49,22 @@ def main(args) -> int:
                                       "commit": result.commit, "files": [str(f) for f in result.files],
                                       "stacked_on": list(result.stacked_on), "tree": result.tree,
                                       "author": str(result.identity), "identity_from": result.identity.source,
-                                      "signed_off": result.signed_off, **result.checks.describe()}))
+                                      "signed_off": result.signed_off, **result.checks.describe(),
+                                      "lint_at_base": None if result.lint_at_base is None else {
+                                          "files": list(result.lint_at_base.files),
+                                          "decision": result.lint_at_base.decision,
+                                          "reason": result.lint_at_base.reason}}))
         return 0
     if result.stacked_on:
         ui.warn(f"pack {pack.id}'s series needs pack(s) {', '.join(result.stacked_on)} underneath on {base}; "
                 "their patches come first in the export")
     for finding in result.checks.findings:
         ui.warn(str(finding))
+    for finding in result.checks.at_base:
+        ui.warn(f"{finding} (fails at the base too: not the series')")
+    if result.lint_at_base is not None:
+        ui.note(f"{', '.join(result.lint_at_base.files)} fail the upstream's CI checks at {result.base} already; "
+                f"decision: {result.lint_at_base.decision} ({result.lint_at_base.reason})")
     ran = [r.name for r in result.checks.ran if r.files]
     checks = (", ".join(ran) if ran else "none on these files" if result.checks.ran else "none recorded")
     signed = " and signed off" if result.signed_off else ""

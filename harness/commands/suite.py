@@ -61,7 +61,8 @@ def main(args) -> int:
     if args.suite_verb == "compare":
         return _compare(ctx, pack, base, args.json)
     source = lanes.suite_source(ctx, pack, base)
-    derived = source.derive()
+    hubs: dict[str, int] = {}
+    derived = source.derive(hubs)
     names = [p.name for p in source.own]
     path = suite.selection_path(ctx.root, pack.id, base)
     old = suite.load(path) if path.is_file() else None
@@ -80,9 +81,13 @@ def main(args) -> int:
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             suite.write(path, text)
     if args.json:
+        chains = {d.path: [c.as_json() for c in d.chains] for d in derived}
         ui.out.print_json(json.dumps({
             "pack": pack.id, "base": base, "series": list(sel.series), "path": str(path.relative_to(ctx.root)),
-            "files": [{"path": f.path, "reasons": list(f.reasons), "cases": f.cases} for f in sel.files],
+            "files": [{"path": f.path, "reasons": list(f.reasons), "cases": f.cases,
+                       "chains": chains.get(f.path, [])} for f in sel.files],
+            "rules": suite.rule_counts(derived), "library_hops": suite.LIBRARY_HOPS,
+            "hubs_not_followed": hubs, "hub_limit": suite.HUB_LIMIT,
             "add": [{"id": a.id, "reason": a.reason} for a in sel.add],
             "exclude": [{"id": e.id, "reason": e.reason} for e in sel.exclude],
             "cases": sel.cases, "added_tests": {k: sorted(v) for k, v in source.added().items()}}))
@@ -93,6 +98,12 @@ def main(args) -> int:
         ui.data(f"+ {a.id}: {a.reason}")
     for e in sel.exclude:
         ui.data(f"- {e.id}: {e.reason}")
+    counts = suite.rule_counts(derived)
+    ui.note("files per rule (selects/adds): " + "; ".join(f"{r} {c['selects']}/{c['adds']}"
+                                                          for r, c in counts.items()))
+    for module, n in sorted(hubs.items()):
+        ui.note(f"not followed: {n} test files reach the touched code through {module} (more than "
+                f"{suite.HUB_LIMIT}, no switch on the way)")
     ui.note(f"pack {pack.id} at {base}: {len(sel.files)} file(s); {path.relative_to(ctx.root)}"
             + (" matches the derivation" if args.check else " written"))
     return 0

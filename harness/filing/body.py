@@ -309,9 +309,24 @@ def _upstream_template(manifest: pins.Manifest, base, body: str, diff: str, pack
              if t.role in ("fixes", "feature request") and "/issues/" in t.url]
     verb = "Closes" if pack.cls == "feature" else "Fixes"
     linked = [f"Fixes {label}" for label in fixes] + ([f"{verb} {LINKED_ISSUE}"] if with_linked_issue else [])
+    decided = pack.lint_decision(base.name)
+    formatted = any(c.kind == "format" and c.applies_at(base.name) for c in manifest.policy.checks)
     facts = pr_template.Facts(adds_tests=pr_template.touches_tests(diff), linked=", ".join(linked),
-                              formatted=any(c.kind == "format" for c in manifest.policy.checks))
+                              formatted=formatted and (decided is None or decided.decision == "format-commit"))
+    if decided is not None:
+        body = body.rstrip("\n") + "\n\n" + lint_at_base_note(decided) + "\n"
     return pr_template.fill(found.text, body, facts)
+
+
+def lint_at_base_note(decided) -> str:
+    """What the body says about changed files that the upstream's whole-file lint fails at the base already."""
+    files = ", ".join(f"`{f}`" for f in decided.files)
+    said = (f"At `{decided.base}`, {files} already fail the upstream's linting job (its formatters and linters on "
+            "whole changed files) before this change.")
+    if decided.decision == "leave":
+        return (f"{said} This PR leaves their formatting as it is ({decided.reason}), so the job reports those "
+                "files, and the autoformatter box is left unticked.")
+    return f"{said} A separate commit of this PR only reformats them ({decided.reason})."
 
 
 def _outside_code(body: str, edit) -> str:

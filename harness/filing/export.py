@@ -11,7 +11,8 @@ The export files as a person: every commit's author (and, where the target's pol
 DCO, a ``Signed-off-by:`` that goes last among the trailers) is the filer's identity, from
 ``--identity "Name <email>"`` or else their own git config (``user.name`` / ``user.email``). The
 stored series keeps its fixed identity; only the exported files carry the person's. The target's own
-formatters and linters (``linters``) then run on the lines the series adds or changes.
+formatters and linters (``linters``) then run on the lines the series adds or changes, or on whole changed files
+where the upstream's CI runs them so; a file that fails at the base already needs the pack's recorded decision.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from harness.errors import CheckError, IdentityError, SeriesError, UsageError
 from harness.lane import series, series_write
 from harness.lane.context import Context
 from harness.lane.tracking import Pack
+from harness.lane.tracking.model import LintAtBase
 from harness.upstream import git, linters
 
 # Lines of a commit message that are this repository's bookkeeping, not part of the filed change.
@@ -130,7 +132,29 @@ class Export:
     identity: Identity
     signed_off: bool  # each commit ends with the filer's Signed-off-by (the target asks for it)
     checks: linters.Report
+    lint_at_base: LintAtBase | None = None  # what the series does about files the CI's checks fail at the base
 
+
+def at_base_decision(pack: str, where: str, report: linters.Report, decided: LintAtBase | None) -> None:
+    """Refuse an export whose changed files fail the upstream's whole-file checks at the base already unless the
+    pack records what the series does about them (``[[packs.NN.lint_at_base]]``), and a record that no longer
+    matches: other files, a formatting commit that leaves findings, or files that no longer fail."""
+    fails = list(report.base_fails)
+    hint = (f"record [[packs.{pack}.lint_at_base]] base, files = {fails}, decision = \"leave\" or "
+            "\"format-commit\" (as the upstream's contributing rules ask) and reason (docs/upstream-policy.md)")
+    if decided is None:
+        if fails:
+            raise CheckError(f"pack {pack} on {where}: the upstream's CI checks fail at the base already on "
+                             f"{', '.join(fails)} ({len(report.at_base)} finding(s) the CI reports that are not "
+                             "the series'); the pack records no decision about them", hint=hint)
+        return
+    if tuple(sorted(decided.files)) != tuple(fails):
+        raise CheckError(f"pack {pack} on {where}: [[lint_at_base]] records {', '.join(decided.files)} as failing "
+                         f"at the base; the checks find {', '.join(fails) or 'none'}", hint=hint)
+    if decided.decision == "format-commit" and report.at_base:
+        raise CheckError(f"pack {pack} on {where}: [[lint_at_base]] says the series formats "
+                         f"{', '.join(decided.files)} in a commit of its own, but the CI would still report "
+                         f"{len(report.at_base)} finding(s) there: " + "; ".join(str(f) for f in report.at_base[:3]))
 
 def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identity: str | None = None,
            report_only: bool = False) -> Export:
@@ -168,11 +192,14 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
             f.write_bytes(strip_ours(f.read_bytes()))
         tree = repo.tree()
         _prove(checkout.path, files, tree, work / "proof")
-        report = linters.check_tree(manifest, repo, checkout.commit, ctx.store)
+        report = linters.check_tree(manifest, repo, checkout.commit, ctx.store, base_name=base)
         if report.findings and not report_only:
             raise CheckError(f"pack {pack.id} on {pack.target} {base}: {len(report.findings)} finding(s) of the "
-                             "upstream's own checks in the lines the series adds or changes:\n"
+                             "upstream's own checks that the series introduces:\n"
                              + "\n".join(str(f) for f in report.findings))
+        decided = pack.lint_decision(base)
+        if not report_only:
+            at_base_decision(pack.id, f"{pack.target} {base}", report, decided)
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         for f in files:
@@ -185,7 +212,7 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return Export(pack.id, pack.target, base, checkout.commit, tuple(out / f.name for f in files),
-                  tuple(stacked), tree, who, policy.signoff, report)
+                  tuple(stacked), tree, who, policy.signoff, report, decided)
 
 
 def _replaceable(out: Path) -> bool:

@@ -128,8 +128,8 @@ class SuiteSource:
     def pairs(self) -> list[tuple[str, str]]:
         return [(p.name, p.path.read_text(encoding="utf-8", errors="replace")) for p in self.own]
 
-    def derive(self) -> list[suite.Derived]:
-        return suite.derive(self.tree, suite.touched_files(self.pairs))
+    def derive(self, dropped: dict[str, int] | None = None) -> list[suite.Derived]:
+        return suite.derive(self.tree, suite.touched_files(self.pairs), dropped=dropped)
 
     def added(self) -> dict[str, set[str]]:
         return suite.added_tests(self.pairs)

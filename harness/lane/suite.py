@@ -14,8 +14,10 @@ The matching rule: a touched ``pkg/sub/mod.py`` is the module ``pkg.sub.mod`` (a
 ``pkg/sub/__init__.py`` is ``pkg.sub``). An import of ``pkg.sub.mod`` or of anything below it matches. A parent
 package (``pkg.sub``) matches only where its ``__init__.py`` itself imports a matching module (it re-exports
 the touched code), followed to a fixed point; importing ``pkg`` alone never matches otherwise, since every
-test imports the top package. Imports through other library modules (``modules/block.py`` importing the
-touched kernel) are not followed: that would select every end-to-end test; a person adds such ids.
+test imports the top package;
+* a test file that reaches a touched module through at most ``LIBRARY_HOPS`` library modules (imports, and
+  strings naming a module), where a link that a config switch guards counts only for a test that sets that
+  switch value; each such file records its chain (``_LibraryGraph``).
 
 The selection is recorded as data, one file per pack and base (``suites/<pack>/<base>.toml``, schema
 ``SCHEMA``): the derived files with their reasons and case counts, ids a person added (with a reason) and
@@ -39,7 +41,14 @@ from pathlib import Path
 import tomlkit
 
 from harness.base import regular
-from harness.base.pyimports import TEST_TOPS, imported_names, in_tests_tree, is_test_file, module_name
+from harness.base.pyimports import (
+    TEST_TOPS,
+    imported_names,
+    in_tests_tree,
+    is_test_file,
+    loads,
+    module_name,
+)
 from harness.base.tomlutil import field as toml_field
 from harness.base.tomlutil import load_document
 from harness.errors import ConfigError, WriteError
@@ -76,6 +85,7 @@ def _matches(name: str, targets: Iterable[str], below: Iterable[str] = ()) -> st
 class Derived:
     path: str
     reasons: tuple[str, ...]
+    chains: tuple[Chain, ...] = field(default=(), compare=False)  # how the library rules reached it
 
 
 def touched_files(patches: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
@@ -102,9 +112,14 @@ def added_tests(patches: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
     return out
 
 
-def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
-    """The upstream test files of ``tree`` (a base with the series applied) that exercise ``touched``."""
+def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None,
+           dropped: dict[str, int] | None = None) -> list[Derived]:
+    """The upstream test files of ``tree`` (a base with the series applied) that exercise ``touched``.
+
+    ``dropped``, when given, receives the library modules the library rules did not follow because more than
+    ``HUB_LIMIT`` test files enter the chain there (module -> how many)."""
     reasons: dict[str, list[str]] = {}
+    chains: dict[str, list[Chain]] = {}
     for path, by in touched.items():
         if is_test_file(path) and (tree / path).is_file():
             reasons.setdefault(path, []).append(f"changed by the series ({', '.join(by)})")
@@ -168,7 +183,178 @@ def derive(tree: Path, touched: Mapping[str, list[str]]) -> list[Derived]:
                     why = f"imports helper {helper}, which imports {_matches(via, exposing, library) or via}"
                     if why not in reasons.get(rel, []):
                         reasons.setdefault(rel, []).append(why)
-    return [Derived(path, tuple(r)) for path, r in sorted(reasons.items())]
+        graph = _LibraryGraph(tree, library, hops)
+        found = {rel: graph.chains(rel, (tree / rel).read_text(encoding="utf-8", errors="replace"))
+                 for rel in files if is_test_file(rel) and rel not in reasons}  # the library rules add files only
+        way_in: dict[str, set[str]] = {}  # the first library module of a chain no switch guards -> its test files
+        for rel, found_chains in found.items():
+            for chain in found_chains:
+                if not any(k.switches for k in chain.links):
+                    way_in.setdefault(chain.links[0].module, set()).add(rel)
+        hubs = {m: len(tests) for m, tests in way_in.items() if len(tests) > HUB_LIMIT}
+        if dropped is not None:
+            dropped.update(hubs)
+        for rel, found_chains in found.items():
+            for chain in found_chains:
+                if chain.links[0].module in hubs and not any(k.switches for k in chain.links):
+                    continue
+                reasons.setdefault(rel, []).append(chain.reason)
+                chains.setdefault(rel, []).append(chain)
+    return [Derived(path, tuple(r), tuple(chains.get(path, ()))) for path, r in sorted(reasons.items())]
+
+
+# ---------------------------------------------------------------------------------------------- the library graph
+
+LIBRARY_HOPS = 2  # library modules a chain may pass between a test file and the touched module (docs/upstream-tests.md)
+# A library module through which more than this many test files reach the touched code, with no config switch on
+# the way, is how end-to-end tests enter the package (Megatron's GPTModel builds the output layer whose fused path
+# a switch picks at run time), not a sign that they run the change: chains through it are not followed.
+HUB_LIMIT = 10
+RULES = ("changed by the series", "direct import", "test helper", "library imports", "module named in a string")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One step of a chain: ``path`` at ``line`` loads ``module`` (by an import, or by a string naming it)."""
+
+    path: str
+    line: int
+    module: str
+    by: str = "import"  # "import" or "name"
+    switches: tuple[str, ...] = ()  # it loads only where a config switch holds one of these values
+
+    def how(self) -> str:
+        when = f"when a switch is {' or '.join(repr(v) for v in self.switches)}" if self.switches else ""
+        if self.by == "import":
+            return f" ({when})" if when else ""
+        return f" (by name{', ' + when if when else ''})"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """How a test file reaches a touched module through library modules: its links, first the test file's."""
+
+    touched: str
+    links: tuple[Link, ...]
+
+    @property
+    def rule(self) -> str:
+        return "module named in a string" if any(k.by == "name" for k in self.links) else "library imports"
+
+    @property
+    def reason(self) -> str:
+        """``tests/t.py:13 -> pkg.block:17 -> pkg.ops.kern``: each module with the line that loads the next."""
+        first = self.links[0]
+        parts = [f"{first.path}:{first.line}{first.how()}"]
+        for i, k in enumerate(self.links):
+            nxt = self.links[i + 1] if i + 1 < len(self.links) else None
+            parts.append(k.module + (f":{nxt.line}{nxt.how()}" if nxt else ""))
+        return f"reaches {self.touched} through {self.rule}: " + " -> ".join(parts)
+
+    def as_json(self) -> dict:
+        return {"rule": self.rule, "touched": self.touched,
+                "links": [{"file": k.path, "line": k.line, "module": k.module, "by": k.by, "switches": list(k.switches)}
+                          for k in self.links]}
+
+
+class _LibraryGraph:
+    """The upstream package's modules (outside the tests tree) and how each loads others: import statements
+    anywhere in the file, and strings that name a module (``import_module(name)``), each with its line.
+
+    A test file reaches a touched module through at most ``LIBRARY_HOPS`` library modules; a module named as the
+    value of a dict keyed by a switch value (``{"tilelang": "...dsa_tilelang_kernels"}``) counts only for a test
+    file that holds that value as a string (it sets the switch, ``dsa_kernel_backend="tilelang"``)."""
+
+    def __init__(self, tree: Path, touched: Mapping[str, str], hops: int | None = None):
+        self.hops = hops = LIBRARY_HOPS if hops is None else hops
+        self.touched = set(touched)
+        self.paths: dict[str, str] = {}
+        for p in sorted(tree.rglob("*.py")):
+            rel = p.relative_to(tree).as_posix()
+            if in_tests_tree(rel) or "/." in f"/{rel}" or not (m := module_name(rel)):
+                continue
+            self.paths.setdefault(m, rel)
+        self.edges: dict[str, list[Link]] = {}
+        for m, rel in self.paths.items():
+            self.edges[m] = self._links(rel, m, (tree / rel).read_text(encoding="utf-8", errors="replace"))[0]
+        self.dist = {m: 0 for m in self.touched}  # edges to the nearest touched module (switch keys aside)
+        rev: dict[str, set[str]] = {}
+        for m, links in self.edges.items():
+            for k in links:
+                rev.setdefault(k.module, set()).add(m)
+        frontier = sorted(self.touched)
+        for d in range(1, hops + 1):
+            nxt = []
+            for t in frontier:
+                for m in sorted(rev.get(t, ())):
+                    if m not in self.dist:
+                        self.dist[m] = d
+                        nxt.append(m)
+            frontier = nxt
+
+    def _links(self, rel: str, module: str, source: str) -> tuple[list[Link], set[str]]:
+        """What ``rel`` loads among the package's modules, and its string constants."""
+        found, strings = loads(source, module, rel.endswith("__init__.py"))
+        out = []
+        for name, load in sorted(found.items(),
+                                 key=lambda x: (x[1].line, x[0])):
+            if load.pattern:
+                targets = [m for m in self.paths if re.fullmatch(name, m)]
+            else:
+                targets = [name] if name in self.paths else []
+            out += [Link(rel, load.line, t, load.by, load.switches) for t in targets if t != module]
+        return out, strings
+
+    def chains(self, rel: str, source: str) -> list[Chain]:
+        """The shortest chain of each rule from test file ``rel`` to each touched module it reaches through library
+        modules (a module named in a string is one rule, imports alone the other)."""
+        start, switches = self._links(rel, module_name(rel) or rel, source)
+        found: dict[tuple[str, str], Chain] = {}  # (touched module, rule) -> the shortest chain
+        paths: list[tuple[Link, ...]] = [(k,) for k in start if k.module not in self.touched
+                                         and self._open(k, switches)
+                                         and self.dist.get(k.module, self.hops + 1) <= self.hops]
+        for depth in range(1, self.hops + 1):
+            nxt = []
+            for path in paths:
+                for k in self.edges.get(path[-1].module, ()):
+                    if not self._open(k, switches):
+                        continue
+                    if k.module in self.touched:
+                        chain = Chain(k.module, (*path, k))
+                        found.setdefault((k.module, chain.rule), chain)
+                    elif depth < self.hops and self.dist.get(k.module, self.hops + 1) <= self.hops - depth \
+                            and all(k.module != q.module for q in path):
+                        nxt.append((*path, k))
+            paths = nxt
+        return [found[k] for k in sorted(found)]
+
+    @staticmethod
+    def _open(link: Link, switches: set[str]) -> bool:
+        """Whether ``link`` loads for a test file holding ``switches`` (its string constants)."""
+        return not link.switches or any(v in switches for v in link.switches)
+
+
+def rule_of(reason: str) -> str:
+    """Which rule of ``RULES`` a derived file's reason line comes from."""
+    if reason.startswith("changed by the series"):
+        return RULES[0]
+    if reason.startswith("imports helper "):
+        return RULES[2]
+    if reason.startswith("reaches "):
+        return RULES[4] if " through module named in a string: " in reason else RULES[3]
+    return RULES[1]
+
+
+def rule_counts(derived: Iterable[Derived]) -> dict[str, dict[str, int]]:
+    """Per rule: the files it selects, and the files it adds (no other rule selects them)."""
+    out = {r: {"selects": 0, "adds": 0} for r in RULES}
+    for d in derived:
+        rules = {rule_of(r) for r in d.reasons}
+        for r in rules:
+            out[r]["selects"] += 1
+            if len(rules) == 1:
+                out[r]["adds"] += 1
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- the record

@@ -1,4 +1,5 @@
-"""The upstream's own formatters and linters, run on the lines an exported series adds or changes.
+"""The upstream's own formatters and linters, run on the lines an exported series adds or changes, or on whole
+changed files where the upstream's CI runs them so (``scope = "files"``, ``whole_files``).
 
 Each target's manifest lists its checks (``[[policy.checks]]``, ``pins.Check``): a PyPI package pinned
 exactly, the arguments the upstream's config gives it, the regex of files it applies to. A check runs
@@ -25,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,15 +76,26 @@ class Ran:
 
 @dataclass(frozen=True)
 class Report:
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[Finding, ...] = ()  # the series' own: each fails the export
     ran: tuple[Ran, ...] = field(default_factory=tuple)
+    # whole-file checks (``scope = "files"``): findings the upstream's CI reports on the changed files that the base
+    # has too (same tool, same line of the base's file, untouched by the series), and the changed files that fail a
+    # whole-file check at the base already
+    at_base: tuple[Finding, ...] = ()
+    base_fails: tuple[str, ...] = ()
 
     def describe(self) -> dict:
-        return {"findings": [f.describe() for f in self.findings], "checks": [r.describe() for r in self.ran]}
+        return {"findings": [f.describe() for f in self.findings], "checks": [r.describe() for r in self.ran],
+                "at_base": [f.describe() for f in self.at_base], "base_fails": list(self.base_fails)}
 
 
-def check_tree(manifest: Manifest, repo: git.Repo, base: str, store: Store, python: str | None = None) -> Report:
+def check_tree(manifest: Manifest, repo: git.Repo, base: str, store: Store, python: str | None = None,
+               base_name: str | None = None) -> Report:
     """Run the target's checks on what ``base..HEAD`` of ``repo`` changes; the work tree is left as HEAD.
+
+    ``base_name`` (the manifest's base) picks the checks read at that base (``Check.bases``). A whole-file check
+    (``scope = "files"``) runs on every changed file it selects, at HEAD and at ``base``, and tells the findings
+    the series introduces from those the base has too (``whole_files``).
 
     The tools run on ``python``, by default the manifest's interpreter (``python = "3.12"``, the
     upstream's own) where this host has it, else this one.
@@ -93,9 +106,13 @@ def check_tree(manifest: Manifest, repo: git.Repo, base: str, store: Store, pyth
     touched = touched_lines(repo, base)
     findings = list(whitespace(repo, base))
     ran = []
+    at_base: list[Finding] = []
+    base_fails: set[str] = set()
     if python is None and manifest.policy.checks:
         python = (find_interpreter(manifest.python) if manifest.python else None) or sys.executable
     for check in manifest.policy.checks:
+        if not check.applies_at(base_name):
+            continue
         files = [p for p in sorted(touched) if _selects(check, p)]
         ran.append(Ran(check.name, check.package, tuple(files)))
         if not files:
@@ -103,8 +120,15 @@ def check_tree(manifest: Manifest, repo: git.Repo, base: str, store: Store, pyth
         if check.config and not (repo.path / check.config).is_file():
             raise ConfigError(f"{manifest.path}: check '{check.name}' reads {check.config}, which the patched "
                               f"tree does not have (is the [policy] still that of this base?)")
-        findings += run_check(check, tool_env(check, store, python or sys.executable), repo, touched)
-    return Report(tuple(sorted(set(findings))), tuple(ran))
+        env = tool_env(check, store, python or sys.executable)
+        if check.scope == "files":
+            whole = whole_files(check, env, repo, base, files, touched)
+            findings += whole.findings
+            at_base += whole.at_base
+            base_fails.update(whole.base_fails)
+        else:
+            findings += run_check(check, env, repo, touched)
+    return Report(tuple(sorted(set(findings))), tuple(ran), tuple(sorted(set(at_base))), tuple(sorted(base_fails)))
 
 
 def _selects(check: Check, path: str) -> bool:
@@ -255,6 +279,64 @@ def _relative(path: str, root: Path) -> str:
         except ValueError:
             return path
     return p.as_posix().removeprefix("./")
+
+
+# --------------------------------------------------------------------------- whole changed files, as the CI does
+
+# The files a tool reads its configuration from, copied from the tree beside the files it checks
+CONFIG_FILES = ("pyproject.toml", "setup.cfg", "tox.ini", ".pylintrc", "pylintrc", ".isort.cfg", "ruff.toml",
+                ".ruff.toml", ".flake8")
+
+
+def whole_files(check: Check, env: Path, repo: git.Repo, base: str, files: list[str],
+                touched: dict[str, set[int]]) -> Report:
+    """``check`` on every line of ``files`` at HEAD, as the upstream's CI runs it on whole changed files, and on
+    the same files at ``base``. A HEAD finding is the series' own (``findings``) when it falls on a line the series
+    adds or changes, or the base has no finding of that tool on the same line (a lint finding: the same message);
+    else the base has it too (``at_base``). ``base_fails``: the files that fail the check at the base.
+
+    Both runs see a small tree of their own: the files and the config files (``CONFIG_FILES``) as that revision
+    has them, so neither reads the other's."""
+    with tempfile.TemporaryDirectory(prefix="patchlane-lint-") as tmp:
+        now = run_check(check, env, *_snapshot(repo, "HEAD", files, Path(tmp) / "head"))
+        old_files = [f for f in files if repo.call("cat-file", "-e", f"{base}:{f}").ok]
+        then = run_check(check, env, *_snapshot(repo, base, old_files, Path(tmp) / "base")) if old_files else []
+    hunks: dict[str, list[_Hunk]] = {}
+    for h in _hunks(_diff(repo, base, "HEAD", *files)):
+        if h.new_path:
+            hunks.setdefault(h.new_path, []).append(h)
+    seen = {(f.path, f.tool, f.line, f.message if check.kind == "lint" else "") for f in then}
+    ours: list[Finding] = []
+    theirs: list[Finding] = []
+    for f in now:
+        old = None if f.line in touched.get(f.path, set()) else _base_line(hunks.get(f.path, []), f.line)
+        key = (f.path, f.tool, old, f.message if check.kind == "lint" else "")
+        (theirs if old is not None and f.path in old_files and key in seen else ours).append(f)
+    return Report(tuple(ours), (), tuple(theirs), tuple(sorted({f.path for f in then})))
+
+
+def _snapshot(repo: git.Repo, rev: str, files: list[str], dest: Path) -> tuple[git.Repo, dict[str, set[int]]]:
+    """A one-commit repository of ``files`` and the config files at ``rev``, and every line of each file."""
+    every: dict[str, set[int]] = {}
+    for rel in (*[c for c in CONFIG_FILES if repo.call("cat-file", "-e", f"{rev}:{c}").ok], *files):
+        text = repo.run("show", f"{rev}:{rel}")
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text, encoding="utf-8")
+        if rel in files:
+            every[rel] = set(range(0, text.count("\n") + 2))
+    git.init_snapshot(dest, f"{rev} as the upstream's CI lints it")
+    return git.repo(dest), every
+
+
+def _base_line(hunks: list[_Hunk], line: int) -> int | None:
+    """The line of the base's file that HEAD's ``line`` is, outside the series' hunks (``-U0``)."""
+    delta = 0
+    for h in hunks:
+        if h.new_count and h.new_start <= line < h.new_start + h.new_count:
+            return None
+        if (h.new_count and h.new_start + h.new_count <= line) or (not h.new_count and h.new_start < line):
+            delta += h.old_count - h.new_count
+    return line + delta
 
 
 # --------------------------------------------------------------------------- the tool environments

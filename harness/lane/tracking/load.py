@@ -23,6 +23,7 @@ from harness.lane.tracking.model import (
     DEFAULT_TIMEOUT,
     FIX_SENTINELS,
     KINDS,
+    LINT_DECISIONS,
     MITIGATION_STATUS,
     OURS,
     PICKS,
@@ -34,6 +35,7 @@ from harness.lane.tracking.model import (
     UNPATCHED_KINDS,
     EvidenceRow,
     Lane,
+    LintAtBase,
     Pack,
     Thread,
     Validation,
@@ -54,6 +56,7 @@ PACK_KEYS = frozenset({
     "related",  # [[packs.NN.related]]: a decision per upstream thread or commit that overlaps the pack
     "suites",  # [[packs.NN.suites]]: the upstream suite at a base, run unpatched and patched (suites/NN/BASE.toml)
     "error",  # the error message the pack fixes, as users see it (harness related searches upstream for it)
+    "lint_at_base",  # [[packs.NN.lint_at_base]]: files the upstream's CI lint fails at a base, and the decision
     # free-text notes people keep next to the data
     "note", "notes", "base_note", "patch_note", "contract_note",
     # data a contract pack's reproducer documents (pack 23)
@@ -74,6 +77,7 @@ THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", 
 RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state", "overlap"})
 
 
+LINT_AT_BASE_KEYS = frozenset({"base", "files", "decision", "reason"})
 VALIDATION_KEYS = frozenset({"verdict", "receipt", "host", "date", "expected", "seen", "base", "patched", "note"})
 
 
@@ -88,7 +92,7 @@ def unknown_keys(path: Path, doc) -> list[str]:
             continue
         out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
         for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS),
-                            ("suites", SUITE_KEYS)):
+                            ("suites", SUITE_KEYS), ("lint_at_base", LINT_AT_BASE_KEYS)):
             for i, entry in enumerate(table.get(kind) or []):
                 if isinstance(entry, dict):
                     out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
@@ -258,7 +262,26 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         error=field(t, "error", str, where, default=""),
         minimal_repro=minimal_repro,
         domain=domain,
+        lint_at_base=_load_lint_at_base(t.get("lint_at_base", []), where, manifest),
     )
+
+
+def _load_lint_at_base(rows, where: str, manifest) -> tuple[LintAtBase, ...]:
+    out: list[LintAtBase] = []
+    for i, row in enumerate(rows):
+        w = f"{where} lint_at_base[{i}]"
+        base = field(row, "base", str, w)
+        if base not in manifest.bases:
+            raise ConfigError(f"{w}: key 'base' is '{base}', not a base of {manifest.path.name}")
+        if any(d.base == base for d in out):
+            raise ConfigError(f"{w}: a second decision for base '{base}'")
+        files = tuple(str_list(row, "files", w))
+        reason = field(row, "reason", str, w)
+        if not files or not reason.strip():
+            raise ConfigError(f"{w}: 'files' and 'reason' must say which files fail at the base and which rule "
+                              "the decision follows")
+        out.append(LintAtBase(base, files, choice(row, "decision", LINT_DECISIONS, w), reason))
+    return tuple(out)
 
 
 def _load_validation(t, where: str) -> dict[str, Validation]:

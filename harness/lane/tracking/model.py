@@ -176,6 +176,21 @@ class Decision:
         return f"https://github.com/{m['slug']}/issues/{m['num']}"  # GitHub redirects to the pull when it is one
 
 
+LINT_DECISIONS = ("leave", "format-commit")
+
+
+@dataclass(frozen=True)
+class LintAtBase:
+    """``[[packs.NN.lint_at_base]]``: changed files that the upstream's whole-file CI checks fail at a base already,
+    and what the series does about it, as that upstream's contributing rules ask (docs/upstream-policy.md):
+    ``leave`` them as they are (no unrelated formatting), or add a separate ``format-commit``."""
+
+    base: str
+    files: tuple[str, ...]
+    decision: str  # one of LINT_DECISIONS
+    reason: str  # the upstream's rule behind the decision, where it is written
+
+
 @dataclass(frozen=True)
 class Pack:
     id: str
@@ -211,6 +226,10 @@ class Pack:
     related: tuple[Decision, ...] = ()  # [[packs.NN.related]], in file order
     error: str = ""  # the error message the pack fixes (key 'error')
     domain: Domain | None = None  # [packs.NN.domain]: what the change newly admits (harness/lane/tracking/domain.py)
+    lint_at_base: tuple[LintAtBase, ...] = ()  # [[packs.NN.lint_at_base]], one per base at most
+
+    def lint_decision(self, base: str) -> LintAtBase | None:
+        return next((d for d in self.lint_at_base if d.base == base), None)
 
     @property
     def state_reason(self) -> str | None:

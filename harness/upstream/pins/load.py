@@ -40,7 +40,9 @@ HOST_BUILD_KEYS = ARTIFACT_KEYS - {"kind"} | {"provides", "build_requires", "ins
 _PRUNE_ARCH = re.compile(r"^sm_[0-9]+$")
 GIT_KEYS = frozenset({"commit", "ref", "date", "url"})
 POLICY_KEYS = frozenset({"signoff", "contributing", "pr_template", "issue_templates", "source", "checks"})
-CHECK_KEYS = frozenset({"name", "package", "module", "args", "files", "exclude", "kind", "config", "source"})
+CHECK_KEYS = frozenset({"name", "package", "module", "args", "files", "exclude", "kind", "config", "source",
+                        "scope", "bases"})
+CHECK_SCOPES = ("lines", "files")
 _PYTHON = re.compile(r"^3\.[0-9]+$")
 _TARGET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -200,7 +202,9 @@ def _load_check(table, where: str) -> Check:
             raise ConfigError(f"{where}: key '{key}' is not a valid regex: {exc}") from None
     return Check(name=name, package=package, module=module, args=tuple(str_list(table, "args", where)),
                  files=files, exclude=exclude, kind=choice(table, "kind", CHECK_KINDS, where),
-                 config=_tree_path(table, "config", where), source=get(table, "source", str, where, default=""))
+                 config=_tree_path(table, "config", where), source=get(table, "source", str, where, default=""),
+                 scope=choice(table, "scope", CHECK_SCOPES, where, default="lines"),
+                 bases=tuple(str_list(table, "bases", where)))
 
 
 def _load_stubs(doc, where: str) -> dict[str, str]:

@@ -146,6 +146,13 @@ class Check:
     exclude: str = ""
     config: str = ""
     source: str = ""
+    # "lines": findings count on the lines the series adds or changes; "files": on every line of each changed file,
+    # as the upstream's CI runs the tool (Megatron-LM's tools/autoformat.sh on whole changed files)
+    scope: str = "lines"
+    bases: tuple[str, ...] = ()  # the bases whose tree this check was read from (empty: every base)
+
+    def applies_at(self, base: str | None) -> bool:
+        return not self.bases or base is None or base in self.bases
 
     @property
     def version(self) -> str:
