@@ -309,10 +309,12 @@ def test_ready_once_the_domain_lane_shows_the_domain(domain_ran):
     assert r.ready, r.why()
     body = filing_body.render(domain_ran.root, Tracking.load(domain_ran.root), Tracking.load(domain_ran.root)
                               .pack("01")).body
-    assert "swept point by point on CPU (cpu): 3 points" in body
-    assert "Admitted and matching: 2 points, mode ok; size 1, 2 (largest error 0, tolerance 0.01)" in body
-    assert "Declined as before (the caller's fallback runs): 1 of 1 points (1: beyond the bound)" in body
-    assert "Shown on cpu; not shown on sm_80." in body
+    assert "| What this PR admits (mode, size; 3 points on CPU, cpu, each in a process of its own) |" in body
+    assert ("| admitted: forward and backward against a float64 reference | 2: mode ok; size 1, 2 | "
+            "largest error 0 (tolerance 0.01) |") in body
+    assert ("| declined, as without this PR: beyond the bound | 1: (decline, 3) | declined (1 of 1 declined "
+            "without this PR too) |") in body
+    assert "| devices | shown on cpu | not shown on sm_80 |" in body
 
 
 def test_not_ready_while_the_domain_lane_is_missing(domain_ran):
@@ -324,7 +326,7 @@ def test_not_ready_while_the_domain_lane_is_missing(domain_ran):
     assert ReasonCode.LANE not in [x.code for x in r.reasons]  # named once, as the domain's
     rendered = filing_body.render(domain_ran.root, Tracking.load(domain_ran.root),
                                   Tracking.load(domain_ran.root).pack("01"))
-    assert "swept point by point" not in rendered.body  # no receipt, no claim
+    assert "What this PR admits" not in rendered.body  # no receipt, no claim
     assert any("domain-fix has no receipt; the body does not claim the domain" in p for p in rendered.problems)
 
 
@@ -335,7 +337,7 @@ def test_not_ready_while_the_domain_lane_fails(domain_ran, monkeypatch):
     assert _domain_reasons(r) == ["domain lane domain-fix: latest receipt is mismatch, not pass"]
     body = filing_body.render(domain_ran.root, Tracking.load(domain_ran.root),
                               Tracking.load(domain_ran.root).pack("01")).body
-    assert "swept point by point" not in body
+    assert "What this PR admits" not in body
 
 
 def test_not_ready_while_the_domain_lane_swept_another_declaration(domain_ran):

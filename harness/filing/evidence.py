@@ -356,30 +356,35 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
     admitted = [p for p in points if p.get("value") == "matched"]
     declined = [p for p in points if p.get("value") == "declined"]
     newly = [p for p in admitted if p.get("base") == "declined"]
-    as_before = [p for p in declined if p.get("base") in ("declined", None)]
     device = summary.get("device") or "?"
     gpu = re.sub(r"^NVIDIA\s+", "", str(summary.get("gpu"))) if summary.get("gpu") else "CPU"
     spans = "; ".join(f"{axis} {_axis_span([p['point'][axis] for p in admitted])}" for axis in domain.axes
                       if admitted)
     errors = [p["max_error"] for p in admitted if isinstance(p.get("max_error"), (int, float))]
     tols = [p["tol"] for p in admitted if isinstance(p.get("tol"), (int, float))]
-    reasons: dict[str, int] = {}
+    groups: dict[str, list[dict]] = {}
     for p in declined:
-        note = p.get("note") or "outside what the code takes"
-        reasons[note] = reasons.get(note, 0) + 1
-    lines = [f"**What {change_name} admits**, swept point by point on {gpu} ({device}): {len(points)} points, "
-             "each in a process of its own, forward and backward against a float64 reference."]
-    if domain.summary:
-        lines.append(f"It admits {domain.summary}.")
+        groups.setdefault(p.get("note") or "outside what the code takes", []).append(p)
+
+    def named(p: dict) -> str:
+        return "(" + ", ".join(shown(p["point"][axis]) for axis in domain.axes) + ")"
+
+    # a table: a maintainer reads it point by point, and it is not prose (the body's word budget)
+    head = (f"What {change_name} admits ({', '.join(domain.axes)}; {len(points)} points on {gpu}, {device}, "
+            "each in a process of its own)")
+    rows = [f"| {table_cell(head)} | points | result |", "| --- | --- | --- |"]
     if admitted:
-        err = ("" if not errors or not tols else f" (largest error {shown(max(errors))}, tolerance {shown(tols[0])})"
-               if len(set(tols)) == 1 else f" (largest error {shown(max(errors))}, each within its tolerance)")
-        lines.append(f"Admitted and matching: {len(admitted)} points, {spans}{err}; "
-                     f"{len(newly)} of them fall back to the unfused path without {change_name}.")
-    if declined:
-        why = "; ".join(f"{n}: {text}" for text, n in reasons.items())
-        lines.append(f"Declined as before (the caller's fallback runs): {len(as_before)} of {len(declined)} points "
-                     f"({why}).")
-    lines.append(f"Shown on {', '.join(domain.devices)}"
-                 + (f"; not shown on {', '.join(domain.not_shown)}." if domain.not_shown else "."))
-    return " ".join(lines), []
+        err = ("" if not errors or not tols else f"largest error {shown(max(errors))} (tolerance {shown(tols[0])})"
+               if len(set(tols)) == 1 else f"largest error {shown(max(errors))}, each within its tolerance")
+        rows.append(f"| admitted: forward and backward against a float64 reference | {len(admitted)}: {spans} | "
+                    f"{table_cell(err) or 'matched'}"
+                    + (f"; {len(newly)} of them declined without {change_name}"
+                       if any(p.get("base") for p in admitted) else "") + " |")
+    for note, group in groups.items():
+        before = sum(1 for p in group if p.get("base") in ("declined", None))
+        rows.append(f"| declined, as without {change_name}: {table_cell(note)} | {len(group)}: "
+                    f"{', '.join(named(p) for p in group)} | declined ({before} of {len(group)} declined without "
+                    f"{change_name} too) |")
+    rows.append(f"| devices | shown on {', '.join(domain.devices)} | not shown on "
+                f"{', '.join(domain.not_shown) or 'any other'} |")
+    return "\n".join(rows), []

@@ -82,9 +82,9 @@ def _mentions(requirement: str, code: str) -> bool:
 
 def _runs(manifest: pins.Manifest, pack: Pack, base_name: str, name: str, change_name: str) -> list[str]:
     """The commands of the header: one per lane on the filed base that runs this script, with the flags it takes
-    (a minimal, upstream-test or suite lane runs another script)."""
-    lanes = [lane for lane in pack.lanes
-             if lane.base == base_name and not lane.minimal and not lane.suite and not lane.upstream_tests]
+    (a minimal, upstream-test, suite or domain lane runs another script)."""
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
+             and not lane.upstream_tests and not lane.domain]
     out = []
     for i, lane in enumerate(lanes, 1):
         env = []
@@ -113,7 +113,8 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
     needs = [f"{manifest.distribution} (the package under test) importable"]
     if re.search(r"^\s*(?:import|from) torch\b", path.read_text(encoding="utf-8"), re.M):
         needs.append("torch")
-    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite]
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
+             and not lane.domain]
     if any(pack.lane_requires(lane) == "cuda" for lane in lanes):
         needs.append("a CUDA GPU")
     for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):

@@ -114,9 +114,9 @@ def main() -> int:
     t = torch.randint(0, VOCAB, (TOKENS,), generator=g)
     t[torch.randperm(TOKENS, generator=g)[: TOKENS // 5]] = IGNORE
     xx, ww = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-    with simulated_gpu(torch, cc):
+    with simulated_gpu(torch, cc):  # the backward too: whatever the fallback asks of torch.cuda sees the same GPU
         loss = mod.linear_cross_entropy(xx, ww, t, tp_group=None, reduction="mean", ignore_index=IGNORE)
-    loss.backward()
+        loss.backward()
     got = {"loss": loss.detach(), "grad_hidden": xx.grad, "grad_weight": ww.grad}
     ref, plain = {}, {}
     for dtype, into in ((torch.float64, ref), (torch.float32, plain)):
