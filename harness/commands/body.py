@@ -123,7 +123,8 @@ def check_bodies(ctx, packs: list, as_json: bool) -> int:
         if pack.id in shown:
             findings += committed(rendered, ctx.root / DOCS_DIR)
         results.append({"pack": pack.id, "kind": pack.kind, "filing_base": rendered.filing_base,
-                        "words": filing.prose_words(rendered.body), "budget": filing.BUDGETS.get(pack.kind),
+                        "words": filing.prose_words(rendered.body, rendered.sections),
+                        "budget": filing.BUDGETS.get(pack.kind),
                         "ok": not findings,
                         "findings": [{"where": f.where, "line": f.line, "rule": f.rule, "text": f.text}
                                      for f in findings]})
