@@ -16,6 +16,7 @@ Rules (``docs/body-check.md`` explains them; ``check`` returns every finding, ``
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -289,16 +290,18 @@ def _where_items(text: str):
 def _where(rendered: Rendered, body: str) -> list[Finding]:
     """Each "Where" item names the symbol the patched tree holds the line in (as computed from its syntax), and
     each of its links points at a line its file has at the commit the link names."""
-    computed = {(path, first): anchor for _, path, first, anchor, _ in _where_items(rendered.where)}
+    computed: dict[tuple[str, int], list[str]] = {}
+    for _, path, first, anchor, _ in _where_items(rendered.where):
+        computed.setdefault((path, first), []).append(anchor)
     found = []
     for no, path, first, anchor, url in _where_items(body):
-        want = computed.get((path, first))
-        if computed and want is None:
+        wants = computed.get((path, first))
+        if computed and wants is None:
             found.append(Finding(no, "anchor", f"{path} line {first}: the change has no line there"))
-        elif computed and want != anchor:
+        elif computed and wants is not None and anchor not in wants:
             said = f"`{anchor.removeprefix('after ')}`" if anchor else "nothing"
-            wanted = (f"new code after `{want[6:]}`" if want.startswith("after ") else f"in `{want}`") if want \
-                else "no symbol"
+            wanted = " or ".join((f"new code after `{w[6:]}`" if w.startswith("after ") else f"in `{w}`") if w
+                                 else "in no symbol" for w in wants)
             found.append(Finding(no, "anchor", f"{path} line {first} names {said}; the patched tree has it {wanted}"))
         m = _BLOB.match(url or "")
         if url and m is None:
@@ -424,6 +427,10 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     found += _boxes(rendered, body)
     found += _one_text(rendered)
     found += [Finding(0, "typed figure", text) for text in rendered.typed]
+    if rendered.companion is not None:  # the issue a PR links: its Where list and the threads it cites
+        issue = rendered.companion[1]
+        found += [dataclasses.replace(f, where="linked issue")
+                  for f in _where(rendered, issue) + _threads(rendered, blocks(issue))]
     found += _evidence_bases(rendered, body)
     found += _names(bs, known, added)
     found += _sections(rendered, body)
