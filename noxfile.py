@@ -252,6 +252,21 @@ def suite_commits(session: nox.Session) -> None:
         session.run(str(envdir / "bin" / "harness"), "suite", "commits", *chosen, env=env, external=True)
 
 
+@nox.session(venv_backend="none", default=False)
+def attached_scripts(session: nox.Session) -> None:
+    """Every script a body under docs/filings attaches, run alone (``harness body --scripts --all --target T``;
+    posargs: targets, default all): ``python -I`` of the target's lane environment, a plain tree of the filing
+    base on its path and nothing of this repository, on the CPU. CI runs it while the lane environment exists."""
+    specs = {spec.target: spec for spec in pack_sessions(ROOT)}
+    for target in session.posargs or sorted(specs):
+        if target not in specs:
+            session.error(f"attached_scripts: no pack session of target {target}")
+        envdir = _lane_env(session, specs[target])
+        env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
+        session.run(str(envdir / "bin" / "harness"), "body", "--scripts", "--all", "--target", target, env=env,
+                    external=True)
+
+
 @nox.session(default=False)
 def bench_sweep(session: nox.Session) -> None:
     """Serial lanes vs ``harness sweep`` with empty and warm kernel caches, in one run (bench/sweep.py; posargs go to
