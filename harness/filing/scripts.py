@@ -206,7 +206,10 @@ def check_pack(ctx, pack, docs_dir: Path, timeout_s: int = 600) -> Outcome | Non
     checkout = ctx.materialize(manifest, base_name)
     patches = series.series_for(ctx.tracking, ctx.root, pack, base_name)
     patched = series.apply(checkout, patches, ctx.store).path if patches else None
-    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite]
+    # the CPU steps run what the CPU lanes ran: their other upstream builds (a GPU lane's, such as 11's mamba-ssm
+    # for its Mamba layers, is the GPU steps' need)
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
+             and pack.lane_requires(lane) != "cuda"]
     extras = sorted({b for lane in lanes for b in lane.extra_builds})
     others = [(ctx.manifest(t), b) for t, b in extras]
     sites = [obtain_build(ctx, other, other.base(b), [], f"{other.target} {b}").site for other, b in others]
