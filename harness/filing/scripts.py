@@ -80,7 +80,7 @@ def steps(text: str) -> list[Step]:
     """The numbered commands of the script's docstring, with the build each one needs."""
     doc = ast.get_docstring(ast.parse(text)) or ""
     lines = doc.splitlines()
-    out = []
+    out: list[Step] = []
     for i, line in enumerate(lines):
         m = _STEP.match(line)
         if m is None or i + 1 >= len(lines):

@@ -134,7 +134,8 @@ class Amalgamator:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 continue
             for nested in self.nested_imports(mod, stmt):
-                self.collect(nested.module, [a.name for a in nested.names], need, f"{mod.path.name}:{nested.lineno}")
+                self.collect(nested.module or "", [a.name for a in nested.names], need,
+                             f"{mod.path.name}:{nested.lineno}")
             for used in _used_names(stmt):
                 if used in mod.defs and used != name:
                     todo.append(used)
