@@ -217,3 +217,34 @@ def test_a_paragraph_in_both_the_pr_and_its_issue_is_a_finding(rendered_02):
     found = _new(rendered, dataclasses.replace(rendered, body=body))
     assert found and {f.rule for f in found} == {"repeated"}
     assert body_check.shared(issue, rendered.body) == []  # as rendered, each says its own part
+
+
+# ------------------------------------------------------------------------------------ a benchmark file as evidence
+
+def test_04s_register_rows_are_read_from_the_sweep_file_and_a_stale_file_is_refused(tmp_path):
+    """The #904 line's figures: read from tools/kernel_registers.py's file at the filing base, never typed; a file
+    of another series is a problem, not a row."""
+    import json
+    import shutil
+
+    from harness.filing.evidence import bench_figures
+    from harness.upstream import pins
+
+    tracking = Tracking.load(REPO)
+    pack = tracking.packs["04"]
+    manifest = pins.load_manifest(REPO, "mamba")
+    rows = [r for r in pack.evidence if r.bench]
+    assert [dict(r.where)["arch"] for r in rows] == ["sm_90", "sm_100"]
+    figures, _, problem = bench_figures(REPO, manifest, pack, "main", rows[0])
+    assert problem is None
+    by_arch = {f["arch"]: f for f in figures}
+    assert by_arch["sm_90"]["value"] == by_arch["sm_90"]["configs"] == 27  # the same before and after, every one
+    assert by_arch["sm_100"]["trap_only"] == 18
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "patches" / "mamba" / "04", root / "patches" / "mamba" / "04")
+    stale = json.loads((REPO / rows[0].bench).read_text())
+    stale["series_sha256"] = "0" * 64
+    (root / rows[0].bench).parent.mkdir(parents=True)
+    (root / rows[0].bench).write_text(json.dumps(stale))
+    figures, _, problem = bench_figures(root, manifest, pack, "main", rows[0])
+    assert figures == [] and "measured another series than today's for main" in (problem or "")
