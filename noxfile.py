@@ -254,17 +254,21 @@ def suite_commits(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def attached_scripts(session: nox.Session) -> None:
-    """Every script a body under docs/filings attaches, run alone (``harness body --scripts --all --target T``;
-    posargs: targets, default all): ``python -I`` of the target's lane environment, a plain tree of the filing
-    base on its path and nothing of this repository, on the CPU. CI runs it while the lane environment exists."""
-    specs = {spec.target: spec for spec in pack_sessions(ROOT)}
-    for target in session.posargs or sorted(specs):
-        if target not in specs:
-            session.error(f"attached_scripts: no pack session of target {target}")
-        envdir = _lane_env(session, specs[target])
+    """The scripts the bodies under docs/filings attach, each run alone (``harness body --scripts``; posargs: pack
+    ids, default every pack of every target): ``python -I`` of the pack's lane environment, a plain tree of the
+    filing base on its path and nothing of this repository, on the CPU. CI runs it while the lane environment
+    exists."""
+    specs = {spec.pack: spec for spec in pack_sessions(ROOT)}
+    packs = session.posargs or sorted(specs)
+    by_target: dict[str, list[str]] = {}
+    for pack in packs:
+        if pack not in specs:
+            session.error(f"attached_scripts: no pack {pack} in tracking.toml")
+        by_target.setdefault(specs[pack].target, []).append(pack)
+    for _target, chosen in sorted(by_target.items()):
+        envdir = _lane_env(session, specs[chosen[0]])
         env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
-        session.run(str(envdir / "bin" / "harness"), "body", "--scripts", "--all", "--target", target, env=env,
-                    external=True)
+        session.run(str(envdir / "bin" / "harness"), "body", "--scripts", *chosen, env=env, external=True)
 
 
 @nox.session(default=False)
