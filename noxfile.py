@@ -301,6 +301,25 @@ def suite_commits(session: nox.Session) -> None:
         session.run(str(envdir / "bin" / "harness"), "suite", "commits", *chosen, env=env, external=True)
 
 
+@nox.session(venv_backend="none", default=False)
+def attached_scripts(session: nox.Session) -> None:
+    """The scripts the bodies under docs/filings attach, each run alone (``harness body --scripts``; posargs: pack
+    ids, default every pack of every target): ``python -I`` of the pack's lane environment, a plain tree of the
+    filing base on its path and nothing of this repository, on the CPU. CI runs it while the lane environment
+    exists."""
+    specs = {spec.pack: spec for spec in pack_sessions(ROOT)}
+    packs = session.posargs or sorted(specs)
+    by_target: dict[str, list[str]] = {}
+    for pack in packs:
+        if pack not in specs:
+            session.error(f"attached_scripts: no pack {pack} in tracking.toml")
+        by_target.setdefault(specs[pack].target, []).append(pack)
+    for _target, chosen in sorted(by_target.items()):
+        envdir = _lane_env(session, specs[chosen[0]])
+        env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
+        session.run(str(envdir / "bin" / "harness"), "body", "--scripts", *chosen, env=env, external=True)
+
+
 @nox.session(default=False)
 def bench_sweep(session: nox.Session) -> None:
     """Benchmark: serial lanes against harness sweep, with empty and warm kernel caches, in one run (bench/sweep.py).

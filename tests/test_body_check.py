@@ -181,7 +181,7 @@ def test_a_cut_anchor_and_a_misspelt_name_are_named_by_line(ran):
                             "A host names them in keep_fp32_params; mark_keep_in_fp32 stays.\n")
     lines = body.splitlines()
     found = body_check.own_findings(dataclasses.replace(rendered, body=body))
-    by_rule = {f.rule: f for f in found}
+    by_rule = {f.rule: f for f in found if f.rule != "anchor"}  # (the fake diff is not the pack's: see _where)
     assert set(by_rule) == {"cut anchor", "name"}
     assert lines[by_rule["cut anchor"].line - 1].endswith("`from pkg.very.long.module.na`")
     assert "`keep_fp32_params`" in by_rule["name"].text and "`keep_in_fp32_params`" in by_rule["name"].text

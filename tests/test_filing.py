@@ -224,7 +224,8 @@ def test_small_reproducer_is_pasted_and_runs_without_this_repository(ran, capsys
     body = capsys.readouterr().out
     script = ran.root / "dist" / "filing" / "repro_fake.py"
     text = script.read_text()
-    assert "import _lane" not in text and "_lane = _types.SimpleNamespace(" in text
+    # the helper module's namespace, under a plain name: nothing in the script names our helper modules
+    assert "_lane" not in text and "kit = _types.SimpleNamespace(" in text
     assert ("```python" in body) == (len(text.encode()) <= filing.INLINE_LIMIT)
     # Run it as a maintainer would: only the package under test on the path (a copy outside this repository).
     site = tmp_path / "site" / "fakepkg"

@@ -100,7 +100,7 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
             "edit", "export"},  # the series as commits; the series as filed
         1: {"evidence", "reproducer", "names", "forms"},  # the table from receipts; the script; names only the
         # change adds; the upstream's issue forms
-        2: {"body"},  # render: the template filled
+        2: {"body", "scripts"},  # render: the template filled; the attached scripts run alone
         3: {"check", "send"},  # the body check; gh plan and post
         4: {"", "readiness"},  # __init__: re-exports; whether a pack is ready (renders and checks its body)
         5: {"landing", "performance"},  # filing waves; claims judged current by readiness's test

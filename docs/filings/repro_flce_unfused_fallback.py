@@ -1,4 +1,4 @@
-"""FLCE dispatcher raises on every non-Blackwell GPU: a self-contained reproducer.
+"""Fused linear cross entropy: warn and fall back on GPUs without a kernel: a self-contained reproducer.
 
 Needs megatron-core (the package under test) importable, torch, a CUDA GPU. Nothing else: every
 helper it uses is copied in below.
@@ -50,7 +50,7 @@ Stage ``numerics`` (default):
   ``F.cross_entropy`` on float64 logits materialized from the full weight. The control is the
   plain path in the job's dtype (``hidden @ weight.T`` then ``F.cross_entropy``): each tensor
   may sit at most ``K_NOISE * max(plain_err, eps(dtype))`` from float64 (relative Frobenius;
-  ``_numerics``).
+  ``numerics_kit``).
   Exact checks: float32 loss of shape () / (tokens,), 0 loss and all-zero hidden-gradient rows
   for ignored tokens, gradient dtypes equal to the input dtypes, identical loss and hidden
   gradient on every TP rank. -> fix-validated / fix-failed.
@@ -115,7 +115,7 @@ import sys
 import warnings
 
 
-# ---- from _lane.py (verbatim) ----
+# ---- from kit.py (verbatim) ----
 import argparse
 import json
 import platform
@@ -283,7 +283,7 @@ def require_cuda(reason: str):
     return torch
 
 
-# ---- from _numerics.py (verbatim) ----
+# ---- from numerics_kit.py (verbatim) ----
 K_NOISE = 4.0  # a result may sit this many times above its control's error
 
 
@@ -352,11 +352,21 @@ def simulated_gpu(torch, cc: tuple[int, int], active: bool):
     torch.cuda.current_device = lambda: 0
     torch.cuda.get_device_capability = lambda device=None: cc
     torch.cuda.get_device_name = lambda device=None: f"simulated sm_{cc[0]}{cc[1]} (CPU host)"
+    # A CPU-only torch has no NVTX, whose ranges the fused path opens: make them no-ops there, as they are on
+    # a CUDA build of torch without a GPU.
+    nvtx = torch.cuda.nvtx
+    no_nvtx = not hasattr(torch._C, "_nvtx")
+    saved_nvtx = {n: getattr(nvtx, n) for n in ("range_push", "range_pop")}
+    if no_nvtx:
+        nvtx.range_push = lambda msg: 0
+        nvtx.range_pop = lambda: 0
     try:
         yield
     finally:
         for n, f in saved.items():
             setattr(torch.cuda, n, f)
+        for n, f in saved_nvtx.items():
+            setattr(nvtx, n, f)
 
 
 def reset_platform(mod) -> None:

@@ -101,7 +101,7 @@ import traceback
 import warnings
 
 
-# ---- from _lane.py (verbatim) ----
+# ---- from kit.py (verbatim) ----
 import argparse
 import json
 import platform
@@ -269,7 +269,7 @@ def require_cuda(reason: str):
     return torch
 
 
-# ---- from _numerics.py (verbatim) ----
+# ---- from numerics_kit.py (verbatim) ----
 K_NOISE = 4.0  # a result may sit this many times above its control's error
 
 

@@ -24,18 +24,18 @@ The patch is a cleanup of ``mamba3_siso_bwd_kernel_dqkv`` (Triton): the masked V
 computed once instead of three times. Claim: every output of ``compute_dqkv`` -- dQ, dK, dV, dADT,
 dQK_dot, dD, d_issm_state -- is bitwise identical to the baseline build's, dense and varlen.
 
-One build per process, so the check spans two jobs sharing ``$REPRO_RUN_DIR`` (see _mamba3.py):
+One build per process, so the check spans two jobs sharing ``$REPRO_RUN_DIR`` (see mamba3_kit.py):
 
 * baseline job (pristine 2.3.2.post1): runs ``compute_dqkv`` twice on fixed inputs; the kernel
   must be deterministic run to run (a bitwise comparison means nothing otherwise) ->
   contract-held (else contract-broken). Saves the outputs, prints their sha256 as FIGUREs, and
-  the timing of ``compute_dqkv`` (``_timing``: kernel time from the profiler, wall time, spreads).
+  the timing of ``compute_dqkv`` (``timing_kit``: kernel time from the profiler, wall time, spreads).
 * equivalence job (04 series): same inputs, same launch config; every output bitwise equal to
   the baseline's -> equivalence-verified, else equivalence-broken. Figures: sha256 per output.
   Timing: when the runner also hands the job the unpatched build (``REPRO_BASELINE_SITE``,
   the job's ``with_baseline``), the baseline's ``mamba3_siso_bwd.py`` is loaded beside the
   patched one and both ``compute_dqkv`` are timed in this one process, calls interleaved
-  (``_timing.compare``): kernel time and wall time of each and their ratios, so the ratio never
+  (``timing_kit.compare``): kernel time and wall time of each and their ratios, so the ratio never
   spans two processes.
 
 Works unchanged at 2.3.2.post1 and at main (e9594ce): ``compute_dqkv`` and its Triton kernel differ
@@ -79,7 +79,7 @@ _sys.argv[1:] = _take_flags(_sys.argv[1:])
 _os.environ.setdefault("REPRO_RUN_DIR", "./repro-run")
 
 
-# ---- from _lane.py (verbatim) ----
+# ---- from kit.py (verbatim) ----
 import argparse
 import json
 import os
@@ -249,7 +249,7 @@ def require_cuda(reason: str):
     return torch
 
 
-# ---- from _mamba3.py (verbatim) ----
+# ---- from mamba3_kit.py (verbatim) ----
 import hashlib
 from pathlib import Path
 
@@ -320,7 +320,7 @@ def load_baseline_module(module: str, alias: str):
     return mod
 
 
-# ---- from _timing.py (verbatim) ----
+# ---- from timing_kit.py (verbatim) ----
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -466,7 +466,7 @@ def headline(t: dict) -> tuple[float, str]:
 
 def report(name: str, t: dict, **context) -> None:
     """One FIGURE line for a ``measure`` result: value = ``headline``; every field of ``t`` alongside."""
-    from _lane import figure
+    pass
 
     value, which = headline(t)
     figure(name, value, unit="ms", value_is=which, **t, **context)
@@ -603,7 +603,7 @@ def main() -> None:
                    patched_kernel_ms=p["kernel_ms"], baseline_kernel_ms=b["kernel_ms"],
                    patched_wall_ms=p["wall_ms"], baseline_wall_ms=b["wall_ms"],
                    host_bound=[b["host_bound"], p["host_bound"]],
-                   note="both kernels timed in this process, calls interleaved (_timing.compare)")
+                   note="both kernels timed in this process, calls interleaved (timing_kit.compare)")
 
     if not is_patched:
         save_results("repro-baseline", meta, results)

@@ -83,7 +83,7 @@ import types
 from pathlib import Path
 
 
-# ---- from _lane.py (verbatim) ----
+# ---- from kit.py (verbatim) ----
 import argparse
 import json
 import platform
@@ -251,7 +251,7 @@ def require_cuda(reason: str):
     return torch
 
 
-# ---- from _numerics.py (verbatim) ----
+# ---- from numerics_kit.py (verbatim) ----
 BF16_FLOOR = 2.0**-8  # bf16 unit roundoff: the smallest bf16 tolerance ever used
 
 

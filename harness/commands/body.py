@@ -11,7 +11,7 @@ from harness import filing
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import LintError, UsageError
+from harness.errors import Exit, LintError, UsageError
 from harness.filing import readiness
 from harness.filing.check import committed, docs_texts, linked_issue_name
 
@@ -48,11 +48,26 @@ def register(sub) -> None:
                    help="with --check: every pack that is ready but for its body (what CI runs: a ready pack's "
                         "body must pass)")
     p.add_argument("--json", action="store_true", help="with --check: the findings as JSON on stdout")
+    p.add_argument("--scripts", action="store_true",
+                   help=f"run the attached script of each PACK or --all (those {DOCS_DIR} holds) alone: python -I "
+                        "against a plain tree of the filing base (with the series for the steps with the change), "
+                        "on the CPU; fails (exit 10) on a missing module, this project's vocabulary, or a step the "
+                        "script says runs on the CPU that does not pass")
+    p.add_argument("--target", default=None, help="with --scripts --all: only the packs of this target")
     _args.common(p)
 
 
 def main(args) -> int:
     ctx = context(args)
+    if args.scripts:
+        if args.check or args.post or args.out or args.all_docs or args.ready:
+            raise UsageError("--scripts takes PACK ... or --all (and --target)")
+        if bool(args.all) == bool(args.pack):
+            raise UsageError("--scripts needs one of PACK ... or --all")
+        packs = docs_packs(ctx) if args.all else [ctx.tracking.pack(p) for p in args.pack]
+        return run_scripts(ctx, [p for p in packs if args.target in (None, p.target)], args.json)
+    if args.target:
+        raise UsageError("--target goes with --scripts")
     if args.check:
         if args.post or args.out or args.all_docs:
             raise UsageError("--check only reads; it takes no --post, --out or --all-docs")
@@ -128,7 +143,8 @@ def check_bodies(ctx, packs: list, as_json: bool) -> int:
         if pack.id in shown:
             findings += committed(rendered, ctx.root / DOCS_DIR)
         results.append({"pack": pack.id, "kind": pack.kind, "filing_base": rendered.filing_base,
-                        "words": filing.prose_words(rendered.body), "budget": filing.BUDGETS.get(pack.kind),
+                        "words": filing.prose_words(rendered.body, rendered.sections),
+                        "budget": filing.BUDGETS.get(pack.kind),
                         "ok": not findings,
                         "findings": [{"where": f.where, "line": f.line, "rule": f.rule, "text": f.text}
                                      for f in findings]})
@@ -158,6 +174,30 @@ def _applies_alone(ctx, rendered) -> bool | None:
         return None
     check = readiness.apply_check(ctx, rendered.pack, rendered.filing_base, own)
     return check.status == readiness.APPLIES if check.status in (readiness.APPLIES, readiness.CONFLICT) else None
+
+
+def run_scripts(ctx, packs: list, as_json: bool) -> int:
+    """``filing.scripts.check_pack`` for each pack: one line per finding, the steps run and their times."""
+    from harness.filing import scripts
+
+    results, failed = [], []
+    for pack in packs:
+        outcome = scripts.check_pack(ctx, pack, ctx.root / DOCS_DIR)
+        if outcome is None:
+            continue
+        ran = ", ".join(f"{what} {secs:.0f} s" for what, secs in outcome.ran)
+        ui.info(f"pack {pack.id} {outcome.script}: ran {ran or 'nothing'}")
+        for text in outcome.findings:
+            ui.warn(f"pack {pack.id} {outcome.script}: {text}")
+        if not outcome.ok:
+            failed.append(pack.id)
+        results.append({"pack": pack.id, "script": outcome.script, "ok": outcome.ok, "findings": outcome.findings,
+                        "ran": [{"what": w, "seconds": round(s, 1)} for w, s in outcome.ran]})
+    if as_json:
+        print(json.dumps(results, indent=1))
+    if failed:
+        raise LintError(f"pack(s) {', '.join(failed)}: the attached script does not run alone")
+    return Exit.OK
 
 
 def docs_packs(ctx) -> list:

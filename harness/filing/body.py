@@ -54,6 +54,12 @@ class Rendered:
     stacked: tuple[str, ...] = ()  # the packs whose series go under this one's on the filing base
     own_files: tuple[str, ...] = ()  # the pack's own patch files (repository paths), as receipts name them
     stacked_subjects: tuple[str, ...] = ()  # the subjects of the patches under the pack's own
+    where: str = ""  # the "Where" list as computed from the patched tree (the check compares the body's with it)
+    base_files: dict[str, str] | None = None  # the touched files at the filing base (None: none could be read)
+    base_commit: str = ""  # the filing base's commit, which the "Where" links name
+    typed: tuple[str, ...] = ()  # figures typed into an evidence row's show that its receipt does not hold
+    backed: frozenset[str] = frozenset()  # the PR template's facts (pr_template.Facts) that something backs
+    own_threads: frozenset[str] = frozenset()  # owner/repo#N (lower case) of the pack and its dependencies
 
     @property
     def needs_upload(self) -> bool:
@@ -99,14 +105,19 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         problem = pack.summary or pack.title
         fix = pack.fix
         change = f"Suggested fix: {fix}" if fix and pack.kind != "bug-report" else ""
-    ev = evidence(root, manifest, pack, change_name, [patch_message(p.path).subject for p in deps])
+    # what is stacked under the change is named as what it is filed as (its pull request or issue, by its title),
+    # never by a commit subject of ours
+    under_packs = [tracking.packs[i] for i in dict.fromkeys(p.pack for p in deps) if i in tracking.packs]
+    dep_names = tuple(f'the {"pull request" if d.kind == "pr" else "issue"} "{d.title}"' for d in under_packs)
+    ev = evidence(root, manifest, pack, change_name, list(dep_names))
     problems += ev.problems
     shown_domain, domain_problems = domain_text(root, pack, base_name, change_name)
     problems += domain_problems
     problems += _evidence_builds(root, ev.receipts, patches, pack.id)
     lane_base = {lane.name: lane.base for lane in pack.lanes}
     problems += [f"evidence row {i} ({row.lane}): the lane runs on {lane_base[row.lane]}, not on the filing base "
-                 f"{base_name}" for i, row in enumerate(pack.evidence, 1) if lane_base[row.lane] != base_name]
+                 f"{base_name}" for i, row in enumerate(pack.evidence, 1)
+                 if not row.bench and lane_base[row.lane] != base_name]
     script = reproducer_script(root, manifest, pack, base_name, title, change_name)
     inline = script is not None and len(script[1].encode()) <= INLINE_LIMIT
     needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in pack.lanes if lane.base == base_name)
@@ -126,24 +137,27 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         reproducer_text = minimal
     else:
         reproducer_text = _reproducer_section(script, inline, needs_gpu)
-    dep_subjects = tuple(dict.fromkeys(patch_message(p.path).subject for p in deps))
+    dep_subjects = tuple(d.title for d in under_packs)
     if dep_subjects and any(rec.patched and any(r.file not in {_rel(root, p.path) for p in own} for r in rec.patches)
                             for rec in ev.receipts):
-        under = ", ".join(f'"{s}"' for s in dep_subjects)
-        values_note = (f"The `+ {change_name}` rows were measured with {under} applied underneath; "
-                       f"{'it is' if len(dep_subjects) == 1 else 'they are'} filed separately, not in {change_name}.")
+        under = ", ".join(dep_names)
+        values_note = f"The `+ {change_name}` rows ran with {under} underneath, filed separately."
     else:
         values_note = ""
     related, related_problems = decisions.body_lines(pack, repo_slug(manifest.repo) or manifest.repo,
                                                        base.commit or "")
     problems += related_problems
+    own_diff = "".join(patch_diff(p.path) for p in own)
+    files = pr_template.tree_files(manifest, base, pr_template.touched_paths(
+        "".join(patch_diff(p.path) for p in patches)))
+    where = _where(manifest, base, own, deps, files)
     values = {
         "title": title,
         "problem": problem,
-        "where": _where(manifest, base, own),
+        "where": where,
         "change": change,
-        "evidence": (ev.text or "No measurements yet.") + (f"\n\n{shown_domain}" if shown_domain else "")
-                    + (f"\n\n{values_note}" if values_note else ""),
+        "evidence": _under_table(ev.text or "No measurements yet.", values_note)
+                    + (f"\n\n{shown_domain}" if shown_domain else ""),
         "reproducer": reproducer_text,
         "diff": diff,
         "related": ("Related upstream work:\n\n" + "\n".join(related)) if related else "",
@@ -152,14 +166,14 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     }
     template_text = pr_template.read_template(manifest, base).text if pack.kind == "pr" else None
     companion = _linked_issue(manifest, base, pack, values, template_text, problems) if pack.kind == "pr" else None
-    try:  # a PR filed after the issue it links lists the related work once, in that issue (its alternatives)
-        body = template.substitute(dict(values, related="") if companion is not None else values)
+    try:  # a PR filed after the issue it links says the change; the issue says the need, where and what is related
+        body = template.substitute(dict(values, related="", problem="", where="") if companion is not None
+                                   else values)
     except (KeyError, ValueError) as exc:
         raise ConfigError(f"{path}: bad placeholder {exc} (known: {', '.join(sorted(values))})") from None
     body = _outside_code(body, lambda text: re.sub(r"\n{3,}", "\n\n", text))
     body = re.sub(r"^#+ [^\n]*\n\n(?=#|\Z)", "", body.strip() + "\n", flags=re.M)  # a heading over nothing
     body = body.strip() + "\n"
-    own_diff = "".join(patch_diff(p.path) for p in own)
     sections: tuple[str, ...] = ()
     form_path = ""
     if pack.kind in forms.ISSUE_KINDS:
@@ -182,7 +196,42 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     return Rendered(pack, title, body, script, inline, problems, findings, ev.receipts, base_name, own_diff, touched,
                     sections, form_path, companion, minimal_text, repo_slug(manifest.repo) or manifest.repo,
                     recorded_threads(tracking), tuple(circular), tuple(dict.fromkeys(p.pack for p in deps)),
-                    tuple(_rel(root, p.path) for p in own), dep_subjects)
+                    tuple(_rel(root, p.path) for p in own), dep_subjects, where, files, base.commit or "",
+                    tuple(ev.typed), _backed(root, manifest, pack, base_name, own_diff),
+                    pack_threads(tracking, pack))
+
+
+def pack_threads(tracking: Tracking, pack: Pack) -> frozenset[str]:
+    """The threads a body of ``pack`` may cite: its own threads and related decisions, and those of the packs it
+    depends on (owner/repo#N, lower case)."""
+    out = set()
+    for p in [pack, *(tracking.packs[d] for d in pack.depends_on if d in tracking.packs)]:
+        out |= {thread_label(t.url).lower() for t in p.threads if "/commit/" not in t.url}
+        out |= {d.ref.lower() for d in p.related if "#" in d.ref}
+    return frozenset(out)
+
+
+def _backed(root: Path, manifest: pins.Manifest, pack: Pack, base_name: str, own_diff: str) -> frozenset[str]:
+    """The facts of the PR template's boxes that the records back: ``adds_tests`` where the series adds tests and
+    a patched run of the upstream's tests at the filing base passed (its latest receipt); ``formatted`` where the
+    upstream's formatters are among its checks (``harness export`` refuses a series they would rewrite)."""
+    out = set()
+    if pr_template.touches_tests(own_diff):
+        latest = receipts.latest_by_lane(root, pack.target, pack.id)
+        if any(lane.base == base_name and lane.patched and (lane.upstream_tests or lane.suite)
+               and lane.name in latest and latest[lane.name].verdict == receipts.Verdict.PASS for lane in pack.lanes):
+            out.add("adds_tests")
+    if any(c.kind == "format" for c in manifest.policy.checks):
+        out.add("formatted")
+    return frozenset(out)
+
+
+def _under_table(text: str, note: str) -> str:
+    """``note`` right under the evidence table (before its notes and folded hosts), where a reader of the rows is."""
+    if not note:
+        return text
+    lines = text.split("\n\n", 1)
+    return "\n\n".join([lines[0], note, *lines[1:]])
 
 
 def _rel(root: Path, path: Path) -> str:
@@ -282,12 +331,14 @@ def _linked_issue(manifest: pins.Manifest, base, pack: Pack, values: dict[str, s
         problems.append(found.problem or "the upstream's issue forms could not be read for the linked issue")
         return None
     form = forms.choose(found.forms, purpose, repo_slug(manifest.repo) or manifest.repo)
-    context = "The pull request that implements this links here; its measurements:\n\n" + values["evidence"]
+    # the need, in this issue; the change, its measurements and the script behind them, in the pull request only
+    wanted = f"The pull request that links here does this: {values['title'].rstrip('.')}."
+    context = "The pull request carries the change, its measurements and the script behind them."
     parts = {"problem": "\n\n".join(p for p in (values["problem"], values["where"]) if p),
-             "change": values["change"] if purpose == "feature" else "",
-             "expected": values["change"] if purpose != "feature" else "",
+             "change": wanted if purpose == "feature" else "",
+             "expected": wanted if purpose != "feature" else "",
              "alternatives": values["related"],
-             "reproducer": values["reproducer"],
+             "reproducer": "" if purpose == "feature" else "The script attached to the pull request shows it.",
              "context": context if purpose == "feature" else context + ("\n\n" + values["related"]
                                                                         if values["related"] else "")}
     if form is None:

@@ -16,6 +16,7 @@ Rules (``docs/body-check.md`` explains them; ``check`` returns every finding, ``
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
@@ -85,14 +86,16 @@ def blocks(body: str) -> list[Block]:
     return out
 
 
-def prose_words(body: str) -> int:
-    """Words a reader reads as prose: not code, tables, folded blocks, link targets or checklist lines."""
+def prose_words(body: str, sections: tuple[str, ...] = ()) -> int:
+    """Words a reader reads as prose: not code, tables, folded blocks, link targets, checklist lines or the lines
+    of the upstream form's or template's own sections (``sections``)."""
     count = 0
+    own = {line.strip() for line in sections}
     for b in blocks(body):
         if b.kind in ("code", "table", "details"):
             continue
         for line in b.lines:
-            if _CHECKBOX.match(line):
+            if _CHECKBOX.match(line) or line.strip() in own:
                 continue
             count += len(_LINK.sub("]", line).replace("#", " ").split())
     return count
@@ -193,8 +196,8 @@ def _prose_lines(bs: list[Block]):
 
 
 def _threads(rendered: Rendered, bs: list[Block]) -> list[Finding]:
-    """Every thread number the body cites is one tracking.toml records; 'fixes #N' only for a thread the pack
-    fixes."""
+    """Every thread number the body cites is one the pack records (its threads and related decisions, and its
+    dependencies'); 'fixes #N' only for a thread the pack fixes."""
     found = []
     fixes = {t.url.rstrip("/").rsplit("/", 1)[-1] for t in rendered.pack.threads if t.role == "fixes"}
     for b in bs:
@@ -206,6 +209,9 @@ def _threads(rendered: Rendered, bs: list[Block]) -> list[Finding]:
                 if label not in rendered.known_threads:
                     found.append(Finding(b.start + offset, "thread", f"{label} is recorded nowhere (no thread or "
                                                                      "related decision names it)"))
+                elif rendered.own_threads and label not in rendered.own_threads:
+                    found.append(Finding(b.start + offset, "thread", f"{label} is not a thread of this change (it is "
+                                                                     "recorded for another one)"))
     for no, line in _prose_lines(bs):
         for m in _CLOSES.finditer(line):
             if m.group(1) not in fixes:
@@ -268,9 +274,115 @@ def _relations(bs: list[Block]) -> list[Finding]:
     return found
 
 
+_WHERE_ITEM = re.compile(r"^- \[?`(?P<path>[^`]+)` lines? (?P<first>\d+)[^\]\n]*?(?:\]\((?P<url>[^)\s]+)\))?"
+                         r"(?:, (?P<how>in|new code after) `(?P<anchor>[^`]+)`)?\s*$")
+_BLOB = re.compile(r"^https://github\.com/[^/]+/[^/]+/blob/(?P<commit>[0-9a-f]{7,40})/(?P<path>[^#]+)#L(?P<line>\d+)$")
+
+
+def _where_items(text: str):
+    for no, line in enumerate(text.splitlines(), 1):
+        m = _WHERE_ITEM.match(line)
+        if m is not None:
+            anchor = ("after " if m["how"] == "new code after" else "") + (m["anchor"] or "")
+            yield no, m["path"], int(m["first"]), anchor, m["url"]
+
+
+def _where(rendered: Rendered, body: str) -> list[Finding]:
+    """Each "Where" item names the symbol the patched tree holds the line in (as computed from its syntax), and
+    each of its links points at a line its file has at the commit the link names."""
+    computed: dict[tuple[str, int], list[str]] = {}
+    for _, path, first, anchor, _ in _where_items(rendered.where):
+        computed.setdefault((path, first), []).append(anchor)
+    found = []
+    for no, path, first, anchor, url in _where_items(body):
+        wants = computed.get((path, first))
+        if computed and wants is None:
+            found.append(Finding(no, "anchor", f"{path} line {first}: the change has no line there"))
+        elif computed and wants is not None and anchor not in wants:
+            said = f"`{anchor.removeprefix('after ')}`" if anchor else "nothing"
+            wanted = " or ".join((f"new code after `{w[6:]}`" if w.startswith("after ") else f"in `{w}`") if w
+                                 else "in no symbol" for w in wants)
+            found.append(Finding(no, "anchor", f"{path} line {first} names {said}; the patched tree has it {wanted}"))
+        m = _BLOB.match(url or "")
+        if url and m is None:
+            found.append(Finding(no, "anchor", f"{url} is not a link to a line of a file at a commit"))
+            continue
+        if m is None:
+            continue
+        if rendered.base_commit and m["commit"] != rendered.base_commit:
+            found.append(Finding(no, "anchor", f"the link names commit {m['commit'][:10]}, the body is filed against "
+                                               f"{rendered.base_commit[:10]}"))
+        files = rendered.base_files
+        if files is None:
+            continue
+        if m["path"] not in files:
+            found.append(Finding(no, "anchor", f"{m['path']} does not exist at {m['commit'][:10]}"))
+        elif int(m["line"]) > len(files[m["path"]].splitlines()):
+            found.append(Finding(no, "anchor", f"{m['path']} has {len(files[m['path']].splitlines())} lines at "
+                                               f"{m['commit'][:10]}; the link names line {m['line']}"))
+    return found
+
+
+def _boxes(rendered: Rendered, body: str) -> list[Finding]:
+    """A ticked box of the PR template stands for a fact something backs (``Rendered.backed``): the unit-tests box a
+    passing patched run of the upstream's tests, the formatter box the upstream's formatters in the export."""
+    from harness.filing.pr_template import TICKS
+
+    found = []
+    for no, line in enumerate(body.splitlines(), 1):
+        m = re.match(r"^\s*[-*]\s\[[xX]\]\s(.*)$", line)
+        if m is None:
+            continue
+        facts = [fact for pattern, fact in TICKS if pattern.search(m.group(1))]
+        if not facts or not any(f in rendered.backed for f in facts):
+            found.append(Finding(no, "checkbox", f"'{m.group(1)[:60]}' is ticked, and "
+                                                 + ("nothing the tool records backs it" if not facts else
+                                                    f"no record backs it ({', '.join(facts)})")))
+    return found
+
+
+def _units(text: str) -> list[tuple[int, str]]:
+    """(line, text) of the paragraphs, list items, quotes, tables and sentences of ``text`` that a reader reads,
+    whitespace-normalised: what two texts must not both say."""
+    out = []
+    for b in blocks(text):
+        if b.kind in ("code", "details", "heading"):
+            continue
+        if b.kind == "list":
+            out += [(b.start + i, " ".join(line.split())) for i, line in enumerate(b.lines)
+                    if not _CHECKBOX.match(line)]
+            continue
+        joined = " ".join(" ".join(b.lines).split())
+        out.append((b.start, joined))
+        if b.kind == "prose":
+            out += [(b.start, sentence) for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z`])", joined)]
+    return [(no, u) for no, u in out if len(u.split()) >= 8]
+
+
+def shared(first: str, second: str) -> list[tuple[int, str]]:
+    """(line in ``second``, text) of each paragraph, item or sentence of ``second`` that ``first`` also has."""
+    have = {u for _, u in _units(first)}
+    seen: set[str] = set()
+    out = []
+    for no, u in _units(second):
+        if u in have and u not in seen:
+            seen.add(u)
+            out.append((no, u))
+    return out
+
+
+def _one_text(rendered: Rendered) -> list[Finding]:
+    """A PR and the issue it links each say their own part: no paragraph, item or sentence in both."""
+    if rendered.companion is None:
+        return []
+    return [Finding(no, "repeated", f"the linked issue says this too: {text[:70]}")
+            for no, text in shared(rendered.companion[1], rendered.body)]
+
+
 # the check's own rules; lint's findings carry lint's rule names
 RULES = ("layout", "budget", "cut anchor", "evidence base", "name", "render", "template", "thread", "claim",
-         "circular reproducer", "relation", "evidence build", "committed", "incomplete")
+         "circular reproducer", "relation", "evidence build", "committed", "incomplete", "anchor", "typed figure",
+         "checkbox", "repeated")
 
 
 def check(rendered: Rendered) -> list[Finding]:
@@ -306,11 +418,19 @@ def own_findings(rendered: Rendered) -> list[Finding]:
     known |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", rendered.base_text))
     found = _layout(bs)
     budget = BUDGETS.get(rendered.pack.kind)
-    words = prose_words(body)
+    words = prose_words(body, rendered.sections)
     if budget is not None and words > budget:
         found.append(Finding(0, "budget", f"{words} words of prose (at most {budget} in a body of kind "
                                           f"{rendered.pack.kind})"))
     found += _anchors(body, whole)
+    found += _where(rendered, body)
+    found += _boxes(rendered, body)
+    found += _one_text(rendered)
+    found += [Finding(0, "typed figure", text) for text in rendered.typed]
+    if rendered.companion is not None:  # the issue a PR links: its Where list and the threads it cites
+        issue = rendered.companion[1]
+        found += [dataclasses.replace(f, where="linked issue")
+                  for f in _where(rendered, issue) + _threads(rendered, blocks(issue))]
     found += _evidence_bases(rendered, body)
     found += _names(bs, known, added)
     found += _sections(rendered, body)

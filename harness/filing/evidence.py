@@ -97,17 +97,22 @@ class EvidenceRowResult:
     host: str | None
     build: str
     receipt: receipts.Receipt | None
+    bench: dict | None = None  # the benchmark file's header, for a row read from one
 
 
 def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | None, str | None]:
-    """The placeholders of ``row`` from ``rec`` (the picked figure's keys plus counts), or a problem."""
-    if rec is None:
+def evaluate(row: EvidenceRow, rec: receipts.Receipt | None, pool: list[dict] | None = None
+             ) -> tuple[dict | None, str | None]:
+    """The placeholders of ``row`` from ``rec`` (the picked figure's keys plus counts), or a problem. ``pool``: the
+    figures of a benchmark file instead of a receipt's."""
+    if pool is not None:
+        pass
+    elif rec is None:
         return None, "no receipt"
-    if row.figure == VERDICT_FIGURE:  # the sentinel the run ended with, its details as the figure's keys
+    elif row.figure == VERDICT_FIGURE:  # the sentinel the run ended with, its details as the figure's keys
         last = rec.sentinels[-1] if rec.sentinels else None
         pool = [] if last is None else [{**rec.sentinel_details.get(last, {}), "name": VERDICT_FIGURE, "value": last}]
     else:
@@ -115,7 +120,8 @@ def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | Non
     figs = [f for f in pool if f.get("name") == row.figure and all(f.get(k) == v for k, v in row.where)]
     if not figs:
         where = ", ".join(f"{k} = {v!r}" for k, v in row.where)
-        return None, f"no figure '{row.figure}'" + (f" with {where}" if where else "") + f" in {rec.dir.name}"
+        return None, f"no figure '{row.figure}'" + (f" with {where}" if where else "") + \
+            f" in {rec.dir.name if rec is not None else row.bench}"
     if row.pick != "first":
         values = [f.get("value") for f in figs]
         if not all(_numeric(v) for v in values):
@@ -142,9 +148,11 @@ def evaluate(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[dict | Non
 VERDICT_FIGURE = "@verdict"
 
 
-def resolve_row(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[str, str, str | None]:
-    """(label, result, problem) of an evidence or performance row against ``rec``; result "(no result)" on a problem."""
-    fields, problem = evaluate(row, rec)
+def resolve_row(row: EvidenceRow, rec: receipts.Receipt | None, pool: list[dict] | None = None
+                ) -> tuple[str, str, str | None]:
+    """(label, result, problem) of an evidence or performance row against ``rec`` (or a benchmark file's figures,
+    ``pool``); result "(no result)" on a problem."""
+    fields, problem = evaluate(row, rec, pool)
     label, result = row.label, "(no result)"
     if fields is not None:
         try:
@@ -153,6 +161,58 @@ def resolve_row(row: EvidenceRow, rec: receipts.Receipt | None) -> tuple[str, st
         except (KeyError, ValueError, TypeError) as exc:
             problem = f"placeholder {exc} not in the figure (keys: {', '.join(sorted(fields))})"
     return label, result, problem
+
+
+def bench_figures(root: Path, manifest: pins.Manifest, pack: Pack, base_name: str, row: EvidenceRow
+                  ) -> tuple[list[dict], dict, str | None]:
+    """(figures, the file's header, problem) of a benchmark file an evidence row reads (``bench``). The file must
+    describe the filing base's commit and today's series for it (its ``series_sha256``, over every patch file).
+    Files of ``tools/kernel_registers.py`` give one figure ``registers`` per kernel and architecture: ``value``
+    (configs whose registers, stack and spills are the same before and after the change), ``configs``,
+    ``trap_only`` (configs that only trap there), and the ranges ``reg``, ``spill_stores``, ``spill_loads``
+    (bytes) over the configs that compile."""
+    import hashlib
+    import json
+
+
+    path = root / row.bench
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [], {}, f"{row.bench}: cannot read: {exc}"
+    base = manifest.bases.get(base_name)
+    commit = getattr(base, "commit", None)
+    if commit and data.get("base_commit") != commit:
+        return [], data, f"{row.bench} was measured at {str(data.get('base_commit'))[:10]}, not at the filing base"
+    series_dir = root / "patches" / pack.target / pack.id
+    series_dir = series_dir / base_name if (series_dir / base_name).is_dir() else series_dir
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(series_dir.glob("*.patch")))).hexdigest()
+    if digest != data.get("series_sha256"):
+        return [], data, f"{row.bench} measured another series than today's for {base_name}"
+    if data.get("tool") != "tools/kernel_registers.py":
+        return [], data, f"{row.bench}: no figures are read from files of {data.get('tool')!r}"
+    groups: dict[tuple, dict[str, dict]] = {}
+    for r in data.get("rows", []):
+        key = (r["kernel"], r.get("shape"), r["arch"], json.dumps(r.get("config"), sort_keys=True))
+        groups.setdefault(key, {})[r["build"]] = r
+    per: dict[tuple, list[tuple[dict, dict]]] = {}
+    for (kernel, shape, arch, _), builds in groups.items():
+        if "base" in builds and "patched" in builds:
+            per.setdefault((kernel, shape, arch), []).append((builds["base"], builds["patched"]))
+    figures = []
+    measured = ("reg", "stack", "spill_stores", "spill_loads", "trap_only")
+    for (kernel, shape, arch), pairs in per.items():
+        compiled = [b for b, _ in pairs if not b.get("trap_only")]
+
+        def span(key: str, rows: list[dict] = compiled) -> list[int] | None:
+            values = [r[key] for r in rows if isinstance(r.get(key), int)]
+            return [min(values), max(values)] if values else None
+
+        figures.append({"name": "registers", "kernel": kernel, "shape": shape, "arch": arch,
+                        "value": sum(all(b.get(k) == p.get(k) for k in measured) for b, p in pairs),
+                        "configs": len(pairs), "trap_only": sum(bool(b.get("trap_only")) for b, _ in pairs),
+                        "reg": span("reg"), "spill_stores": span("spill_stores"), "spill_loads": span("spill_loads")})
+    return figures, data, None
 
 
 def host_key(rec: receipts.Receipt) -> tuple:
@@ -196,6 +256,26 @@ class Evidence:
     text: str
     problems: list[str] = field(default_factory=list)
     receipts: list[receipts.Receipt] = field(default_factory=list)
+    typed: list[str] = field(default_factory=list)  # figures typed into a row's ``show`` that its receipt lacks
+
+
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.I)
+
+
+def _flat(value) -> list[str]:
+    if isinstance(value, dict):
+        return [x for k, v in value.items() for x in (str(k), *_flat(v))]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flat(v)]
+    return [str(value), shown(value)] if not isinstance(value, str) else re.findall(r"[\w.+-]+", value)
+
+
+def typed_figures(row: EvidenceRow, fields: dict | None) -> list[str]:
+    """The numbers written into ``row.show`` itself (outside its placeholders) that the picked figure does not
+    hold: a figure typed by hand, which no receipt backs."""
+    literal = "".join(text for text, *_ in string.Formatter().parse(row.show))
+    held = {x for v in (fields or {}).values() for x in _flat(v)}
+    return [m.group(0) for m in _NUMBER.finditer(literal) if m.group(0) not in held]
 
 
 def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, dep_subjects: list[str]) -> Evidence:
@@ -203,13 +283,29 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         return Evidence("", [f"no evidence declared ([[packs.{pack.id}.evidence]] in tracking.toml)"])
     results: list[EvidenceRowResult] = []
     problems: list[str] = []
+    typed: list[str] = []
     used: dict[Path, receipts.Receipt] = {}
     latest = receipts.latest_by_lane(root, pack.target, pack.id)
+    base_name = pack.filing_base or manifest.filing_base or pack.base or manifest.default_base
     for i, row in enumerate(pack.evidence, 1):
+        if row.bench:  # a benchmark file, measured on the filing base without a lane
+            pool, data, problem = bench_figures(root, manifest, pack, base_name, row)
+            label, result, resolve_problem = resolve_row(row, None, pool) if problem is None else \
+                (row.label, "(no result)", problem)
+            if resolve_problem or problem:
+                problems.append(f"evidence row {i} ({row.bench}): {resolve_problem or problem}")
+            typed += [f"evidence row {i} ({row.bench}): '{n}' is typed into its show, and no figure of the file "
+                      f"holds it" for n in typed_figures(row, evaluate(row, None, pool)[0] if pool else None)]
+            version = getattr(manifest.bases.get(base_name), "version", base_name)
+            results.append(EvidenceRowResult(row, label, result, None, f"{version} and {version} + {change_name}",
+                                             None, bench=data))
+            continue
         rec = latest.get(row.lane)
         label, result, problem = resolve_row(row, rec)
         if problem:
             problems.append(f"evidence row {i} ({row.lane}, {row.figure}): {problem}")
+        typed += [f"evidence row {i} ({row.lane}, {row.figure}): '{n}' is typed into its show, and no figure of "
+                  f"the receipt holds it" for n in typed_figures(row, evaluate(row, rec)[0])]
         build = "?"
         if rec is not None:
             if rec.path is not None:
@@ -233,6 +329,10 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
             taken = [n for n in names.values() if n == short or n.startswith(short + " (")]
             names[key] = short if not taken else f"{short} ({len(taken) + 1})"
         r.host = names[key]
+    for r in results:
+        if r.bench is not None:
+            r.host = f"CPU, ptxas (triton {r.bench.get('triton')})" if r.bench.get("tool") == \
+                "tools/kernel_registers.py" else "CPU"
     lines = ["| what | build | result | host |", "| --- | --- | --- | --- |"]
     for r in results:
         cells = (r.label, r.build, r.result, r.host or "-")
@@ -261,7 +361,7 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         if reqs:
             runtimes.setdefault(tuple(reqs), None)
     if bases:
-        after = (", after " + ", ".join(f'"{s}"' for s in dep_subjects)) if dep_subjects else ""
+        after = (", after " + ", ".join(dep_subjects)) if dep_subjects else ""
         notes.append("Builds: " + "; ".join(bases.values()) + f"; `+ {change_name}` is that build with "
                      + ("this PR" if change_name == "this PR" else "the change below") + " applied" + after + ".")
     extras = sorted({b for r in results for lane in pack.lanes if lane.name == r.row.lane for b in lane.extra_builds})
@@ -286,7 +386,7 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
     if notes:
         text += ("\n\n<details><summary>Hosts and builds</summary>\n\n" + "\n\n".join(notes)
                  + "\n\n</details>")
-    return Evidence(text.strip(), problems, list(used.values()))
+    return Evidence(text.strip(), problems, list(used.values()), typed)
 
 
 def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str) -> EvidenceRowResult | None:

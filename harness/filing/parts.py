@@ -3,6 +3,7 @@ file, line and function of every hunk, the diff, and how the filed base is named
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,11 +177,22 @@ def base_label(manifest: pins.Manifest, base) -> str:
     return f"{slug} {name if short and base.commit.startswith(short) else base.version} at {base.commit[:10]}"
 
 
-def _where(manifest: pins.Manifest, base, own: list[series.Patch]) -> str:
+def _where(manifest: pins.Manifest, base, own: list[series.Patch], under: list[series.Patch] | None = None,
+           files: dict[str, str] | None = None) -> str:
+    """The "Where" list: each changed line's file, base line and enclosing symbol. With ``files`` (the touched
+    files as the filing base has them, ``tree_files``) the anchors come from the patched tree's syntax
+    (``syntax_locations``); without, from the hunks (``hunk_locations``)."""
+    if files is not None:
+        locations = syntax_locations([p.path for p in under or []], [p.path for p in own], files)
+    else:
+        locations = [loc for patch in own for loc in hunk_locations(patch.path)]
+    return where_list(manifest, base, locations, files)
+
+
+def where_list(manifest: pins.Manifest, base, locations: list[Location], files: dict[str, str] | None = None) -> str:
     groups: dict[tuple[str, str], list[int]] = {}
-    for patch in own:
-        for loc in hunk_locations(patch.path):
-            groups.setdefault((loc.path, loc.context), []).append(loc.line)
+    for loc in locations:
+        groups.setdefault((loc.path, loc.context), []).append(loc.line)
     if not groups:
         return ""
     slug = repo_slug(manifest.repo)
@@ -189,7 +201,9 @@ def _where(manifest: pins.Manifest, base, own: list[series.Patch]) -> str:
         first, last = min(lines), max(lines)
         span = f"line {first}" if len(lines) == 1 else f"lines {first}-{last} ({len(lines)} places)"
         ref = f"`{path}` {span}"
-        if base.commit and slug:
+        # a link only to a line the file has at that commit (a new file, or none read: no link)
+        exists = files is None or (path in files and first <= max(1, len(files[path].splitlines())))
+        if base.commit and slug and exists:
             ref = f"[{ref}](https://github.com/{slug}/blob/{base.commit}/{path}#L{first})"
         if context.startswith("after "):
             items.append(f"- {ref}, new code after `{context[6:]}`")
@@ -197,3 +211,221 @@ def _where(manifest: pins.Manifest, base, own: list[series.Patch]) -> str:
             items.append(f"- {ref}" + (f", in `{context}`" if context else ""))
     return f"Where, in {base_label(manifest, base)}:\n\n" + "\n".join(items)
 
+
+# ------------------------------------------------------------------------------------------ anchors from syntax
+
+@dataclass
+class _Hunk:
+    old_start: int
+    new_start: int
+    lines: list[str]  # ' ', '-', '+' prefixed
+
+
+def _file_hunks(path: Path) -> list[tuple[str, str | None, list[_Hunk]]]:
+    """(new path, old path or None for a new file, hunks) for each file a format-patch changes."""
+    out: list[tuple[str, str | None, list[_Hunk]]] = []
+    old_path: str | None = None
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith("diff --git "):
+            m = re.match(r"^diff --git a/(.+) b/(.+)$", line)
+            out.append((m.group(2) if m else line[11:], m.group(1) if m else None, []))
+            old_path = m.group(1) if m else None
+        elif line.startswith("--- ") and out:
+            old_path = None if line[4:].strip() == "/dev/null" else old_path
+            out[-1] = (out[-1][0], old_path, out[-1][2])
+        elif line.startswith("+++ "):
+            continue
+        elif (m := re.match(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@", line)) is not None and out:
+            out[-1][2].append(_Hunk(int(m.group(1)), int(m.group(2)), []))
+        elif out and out[-1][2] and line[:1] in (" ", "-", "+", ""):
+            out[-1][2][-1].lines.append(line if line else " ")
+        elif out and out[-1][2] and line.startswith("\\"):
+            continue
+    return out
+
+
+# A line of a file being patched: its text and its line number in the filing base (None: added by a patch).
+_Line = tuple[str, "int | None"]
+
+
+def _apply(lines: list[_Line], hunks: list[_Hunk]) -> tuple[list[_Line], list[tuple[_Hunk, int]]]:
+    """``lines`` with ``hunks`` applied (each hunk where its old lines are, nearest its stated start); and each hunk
+    with the 0-based index of its first line in the result."""
+    out: list[_Line] = []
+    placed: list[tuple[_Hunk, int]] = []
+    pos = 0
+    texts = [t for t, _ in lines]
+    for hunk in hunks:
+        old = [ln[1:] for ln in hunk.lines if ln[:1] in (" ", "-")]
+        at = hunk.old_start - 1 if old else hunk.old_start
+        if texts[at:at + len(old)] != old:
+            found = [i for i in range(pos, len(texts) - len(old) + 1) if texts[i:i + len(old)] == old]
+            if not found:
+                raise ValueError(f"hunk at line {hunk.old_start} does not apply")
+            at = min(found, key=lambda i: abs(i - at))
+        out += lines[pos:at]
+        placed.append((hunk, len(out)))
+        i = at
+        for ln in hunk.lines:
+            if ln[:1] == "+":
+                out.append((ln[1:], None))
+            else:
+                if ln[:1] == " ":
+                    out.append(lines[i])
+                i += 1
+        pos = i
+    out += lines[pos:]
+    return out, placed
+
+
+def _scopes(text: str) -> list[tuple[int, int, str, int]] | None:
+    """(first line, last line, name, depth) of every def and class of ``text`` that a reader would name: top-level
+    ones and the methods of classes (``Class.method``); what a function defines inside itself is part of that
+    function. None if ``text`` does not parse as Python."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    out: list[tuple[int, int, str, int]] = []
+
+    def walk(node: ast.AST, prefix: str, depth: int) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                start = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                name = f"{prefix}{child.name}"
+                out.append((start, child.end_lineno or child.lineno, name, depth))
+                if isinstance(child, ast.ClassDef):
+                    walk(child, name + ".", depth + 1)
+            elif not isinstance(child, (ast.expr, ast.Lambda)):
+                walk(child, prefix, depth)
+
+    walk(tree, "", 0)
+    return out
+
+
+def _enclosing(scopes: list[tuple[int, int, str, int]], line: int, added: frozenset[int] = frozenset()) -> str:
+    """The innermost scope holding ``line`` that the change does not add whole (a new method is anchored to its
+    class, a new top-level def to nothing: the caller says what it follows)."""
+    inside = [s for s in scopes if s[0] <= line <= s[1]
+              and not all(i in added for i in range(s[0], s[1] + 1))]
+    return max(inside, key=lambda s: s[3])[2] if inside else ""
+
+
+def _top_level_before(text: str, line: int, changed: set[int]) -> str:
+    """What new top-level code at ``line`` (1-based) follows: the nearest earlier top-level statement that the
+    change leaves alone -- a def or class by its name, else its whole first line."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return ""
+    source = text.splitlines()
+    before = [n for n in tree.body if (n.end_lineno or n.lineno) < line
+              and not all(i in changed for i in range(n.lineno, (n.end_lineno or n.lineno) + 1))]
+    if not before:
+        return ""
+    node = before[-1]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name
+    return source[node.lineno - 1].strip()
+
+
+def syntax_locations(under: list[Path], own: list[Path], files: dict[str, str]) -> list[Location]:
+    """Every changed line of ``own`` (format-patches applied in order after ``under``, onto ``files``: path ->
+    the filing base's text) with its file, the filing base's line it changes (or is inserted before; after the
+    last line for an addition at the end) and its anchor, read from the syntax of the tree the patch makes: the
+    innermost function or class that holds the line (``Class.method``), or for new top-level code ``after X``,
+    X the def or class (or the whole line) it follows. Consecutive lines with one anchor are one location.
+    A file that is not Python, or that no patch leaves parseable, keeps the hunk header's anchor."""
+    state: dict[str, list[_Line]] = {}
+
+    def current(path: str, old: str | None) -> list[_Line]:
+        if path not in state:
+            text = files.get(old or path, "") if old is not None else ""
+            state[path] = [(t, i) for i, t in enumerate(text.splitlines(), 1)]
+        return state[path]
+
+    out: list[Location] = []
+    for patch in [*under, *own]:
+        mine = patch in own
+        for path, old, hunks in _file_hunks(patch):
+            before = current(path, old)
+            try:
+                after, placed = _apply(before, hunks)
+            except ValueError:
+                if mine:
+                    out += [loc for loc in hunk_locations(patch) if loc.path == path]
+                state[path] = before
+                continue
+            state[path] = after
+            if not mine:
+                continue
+            new_text = "\n".join(t for t, _ in after) + "\n"
+            old_text = "\n".join(t for t, _ in before) + "\n"
+            new_scopes, old_scopes = _scopes(new_text), _scopes(old_text)
+            if new_scopes is None or old_scopes is None or not path.endswith(".py"):
+                out += [loc for loc in hunk_locations(patch) if loc.path == path]
+                continue
+            total = len([n for _, n in before if n is not None])
+            added_at: set[int] = set()
+            for hunk, start in placed:  # the new-side lines each hunk adds (1-based), for _top_level_before
+                n = start
+                for ln in hunk.lines:
+                    if ln[:1] == "+":
+                        added_at.add(n + 1)
+                    if ln[:1] in (" ", "+"):
+                        n += 1
+            frozen = frozenset(added_at)
+            for hunk, start in placed:
+                new_no, old_idx = start, None
+                # the index in ``before`` of the hunk's first old line
+                old_lines = [ln for ln in hunk.lines if ln[:1] in (" ", "-")]
+                old_idx = _index_of(before, [ln[1:] for ln in old_lines], hunk.old_start)
+                last: tuple[str, int] | None = None
+                for ln in hunk.lines:
+                    kind = ln[:1]
+                    if kind == " ":
+                        new_no, old_idx, last = new_no + 1, old_idx + 1, None
+                        continue
+                    if kind == "-":
+                        base_no = _base_line(before, old_idx, total)
+                        anchor = _enclosing(old_scopes, old_idx + 1)
+                        old_idx += 1
+                    else:
+                        new_no += 1
+                        if not ln[1:].strip():
+                            continue  # a blank line belongs to the code around it
+                        base_no = _base_line(before, old_idx, total)
+                        anchor = _enclosing(new_scopes, new_no, frozen)
+                        if not anchor and ln[1:].startswith("#"):
+                            continue  # a top-level comment goes with the code it comments
+                        if not anchor and ln[1:2] not in ("", " ", "\t", "#"):
+                            follows = _top_level_before(new_text, new_no, added_at)
+                            anchor = f"after {follows}" if follows else ""
+                        elif not anchor and last is not None:
+                            continue  # the indented rest of new top-level code
+                    if last is not None and last[0] == anchor:
+                        continue
+                    last = (anchor, base_no)
+                    out.append(Location(path, base_no, anchor))
+    return out
+
+
+def _index_of(lines: list[_Line], old: list[str], start: int) -> int:
+    texts = [t for t, _ in lines]
+    at = start - 1 if old else start
+    if texts[at:at + len(old)] == old:
+        return at
+    found = [i for i in range(len(texts) - len(old) + 1) if texts[i:i + len(old)] == old]
+    return min(found, key=lambda i: abs(i - at)) if found else at
+
+
+def _base_line(lines: list[_Line], idx: int, total: int) -> int:
+    """The filing base's line at or after index ``idx`` of ``lines`` (the line a change replaces or goes
+    before); an addition after the base's last line is placed on that last line."""
+    for _, n in lines[idx:]:
+        if n is not None:
+            return n
+    for _, n in reversed(lines[:idx]):
+        if n is not None:
+            return n
+    return max(1, total)

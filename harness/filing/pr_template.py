@@ -190,6 +190,27 @@ def tree_text(manifest: pins.Manifest, base, paths: list[str]) -> str:
     return ""
 
 
+def tree_files(manifest: pins.Manifest, base, paths: list[str]) -> dict[str, str] | None:
+    """``paths`` -> text for those that exist in the tree of ``base``, read from a mirror; None for a release base
+    or where no mirror holds the commit (nothing could be read, so nothing is known to be absent)."""
+    pin = getattr(base, "git", None)
+    if pin is None:
+        return None
+    sources, _missing = pins.git_sources(pin)
+    for mirror in (s for s in sources if Path(s).is_dir()):
+        if subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
+                          capture_output=True).returncode != 0:
+            continue
+        out = {}
+        for path in paths:
+            shown = subprocess.run(["git", "--git-dir", mirror, "show", f"{pin.commit}:{path}"],
+                                   capture_output=True, text=True, errors="replace")
+            if shown.returncode == 0:
+                out[path] = shown.stdout
+        return out
+    return None
+
+
 def touched_paths(diff: str) -> list[str]:
     """The files ``diff`` changes, by their name before the change."""
     return sorted(set(re.findall(r"^diff --git a/(\S+) b/\S+$", diff, re.M)))

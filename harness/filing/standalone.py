@@ -133,9 +133,41 @@ class Amalgamator:
                                   "cannot be inlined; use 'from ... import'")
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 continue
+            for nested in self.nested_imports(mod, stmt):
+                self.collect(nested.module or "", [a.name for a in nested.names], need,
+                             f"{mod.path.name}:{nested.lineno}")
             for used in _used_names(stmt):
                 if used in mod.defs and used != name:
                     todo.append(used)
+
+    def nested_imports(self, mod: _Module, stmt: ast.stmt) -> list[ast.ImportFrom]:
+        """The ``from helper import ...`` statements inside ``stmt`` (a function importing a helper when called):
+        inlined like a top-level one, the statement itself replaced by ``pass``."""
+        found = []
+        for node in ast.walk(stmt):
+            if node is stmt or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import) and any(self.find(a.name) for a in node.names):
+                raise ConfigError(f"{mod.path}:{node.lineno}: 'import' of a local helper inside a function cannot "
+                                  "be inlined; use 'from ... import'")
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and self.find(node.module):
+                if any(a.asname and a.asname != a.name for a in node.names):
+                    raise ConfigError(f"{mod.path}:{node.lineno}: 'import ... as' of a local helper cannot be "
+                                      "inlined")
+                found.append(node)
+        return found
+
+
+def _without_nested(lines: list[str], nested: list[ast.ImportFrom]) -> list[str]:
+    """``lines`` with each of ``nested`` (helper imports inside functions, now inlined above) replaced by ``pass``
+    at its indentation, on its first line; its other lines left empty. Line numbers do not move."""
+    out = list(lines)
+    for node in nested:
+        first = out[node.lineno - 1]
+        out[node.lineno - 1] = first[:len(first) - len(first.lstrip())] + "pass"
+        for i in range(node.lineno, _end(node)):
+            out[i] = ""
+    return out
 
 
 def amalgamate(reproducer: Path, search: list[Path], docstring: str, prologue: str = "") -> str:
@@ -154,6 +186,9 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str, prologue: s
         am.collect(module, names, need, f"{reproducer.name}:{stmt.lineno}")
         if star:
             namespaces.append((module, names))
+    main_nested = [n for stmt in main.tree.body for n in am.nested_imports(main, stmt)]
+    for node in main_nested:
+        am.collect(node.module or "", [a.name for a in node.names], need, f"{reproducer.name}:{node.lineno}")
     # Helper modules in dependency order: a module after every module its needed statements import from.
     order: list[str] = []
 
@@ -202,7 +237,8 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str, prologue: s
                 chosen[bound] = (mod.path.name, text)
             decorated = stmt.decorator_list if hasattr(stmt, "decorator_list") else []
             start = min([stmt.lineno] + [d.lineno for d in decorated])
-            lines.append("\n".join(mod.source.splitlines()[start - 1:_end(stmt)]))
+            lines.append("\n".join(_without_nested(mod.source.splitlines(), am.nested_imports(mod, stmt))
+                                   [start - 1:_end(stmt)]))
         if lines or head:
             blocks.append(f"# ---- from {mod.path.name} (verbatim) ----\n"
                           + ("\n".join(head) + "\n\n\n" if head else "") + "\n\n\n".join(lines))
@@ -212,7 +248,7 @@ def amalgamate(reproducer: Path, search: list[Path], docstring: str, prologue: s
     helper_block = "\n\n\n".join(blocks)
 
     # The reproducer's own text: docstring replaced, __future__ hoisted, local imports replaced by the helpers.
-    src_lines = main.source.splitlines()
+    src_lines = _without_nested(main.source.splitlines(), main_nested)
     drop: set[int] = set()
     body = main.tree.body
     first = body[0] if body else None

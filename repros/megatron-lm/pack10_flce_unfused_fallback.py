@@ -115,11 +115,21 @@ def simulated_gpu(torch, cc: tuple[int, int], active: bool):
     torch.cuda.current_device = lambda: 0
     torch.cuda.get_device_capability = lambda device=None: cc
     torch.cuda.get_device_name = lambda device=None: f"simulated sm_{cc[0]}{cc[1]} (CPU host)"
+    # A CPU-only torch has no NVTX, whose ranges the fused path opens: make them no-ops there, as they are on
+    # a CUDA build of torch without a GPU.
+    nvtx = torch.cuda.nvtx
+    no_nvtx = not hasattr(torch._C, "_nvtx")
+    saved_nvtx = {n: getattr(nvtx, n) for n in ("range_push", "range_pop")}
+    if no_nvtx:
+        nvtx.range_push = lambda msg: 0
+        nvtx.range_pop = lambda: 0
     try:
         yield
     finally:
         for n, f in saved.items():
             setattr(torch.cuda, n, f)
+        for n, f in saved_nvtx.items():
+            setattr(nvtx, n, f)
 
 
 def reset_platform(mod) -> None:

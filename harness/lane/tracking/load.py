@@ -308,10 +308,14 @@ def _load_validation(t, where: str) -> dict[str, Validation]:
 def _load_evidence(t, where: str, lanes: set[str]) -> EvidenceRow:
     if not isinstance(t, dict):
         raise ConfigError(f"{where}: must be a table ([[packs.NN.evidence]])")
-    lane = field(t, "lane", str, where)
-    if lane not in lanes:
+    bench = field(t, "bench", str, where, default="")
+    if bench and "lane" in t:
+        raise ConfigError(f"{where}: a row reads either a lane ('lane') or a benchmark file ('bench'), not both")
+    lane = "" if bench else field(t, "lane", str, where)
+    if not bench and lane not in lanes:
         raise ConfigError(f"{where}: key 'lane' is '{lane}', not a lane of this pack ({', '.join(sorted(lanes))})")
-    row = EvidenceRow(lane=lane, figure=field(t, "figure", str, where), label=field(t, "label", str, where),
+    row = EvidenceRow(lane=lane, bench=bench, figure=field(t, "figure", str, where),
+                      label=field(t, "label", str, where),
                       show=field(t, "show", str, where, default="{value}"),
                       pick=choice(t, "pick", PICKS, where, default="first"),
                       where=tuple(sorted(field(t, "where", dict, where, default={}).items())),

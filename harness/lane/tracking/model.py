@@ -123,6 +123,9 @@ class EvidenceRow:
     pick: str = "first"
     where: tuple[tuple[str, Any], ...] = ()
     build: str | None = None  # "release" / "change": which build the figure describes, when not the lane's own
+    # a benchmark file (bench/results/*.json of a tool such as tools/kernel_registers.py) read instead of a lane's
+    # receipt; ``lane`` is then "" (harness/filing/evidence.py: bench_figures)
+    bench: str = ""
 
 
 @dataclass(frozen=True)
