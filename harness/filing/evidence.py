@@ -358,9 +358,9 @@ def suite_reasons_text(merged: suite.Merged, comparison: suite.Comparison, env: 
             parts.append(f"{both} fail on both in the upstream's own environment ({where}; shown by "
                          f"{shown_by or 'the base receipt'}), broken at the base: {groups}")
         else:
-            parts.append(f"{both} fail on both in this environment, not the upstream CI's ("
+            parts.append(f"{both} fail on both here, in an environment that is not the upstream CI's ("
                          + "; ".join(gaps[:3]) + (f"; {len(gaps) - 3} more" if len(gaps) > 3 else "")
-                         + f"), so not shown broken at the base: {groups}")
+                         + f"), so not shown to fail in the upstream's CI: {groups}")
     return "; ".join(parts)
 
 
