@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from test_suite import suite_repo  # noqa: F401  (the fixture)
+from test_upstream_tests import upstream_repo  # noqa: F401  (the fixture suite_repo builds on)
 
 from harness.lane import suite, suite_env
 
@@ -211,3 +213,41 @@ def test_the_ci_environment_has_a_closed_schema(tmp_path, ci, message):
     doc = tomlkit.parse('[bases."1.0".ci]\n' + ci)
     with pytest.raises(ConfigError, match=message):
         _load_ci(doc["bases"]["1.0"], '/x.toml [bases."1.0"]')
+
+
+def test_suite_lanes_run_at_the_cis_ranks_and_compare_refuses_two_environments(suite_repo, tmp_path, monkeypatch,  # noqa: F811
+                                                                                 capsys):
+    from conftest import cli
+    from test_suite import SUITE, _lanes
+
+    from harness.errors import Exit
+    from harness.lane import upstream_tests
+    from harness.lane.receipts import find
+
+    with (suite_repo.root / "upstream" / "fake.toml").open("a") as fh:
+        fh.write('\n[bases."1.0".ci]\nranks = 8\ncpu_ranks = 2\nsource = "the fake upstream\'s CI"\n')
+    monkeypatch.setenv("PYTHONPATH", str(fake_launcher(tmp_path / "fake")))
+    args = suite_repo.args()
+    assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK
+    suite_repo.write_tracking(SUITE)
+    assert cli("run", "01", "--quiet", *args, *_lanes("base"), *_lanes("patched")) == Exit.OK
+    recs = {r.lane: r for r in find(suite_repo.root, "fake", "01")}
+    for rec in recs.values():
+        env = rec.sentinel_details[upstream_tests.SENTINEL_SUITE_RAN]["environment"]
+        assert (env["ranks"], env["upstream_ranks"], env["backend"]) == (2, 8, "gloo")
+        assert "--ranks" in rec.reproducer.args
+    capsys.readouterr()
+    assert cli("suite", "compare", "01", "--base", "1.0", "--ranks", "2", "--json", *args) == Exit.OK
+    assert json.loads(capsys.readouterr().out)["ran"] == 5
+    # one patched shard's receipt from a run at one rank: never paired with the others
+    moved = recs["suite-1.0-patched-1of2"].path
+    data = json.loads(moved.read_text())
+    data["sentinel_details"][upstream_tests.SENTINEL_SUITE_RAN]["environment"]["ranks"] = 1
+    moved.write_text(json.dumps(data))
+    assert cli("suite", "compare", "01", "--base", "1.0", *args) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "suite receipts from different environments" in err and "ranks 2 vs 1" in err
+    assert moved.parent.name in err and recs["suite-1.0-base-1of2"].path.parent.name in err
+    # --ranks 2 reads only the runs at two ranks: that shard has none, so the suite is short of it
+    assert cli("suite", "compare", "01", "--base", "1.0", "--ranks", "2", "--json", *args) == Exit.MISMATCH
+    assert json.loads(capsys.readouterr().out)["missing"] == ["suite-1.0-patched-1of2"]

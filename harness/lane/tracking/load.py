@@ -330,14 +330,15 @@ def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:
     return f"suite-{base}-{side}" + (f"-{shard}of{shards}" if shards > 1 else "")
 
 
-def ci_template(manifest: pins.Manifest, base: str, template: dict, where: str) -> dict:
-    """A cuda suite lane's keys in the upstream CI's environment (the base's ``[bases.NAME.ci]``): its builds
-    (``with_builds``) and test pins join the lane's; a pin of the same distribution in both must agree."""
+def ci_template(manifest: pins.Manifest, base: str, template: dict, where: str, gpu: bool = True) -> dict:
+    """A suite lane's keys in the upstream CI's environment (the base's ``[bases.NAME.ci]``): its builds
+    (``with_builds``; a cuda lane only, ``gpu``) and test pins join the lane's; a pin of one distribution in both
+    must agree."""
     ci = manifest.base(base).ci
     if ci is None:
         return template
     builds = [*template.get("with_builds", [])]
-    builds += [b for b in ci.with_builds if b not in builds]
+    builds += [b for b in ci.with_builds if b not in builds] if gpu else []
     pins_: dict[str, str] = {}
     for req in [*ci.requires, *template.get("test_requires", [])]:
         name = req.split("==", 1)[0].lower().replace("_", "-")
@@ -370,10 +371,13 @@ def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str,
         raise ConfigError(f"{where}: key 'shards' must be at least 1")
     template = {k: t[k] for k in ("requires", "with_builds", "test_requires", "timeout", "exclusive", "gpu_memory_gib")
                 if k in t}
+    # a cuda lane runs in the CI's environment at its ranks; a cpu lane, where the CI allows gloo ranks, with its
+    # test pins only (TransformerEngine's torch extension is built on a GPU host)
     ci = manifest.base(base).ci
-    in_ci = ci is not None and t.get("requires", pack_requires) == "cuda"
+    gpu = t.get("requires", pack_requires) == "cuda"
+    in_ci = ci is not None and (gpu or ci.cpu_ranks > 0)
     if in_ci:
-        template = ci_template(manifest, base, template, where)
+        template = ci_template(manifest, base, template, where, gpu)
     out = []
     for side, patched in SUITE_SIDES:
         for i in range(1, shards + 1):
@@ -382,8 +386,8 @@ def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str,
                                                "upstream_tests": list(sel.ids)}, f"{where} ({name})", suite_lane=True)
             out.append(dataclasses.replace(lane, shard=(i, shards), deselect=sel.deselected,
                                            **({"ranks": ci.ranks, "cpu_ranks": ci.cpu_ranks, "needs": sel.needs,
-                                               "from_ci": tuple(b for b in ci.with_builds
-                                                                if b not in t.get("with_builds", []))
+                                               "from_ci": tuple(b for b in ci.with_builds if gpu
+                                                                and b not in t.get("with_builds", []))
                                                + tuple(r for r in ci.requires if r not in t.get("test_requires", []))}
                                               if in_ci and ci is not None else {})))
     return out
