@@ -309,7 +309,7 @@ def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str
     shown = next((latest[lane.name] for lane in chosen if lane.patched and lane.name in latest), None)
     row = EvidenceRow(lane=chosen[0].name, figure="@suite", label="", show="")
     base = str(shown.base.version or shown.base.name) if shown is not None else pack.filing_base
-    envs = [(receipts.display_path(latest[lane.name].path, root) if latest[lane.name].path and root
+    envs = [(receipts.display_path(path, root) if (path := latest[lane.name].path) is not None and root
              else lane.name, lane.patched, (details.get(lane.name) or {}).get(suite_env.ENV_KEY))
             for lane in chosen if lane.name in latest]
     try:
@@ -320,11 +320,12 @@ def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str
     wanted = suite_env.ci_pins(manifest, pack.filing_base, lambda t: pins.load_manifest(root, t)) \
         if manifest is not None and root is not None else ()
     base_receipt = next((latest[lane.name] for lane in chosen if not lane.patched and lane.name in latest), None)
+    base_path = base_receipt.path if base_receipt is not None else None
     return EvidenceRowResult(row, f"the upstream's own tests of the touched code ({len(files)} "
                                   f"{'file' if len(files) == 1 else 'files'}), every case with and without the change",
                              suite_reasons_text(merged, comparison, envs[0][2] if envs else None, wanted,
-                                                receipts.display_path(base_receipt.path, root)
-                                                if base_receipt is not None and base_receipt.path and root else None),
+                                                receipts.display_path(base_path, root)
+                                                if base_path is not None and root is not None else None),
                              None, f"{base} and {base} + {change_name}", shown)
 
 

@@ -90,7 +90,7 @@ def suite_verdict(ctx: Context, pack: Pack, base: str, ranks: int | None = None)
     latest = latest_suite_receipts(ctx, pack, ranks)
     manifest = ctx.manifest(pack.target)
     suite_env.check_pairing(
-        ((receipts.display_path(latest[lane.name].path, ctx.root) if latest[lane.name].path else lane.name,
+        ((receipts.display_path(path, ctx.root) if (path := latest[lane.name].path) is not None else lane.name,
           lane.patched,
           (latest[lane.name].sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN) or {}).get(suite_env.ENV_KEY))
          for lane in chosen if lane.name in latest),

@@ -384,12 +384,13 @@ def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str,
             name = suite_lane_name(base, side, i, shards)
             lane = _load_lane(root, manifest, {**template, "name": name, "base": base, "patched": patched,
                                                "upstream_tests": list(sel.ids)}, f"{where} ({name})", suite_lane=True)
-            out.append(dataclasses.replace(lane, shard=(i, shards), deselect=sel.deselected,
-                                           **({"ranks": ci.ranks, "cpu_ranks": ci.cpu_ranks, "needs": sel.needs,
-                                               "from_ci": tuple(b for b in ci.with_builds if gpu
-                                                                and b not in t.get("with_builds", []))
-                                               + tuple(r for r in ci.requires if r not in t.get("test_requires", []))}
-                                              if in_ci and ci is not None else {})))
+            lane = dataclasses.replace(lane, shard=(i, shards), deselect=sel.deselected)
+            if in_ci and ci is not None:
+                lane = dataclasses.replace(
+                    lane, ranks=ci.ranks, cpu_ranks=ci.cpu_ranks, needs=sel.needs,
+                    from_ci=tuple(b for b in ci.with_builds if gpu and b not in t.get("with_builds", []))
+                    + tuple(r for r in ci.requires if r not in t.get("test_requires", [])))
+            out.append(lane)
     return out
 
 
