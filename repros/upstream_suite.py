@@ -231,6 +231,11 @@ def rank_worker(argv: list[str]) -> int:
     state = os.environ.get(STATE_ENV)
     if state:
         os.environ[STATE_ENV] = str(rank_state(Path(state), world, rank))
+    if os.environ.get("CUDA_VISIBLE_DEVICES") != "":  # each rank on its own GPU, as Megatron's Utils sets it
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count())
     import pytest
 
     return int(pytest.main(["-p", "no:cacheprovider", "-o", "junit_family=xunit1",
