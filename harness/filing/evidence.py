@@ -264,7 +264,8 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         after = (", after " + ", ".join(f'"{s}"' for s in dep_subjects)) if dep_subjects else ""
         notes.append("Builds: " + "; ".join(bases.values()) + f"; `+ {change_name}` is that build with "
                      + ("this PR" if change_name == "this PR" else "the change below") + " applied" + after + ".")
-    extras = sorted({b for r in results for lane in pack.lanes if lane.name == r.row.lane for b in lane.extra_builds})
+    extras = sorted({b for r in results for lane in pack.lanes if lane.name == r.row.lane for b in lane.extra_builds
+                     if f"{b[0]}@{b[1]}" not in lane.from_ci or _ran_with(root, r.receipt, b)})
     if extras:
         described = []
         for target, extra in extras:
@@ -287,6 +288,17 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         text += ("\n\n<details><summary>Hosts and builds</summary>\n\n" + "\n\n".join(notes)
                  + "\n\n</details>")
     return Evidence(text.strip(), problems, list(used.values()))
+
+
+def _ran_with(root: Path, receipt: receipts.Receipt | None, build: tuple[str, str]) -> bool:
+    """Whether a suite receipt's recorded environment holds the release of ``build`` (TARGET, BASE): a build the
+    upstream CI's environment adds is named only once a receipt shows it was there."""
+    env = ((receipt.sentinel_details.get(suite.RECORDED) or {}).get(suite_env.ENV_KEY)
+           if receipt is not None else None)
+    if not isinstance(env, dict):
+        return False
+    other = pins.load_manifest(root, build[0])
+    return suite_env.packages(env).get(other.distribution) == other.base(build[1]).version
 
 
 def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str, root: Path | None = None,
