@@ -328,3 +328,29 @@ def test_include_dirs_are_looked_for_in_every_site_packages_directory(tmp_path):
     assert host_builds.include_path(wanted, [first, second]) == [str(first / "nvidia" / "nccl" / "include"),
                                                                  str(second / "nvidia" / "cudnn" / "include")]
     assert host_builds.site_dirs(first)[0] == first
+
+
+def test_a_lane_carries_the_host_builds_and_payload_pins_of_its_extra_builds(lane_repo, tmp_path):
+    """A suite lane of one target that takes another base as a with_build (Megatron's suites take TE): the bundle
+    carries the host builds of that base too, not only of the lane's own."""
+    from conftest import CORE_BUGGY
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "tinydep", "1.0")
+    _wheel(wheels, "buildhelper", "1.0")
+    sdist = fake_sdist(tmp_path)
+    lane_repo.add_base("2.0", CORE_BUGGY)
+    path = lane_repo.root / "upstream" / "fake.toml"
+    text = path.read_text().replace('[bases."2.0"]\n', '[bases."2.0"]\nruntime_requires = ["tinydep==1.0"]\n')
+    path.write_text(text + HOST_TOML.replace('bases."1.0"', 'bases."2.0"').format(
+        filename=sdist.name, url=sdist.as_uri(), timeout=300, sha=hashlib.sha256(sdist.read_bytes()).hexdigest()))
+    lane_repo.write_tracking('[[packs.01.lanes]]\nname = "with-ext"\nbase = "1.0"\npatched = false\n'
+                             'expect = "BUG_REPRODUCED"\nwith_builds = ["fake@2.0"]\n')
+    out = tmp_path / "dist" / "bundle.tar.xz"
+    assert cli("bundle", "01", "--lane", "with-ext", "-o", str(out), "--wheels", str(wheels),
+               *lane_repo.args()) == Exit.OK
+    with tarfile.open(out) as tf:
+        index = json.load(tf.extractfile("patchlane-bundle/bundle.json"))
+    assert [h["file"] for h in index["host_builds"]] == [f"host-builds/{sdist.name}"]
+    assert "wheels/buildhelper-1.0-py3-none-any.whl" in {w["file"] for w in index["wheels"]}

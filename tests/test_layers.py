@@ -64,7 +64,8 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
             "host_builds"},  # stdlib + base: the bootstrap compiles a host build with it
         1: {"tracking", "builds", "receipts",  # the packs (with their suites); builds (with stubs); run records
             "kernel_cache",  # compiled kernels kept per key
-            "suite_reasons"},  # why a suite's cases failed, read from the lanes' pytest logs
+            "suite_reasons",  # why a suite's cases failed, read from the lanes' pytest logs
+            "suite_env"},  # the environment a suite ran in: pairing refused across two, the upstream CI's or not
         2: {"series", "scaffold"},  # the one owner of patch files; a new pack's first files
         3: {"context",  # repository + frozen run options
             "series_write"},  # a series written back (format-patch normalized, swapped in)

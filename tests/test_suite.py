@@ -353,7 +353,8 @@ def test_a_patch_that_breaks_a_passing_case_fails_the_suite(suite_repo, tmp_path
     pack = ctx.tracking.pack("01")
     row = evidence._suite_row(pack, receipts.latest_by_lane(ctx.root, pack.target, pack.id, None), "this PR")
     assert row is not None and row.label.startswith("the upstream's own tests of the touched code (1 file)")
-    assert row.result == "5 of 5 cases run (1 skipped); 1 fail only with the change; 0 fail without it too"
+    assert row.result == ("5 of 5 cases: 2 ran and passed on both; 1 fixed by the change; 1 fail only with the change; "
+                          "1 skipped by the tests themselves")
 
 
 def test_a_shard_starved_of_host_resources_is_not_current_and_runs_again(suite_repo, tmp_path, capsys):

@@ -46,6 +46,8 @@ def register(sub) -> None:
         _args.source(q)
         _args.common(q)
     sel.add_argument("--check", action="store_true", help="compare with the recorded selection; write nothing")
+    cmp_.add_argument("--ranks", type=int, default=None,
+                      help="read the receipts of runs at this many ranks (default: each lane's latest)")
     for q in (sel, cmp_):
         q.add_argument("--receipts-dir", type=_args.path, default=None,
                        help="read the suite lanes' receipts here (default: receipts/), e.g. a GPU host's")
@@ -59,7 +61,7 @@ def main(args) -> int:
     pack = ctx.tracking.pack(args.pack)
     base = args.base or pack.filing_base
     if args.suite_verb == "compare":
-        return _compare(ctx, pack, base, args.json)
+        return _compare(ctx, pack, base, args.json, args.ranks)
     source = lanes.suite_source(ctx, pack, base)
     hubs: dict[str, int] = {}
     derived = source.derive(hubs)
@@ -126,13 +128,16 @@ def _collected_cases(ctx, pack, base: str) -> dict[str, int] | None:
     return out
 
 
-def _compare(ctx, pack, base: str, as_json: bool) -> int:
-    result = suite_check.suite_verdict(ctx, pack, base)
+def _compare(ctx, pack, base: str, as_json: bool, ranks: int | None = None) -> int:
+    result = suite_check.suite_verdict(ctx, pack, base, ranks)
     if as_json:
         ui.json_data({"schema": JSON_SCHEMA, **result.as_json()})
     else:
+        here = dict(result.comparison.not_here)
         for case in result.comparison.cases:
-            if case.verdict != "ok":
+            if case.id in here:  # a column of its own: neither build ran it here, and why
+                ui.data(f"{case.id}: base -, patched -, not run here: {here[case.id]}")
+            elif case.verdict != "ok":
                 why = "; ".join(f"{side}: {text}" for side, text in (("base", case.why_base),
                                                                      ("patched", case.why_patched)) if text)
                 ui.data(f"{case.id}: base {case.base}, patched {case.patched}: {case.verdict}"

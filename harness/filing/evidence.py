@@ -9,7 +9,7 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.lane import receipts, suite, suite_reasons
+from harness.lane import receipts, suite, suite_env, suite_reasons
 from harness.lane.tracking import EvidenceRow, Pack
 from harness.upstream import pins
 from harness.upstream.github import repo_slug
@@ -313,7 +313,7 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
             patched = rec.patched if row.build is None else row.build == "change"
             build = str(rec.base.version or rec.base.name or "?") + (f" + {change_name}" if patched else "")
         results.append(EvidenceRowResult(row, label, result, None, build, rec))
-    suite_row = _suite_row(pack, latest, change_name)
+    suite_row = _suite_row(pack, latest, change_name, root, manifest, problems)
     if suite_row is not None:
         results.append(suite_row)
         if suite_row.receipt is not None and suite_row.receipt.path is not None:
@@ -364,7 +364,8 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         after = (", after " + ", ".join(dep_subjects)) if dep_subjects else ""
         notes.append("Builds: " + "; ".join(bases.values()) + f"; `+ {change_name}` is that build with "
                      + ("this PR" if change_name == "this PR" else "the change below") + " applied" + after + ".")
-    extras = sorted({b for r in results for lane in pack.lanes if lane.name == r.row.lane for b in lane.extra_builds})
+    extras = sorted({b for r in results for lane in pack.lanes if lane.name == r.row.lane for b in lane.extra_builds
+                     if f"{b[0]}@{b[1]}" not in lane.from_ci or _ran_with(root, r.receipt, b)})
     if extras:
         described = []
         for target, extra in extras:
@@ -389,9 +390,21 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
     return Evidence(text.strip(), problems, list(used.values()), typed)
 
 
-def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str) -> EvidenceRowResult | None:
+def _ran_with(root: Path, receipt: receipts.Receipt | None, build: tuple[str, str]) -> bool:
+    """Whether a suite receipt's recorded environment holds the release of ``build`` (TARGET, BASE): a build the
+    upstream CI's environment adds is named only once a receipt shows it was there."""
+    env = ((receipt.sentinel_details.get(suite.RECORDED) or {}).get(suite_env.ENV_KEY)
+           if receipt is not None else None)
+    if not isinstance(env, dict):
+        return False
+    other = pins.load_manifest(root, build[0])
+    return suite_env.packages(env).get(other.distribution) == other.base(build[1]).version
+
+
+def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str, root: Path | None = None,
+               manifest: pins.Manifest | None = None, problems: list[str] | None = None) -> EvidenceRowResult | None:
     """The row stating the upstream suite's result at the filing base (``[[packs.NN.suites]]``), computed from
-    the suite lanes' latest receipts: N of M cases run, how many fail only with the change."""
+    the suite lanes' latest receipts, per reason (``suite_reasons_text``)."""
     chosen = [lane for lane in pack.lanes if lane.suite and lane.base == pack.filing_base]
     if not chosen:
         return None
@@ -400,19 +413,68 @@ def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str
     if not any(details.values()):  # never run: no row (readiness says why, reason 'suite')
         return None
     merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
-    comparison = suite_reasons.explain_from_logs(suite.compare(merged.base, merged.patched, {}, claims_fix=False),
-                                         receipts.suite_logs((lane.patched, latest[lane.name]) for lane in chosen
-                                                             if lane.name in latest))
+    comparison = suite_reasons.explain_from_logs(suite.compare(merged.base, merged.patched, {}, claims_fix=False,
+                                                               not_here=merged.not_here),
+                                                 receipts.suite_logs((lane.patched, latest[lane.name])
+                                                                     for lane in chosen if lane.name in latest))
     files = sorted({node.split("::", 1)[0] for node in chosen[0].upstream_tests})
     shown = next((latest[lane.name] for lane in chosen if lane.patched and lane.name in latest), None)
     row = EvidenceRow(lane=chosen[0].name, figure="@suite", label="", show="")
     base = str(shown.base.version or shown.base.name) if shown is not None else pack.filing_base
-    result = suite.summary_line(merged, comparison)
-    failing = suite_reasons.failing_without_change(comparison)
+    envs = [(receipts.display_path(path, root) if (path := latest[lane.name].path) is not None and root
+             else lane.name, lane.patched, (details.get(lane.name) or {}).get(suite_env.ENV_KEY))
+            for lane in chosen if lane.name in latest]
+    try:
+        suite_env.check_pairing(envs, ignore=(manifest.distribution,) if manifest else ())
+    except suite_env.EnvironmentMismatch as exc:
+        if problems is not None:
+            problems.append(f"suite row: {exc}")
+    wanted = suite_env.ci_pins(manifest, pack.filing_base, lambda t: pins.load_manifest(root, t)) \
+        if manifest is not None and root is not None else ()
+    base_receipt = next((latest[lane.name] for lane in chosen if not lane.patched and lane.name in latest), None)
+    base_path = base_receipt.path if base_receipt is not None else None
     return EvidenceRowResult(row, f"the upstream's own tests of the touched code ({len(files)} "
                                   f"{'file' if len(files) == 1 else 'files'}), every case with and without the change",
-                             result + (f": {failing}" if failing else ""), None,
-                             f"{base} and {base} + {change_name}", shown)
+                             suite_reasons_text(merged, comparison, envs[0][2] if envs else None, wanted,
+                                                receipts.display_path(base_path, root)
+                                                if base_path is not None and root is not None else None),
+                             None, f"{base} and {base} + {change_name}", shown)
+
+
+def suite_reasons_text(merged: suite.Merged, comparison: suite.Comparison, env: dict | None, wanted: tuple[str, ...],
+                       shown_by: str | None) -> str:
+    """The suite row's result, per reason: ran and passed on both; fixed by the change; failing only with it;
+    not run here (how many, why); failing on both. Cases failing on both are called broken at the base only where
+    the run's environment is the upstream CI's (``wanted``, its pins: ``suite_env.ci_gaps`` finds none), and the
+    row names the receipt that shows it; elsewhere the row says which of the CI's pins the run lacked."""
+    counts = comparison.counts()
+    total = merged.collected if merged.collected is not None else "?"
+    passed = counts.get("ok", 0) + counts.get("control", 0)
+    parts = [f"{merged.ran + len(comparison.not_here)} of {total} cases: {passed} ran and passed on both"]
+    if counts.get("fixed"):
+        parts.append(f"{counts['fixed']} fixed by the change")
+    parts.append(f"{len(comparison.patched_only)} fail only with the change")
+    if merged.skipped:
+        parts.append(f"{merged.skipped} skipped by the tests themselves")
+    here = comparison.not_here_reasons()
+    if here:
+        parts.append(f"{sum(here.values())} not run here ("
+                     + "; ".join(f"{n}: {why}" for why, n in sorted(here.items(), key=lambda kv: (-kv[1], kv[0])))
+                     + ")")
+    both = counts.get("base-only failure", 0) + counts.get("fails on both", 0)
+    if both:
+        groups = suite_reasons.failing_without_change(comparison)
+        gaps = suite_env.ci_gaps(env, wanted) if wanted else ["the upstream's CI environment is not recorded"]
+        if not gaps and env is not None:
+            where = (f"{env.get('ranks')} of its {env.get('upstream_ranks')} ranks"
+                     + (f", {env['gpu_arch']}" if env.get("gpu_arch") else ""))
+            parts.append(f"{both} fail on both in the upstream's own environment ({where}; shown by "
+                         f"{shown_by or 'the base receipt'}), broken at the base: {groups}")
+        else:
+            parts.append(f"{both} fail on both here, in an environment that is not the upstream CI's ("
+                         + "; ".join(gaps[:3]) + (f"; {len(gaps) - 3} more" if len(gaps) > 3 else "")
+                         + f"), so not shown to fail in the upstream's CI: {groups}")
+    return "; ".join(parts)
 
 
 def table_cell(text: str) -> str:

@@ -129,11 +129,14 @@ def _make(ctx: Context, selected: list[tuple[Pack, list[Lane]]], output: Path, p
         index.setdefault("lanes", {})[pack.id] = [lane.name for lane in chosen]
         for lane in chosen:
             prep = lanes.prepare(ctx, pack, lane, import_check=False)
-            for payload in ctx.manifest(pack.target).base(lane.base).payloads:
-                provided[payload.provides] = payload
-            for host in ctx.manifest(pack.target).base(lane.base).host_builds:
-                hosted[host.provides] = host
-                runtime.add(tuple(sorted(host.build_requires)))
+            # the lane's base and every extra build's (TransformerEngine as a suite's with_builds) bring their own
+            for base in (ctx.manifest(pack.target).base(lane.base),
+                         *(ctx.manifest(t).base(b) for t, b in lane.extra_builds)):
+                for payload in base.payloads:
+                    provided[payload.provides] = payload
+                for host in base.host_builds:
+                    hosted[host.provides] = host
+                    runtime.add(tuple(sorted(host.build_requires)))
             runtime.add(tuple(sorted(prep.runtime_requires)))  # the base's and its extra builds' (lanes.prepare)
             label = f"{pack.id}/{lane.name}"
             if prep.patches or not _add_published_wheel(index, members, ctx, prep.build, label,

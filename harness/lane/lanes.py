@@ -211,7 +211,7 @@ def prepare(ctx: Context, pack: Pack, lane: Lane, import_check: bool = True) -> 
     reqs = runtime.combine([(f"{manifest.target} {base.name}", base.runtime_requires)]
                            + [(f"{other.target} {xbase.name}", xbase.runtime_requires) for other, xbase, _ in extras]
                            + ([(f"lane {lane.name}'s upstream tests",
-                                upstream_tests.PYTEST_REQUIRES + lane.test_requires)] if lane.upstream_tests else []))
+                                upstream_tests.pytest_requires(lane.test_requires))] if lane.upstream_tests else []))
     tests_tree = tests_key = None
     if lane.upstream_tests:
         pack_series = series_for(ctx, pack, base.name)
@@ -375,7 +375,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         if lane.shard is not None:  # a suite lane: its shard and the recorded exclusions go before the ids
             cut = args.index("--")
             args[cut:cut] = ["--shard", f"{lane.shard[0]}/{lane.shard[1]}",
-                             *(a for node in lane.deselect for a in ("--deselect", node))]
+                             *(a for node in lane.deselect for a in ("--deselect", node)),
+                             *suite_rank_args(lane)]
     started = receipts.utc_now()
     env = runtime.with_library_path(dict(os.environ), prep.runtime_site)
     env.update({
@@ -489,6 +490,17 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     finally:
         Path(tmp_log).unlink(missing_ok=True)
         shutil.rmtree(lane_tmp, ignore_errors=True)
+
+
+def suite_rank_args(lane: Lane) -> list[str]:
+    """The suite runner's arguments for a lane in the upstream CI's environment: its ranks (capped there at the
+    host's GPUs), the gloo ranks of a CPU run, and the cases that may not run here (the selection's [[needs]])."""
+    if not lane.ranks:
+        return []
+    import json
+
+    return ["--ranks", str(lane.ranks), "--cpu-ranks", str(lane.cpu_ranks),
+            "--needs", json.dumps([n.as_json() for n in lane.needs], sort_keys=True)]
 
 
 def _repo_state(root: Path) -> dict:

@@ -55,7 +55,8 @@ from harness.errors import ConfigError, WriteError
 
 SCHEMA = 1
 SUITES_DIR = "suites"
-KEYS = frozenset({"schema", "pack", "base", "series", "files", "add", "exclude"})
+KEYS = frozenset({"schema", "pack", "base", "series", "files", "add", "exclude", "needs"})
+NEED_KEYS = frozenset({"id", "ranks", "package", "reason"})  # [[needs]]: a case that may not run on every host
 FILE_KEYS = frozenset({"path", "reasons", "cases"})
 ADD_KEYS = frozenset({"id", "reason"})
 EXCLUDE_KEYS = frozenset({"id", "reason"})
@@ -373,6 +374,22 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Need:
+    """Cases (``id``: a file, a node id, or a pattern of them) that need more ranks than a host may have, or a
+    distribution the environment may lack: where that holds, the runner reports them "not run here", with the
+    reason, and runs the rest (repros/upstream_suite.py ``not_here``)."""
+
+    id: str
+    reason: str
+    ranks: int | None = None
+    package: str | None = None
+
+    def as_json(self) -> dict:
+        return {"id": self.id, "reason": self.reason,
+                **({"ranks": self.ranks} if self.ranks else {}), **({"package": self.package} if self.package else {})}
+
+
+@dataclass(frozen=True)
 class Selection:
     pack: str
     base: str
@@ -381,6 +398,7 @@ class Selection:
     add: tuple[Choice, ...] = ()
     exclude: tuple[Choice, ...] = ()
     path: Path | None = field(default=None, compare=False)
+    needs: tuple[Need, ...] = ()
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -439,13 +457,27 @@ def load(path: Path) -> Selection:
                 raise SuiteError(f"{w}: {node!r} has no 'reason'; an id is "
                                  + ("excluded" if key == "exclude" else "added") + " only with a recorded reason")
             chosen[key].append(Choice(node, reason))
+    needs = []
+    for i, t in enumerate(doc.get("needs", [])):
+        w = f"{where} needs[{i}]"
+        _closed(t, NEED_KEYS, w)
+        ranks = toml_field(t, "ranks", int, w, default=None)
+        package = toml_field(t, "package", str, w, default=None)
+        if (ranks is None) == (package is None):
+            raise SuiteError(f"{w}: a need names exactly one of 'ranks' (at least 2) or 'package'")
+        if ranks is not None and ranks < 2:
+            raise SuiteError(f"{w}: 'ranks' must be at least 2, got {ranks}")
+        reason = toml_field(t, "reason", str, w, default="")
+        if not reason.strip():
+            raise SuiteError(f"{w}: {t.get('id')!r} has no 'reason'; a need is recorded only with what shows it")
+        needs.append(Need(toml_field(t, "id", str, w), reason, ranks, package))
     paths = [f.path for f in files]
     for c in chosen["exclude"]:
         if c.id.split("::", 1)[0] not in paths:
             raise SuiteError(f"{where}: exclusion {c.id!r} is not inside a selected file")
     return Selection(toml_field(doc, "pack", str, where), toml_field(doc, "base", str, where),
                      tuple(toml_field(doc, "series", list, where)), tuple(files),
-                     tuple(chosen["add"]), tuple(chosen["exclude"]), path)
+                     tuple(chosen["add"]), tuple(chosen["exclude"]), path, tuple(needs))
 
 
 def load_for(root: Path, pack: str, base: str) -> Selection | None:
@@ -465,7 +497,8 @@ def refreshed(old: Selection | None, pack: str, base: str, series: Iterable[str]
     files = tuple(SuiteFile(d.path, d.reasons, (cases or {}).get(d.path, known.get(d.path))) for d in derived)
     paths = {d.path for d in derived}
     exclude = tuple(e for e in (old.exclude if old else ()) if e.id.split("::", 1)[0] in paths)
-    return Selection(pack, base, tuple(series), files, old.add if old else (), exclude)
+    return Selection(pack, base, tuple(series), files, old.add if old else (), exclude,
+                     needs=old.needs if old else ())
 
 
 def write(path: Path, text: str) -> None:
@@ -509,7 +542,8 @@ def dump(sel: Selection) -> str:
     for key, rows in (("files", [{"path": f.path, "reasons": list(f.reasons),
                                   **({"cases": f.cases} if f.cases is not None else {})} for f in sel.files]),
                       ("add", [{"id": a.id, "reason": a.reason} for a in sel.add]),
-                      ("exclude", [{"id": e.id, "reason": e.reason} for e in sel.exclude])):
+                      ("exclude", [{"id": e.id, "reason": e.reason} for e in sel.exclude]),
+                      ("needs", [n.as_json() for n in sel.needs])):
         if rows:
             aot = tomlkit.aot()
             for row in rows:
@@ -559,11 +593,22 @@ class Case:
     why_patched: str | None = None
 
 
+NOT_HERE = "not run here"  # the verdict of a case this host or environment cannot run (its reason beside it)
+
+
 @dataclass(frozen=True)
 class Comparison:
     cases: tuple[Case, ...]
     ok: bool
     reasons: tuple[str, ...]
+    not_here: tuple[tuple[str, str], ...] = ()  # (node id, why): cases neither build ran here, never a failure
+
+    def not_here_reasons(self) -> dict[str, int]:
+        """why -> how many cases were not run here for it."""
+        out: dict[str, int] = {}
+        for _, why in self.not_here:
+            out[why] = out.get(why, 0) + 1
+        return out
 
     @property
     def patched_only(self) -> list[Case]:
@@ -576,10 +621,13 @@ class Comparison:
         return out
 
     def as_json(self) -> dict:
+        here = dict(self.not_here)
         return {"ok": self.ok, "reasons": list(self.reasons), "counts": self.counts(),
                 "cases": [{"id": c.id, "base": c.base, "patched": c.patched, "added": c.added,
-                           "verdict": c.verdict, "why": {"base": c.why_base, "patched": c.why_patched}}
-                          for c in self.cases]}
+                           "verdict": c.verdict, "why": {"base": c.why_base, "patched": c.why_patched},
+                           "not_here": here.get(c.id)}
+                          for c in self.cases],
+                "not_here": [{"id": node, "why": why} for node, why in self.not_here]}
 
     def explained(self, base: Mapping[str, str], patched: Mapping[str, str]) -> Comparison:
         """The same verdicts with each failing case's exception on either build (``failure_reasons``)."""
@@ -595,11 +643,14 @@ def _case_function(node: str) -> tuple[str, str]:
 
 
 def compare(base: Mapping[str, str], patched: Mapping[str, str], added: Mapping[str, set[str]],
-            claims_fix: bool) -> Comparison:
+            claims_fix: bool, not_here: Mapping[str, str] | None = None) -> Comparison:
     """Per case: its outcome on both builds and what that says. Pass: no case that passed on the base fails,
     errors or is missing on the patched build; with ``claims_fix``, every test function the series adds has at
     least one case that fails on the base and passes patched. Its other cases may pass on both: a control
-    parametrization at a shape that already worked (``control``) is how upstream tests pin the old behaviour."""
+    parametrization at a shape that already worked (``control``) is how upstream tests pin the old behaviour.
+    ``not_here`` (node id -> why): cases the runs could not run on this host or in this environment; each is a case
+    of its own, verdict ``not run here`` with both outcomes ``not run here``, and fails nothing."""
+    here = {n: w for n, w in (not_here or {}).items() if n not in base and n not in patched}
     cases = []
     reasons = []
     shows_fix: dict[tuple[str, str], bool] = {}
@@ -636,7 +687,11 @@ def compare(base: Mapping[str, str], patched: Mapping[str, str], added: Mapping[
                 cases = [replace(c, verdict="added test passes on the base")
                          if c.added and _case_function(c.id) == (path, func) and c.verdict == "control" else c
                          for c in cases]
-    return Comparison(tuple(cases), not reasons, tuple(reasons))
+    for node in sorted(here):
+        path, func = _case_function(node)
+        cases.append(Case(node, NOT_HERE, NOT_HERE, func in added.get(path, set()), NOT_HERE))
+    return Comparison(tuple(sorted(cases, key=lambda c: c.id)), not reasons, tuple(reasons),
+                      tuple(sorted(here.items())))
 
 
 RECORDED = "UPSTREAM_SUITE_RECORDED"  # the suite runner's sentinel (harness/lane/upstream_tests.py SENTINEL_SUITE_RAN)
@@ -650,6 +705,7 @@ class Merged:
     patched: dict[str, str]
     collected: int | None  # M: what pytest collected from the selection on the base build (the most any shard saw)
     missing: tuple[str, ...]  # lanes without a receipt that holds the recorded cases
+    not_here: dict[str, str] = field(default_factory=dict)  # node id -> why this host/environment could not run it
 
     @property
     def ran(self) -> int:
@@ -665,15 +721,18 @@ def merge(lanes: Iterable[tuple[str, bool]], details: Mapping[str, Mapping | Non
     """``lanes``: (name, patched) of the suite's lanes; ``details``: each lane's latest ``RECORDED`` details."""
     sides: dict[bool, dict[str, str]] = {False: {}, True: {}}
     missing, collected = [], []
+    here: dict[str, str] = {}
     for name, patched in lanes:
         d = details.get(name)
         if d is None:
             missing.append(name)
             continue
         sides[patched].update(d.get("cases") or {})
+        for node, why in (d.get("not_here") or {}).items():
+            here.setdefault(node, why)
         if not patched:
             collected.append(int(d.get("collected") or 0))
-    return Merged(sides[False], sides[True], max(collected) if collected else None, tuple(missing))
+    return Merged(sides[False], sides[True], max(collected) if collected else None, tuple(missing), here)
 
 
 def summary_line(merged: Merged, comparison: Comparison) -> str:
@@ -681,7 +740,11 @@ def summary_line(merged: Merged, comparison: Comparison) -> str:
     counts = comparison.counts()
     total = merged.collected if merged.collected is not None else "?"
     both = counts.get("base-only failure", 0) + counts.get("fails on both", 0)
+    here = comparison.not_here_reasons()
     return (f"{merged.ran} of {total} cases run ({merged.skipped} skipped); {len(comparison.patched_only)} fail only "
             f"with the change; {both} fail without it too"
+            + (f"; {sum(here.values())} not run here ("
+               + ", ".join(f"{n}: {why}" for why, n in sorted(here.items(), key=lambda kv: (-kv[1], kv[0]))) + ")"
+               if here else "")
             + (f"; {len(merged.missing)} shard run{'' if len(merged.missing) == 1 else 's'} missing"
                if merged.missing else ""))

@@ -13,6 +13,7 @@ from harness.lane import (
     runtime,
     series,
     suite,
+    suite_env,
     suite_reasons,
     upstream_tests,
 )
@@ -45,8 +46,10 @@ class SuiteResult:
 
     @property
     def ok(self) -> bool:
+        # a case not run here (more ranks than the host has, a package the environment cannot have) is accounted
+        # for by its reason, never counted as run or as failed
         return (self.comparison.ok and not self.missing and self.collected is not None
-                and self.ran >= self.collected)
+                and self.ran + len(self.comparison.not_here) >= self.collected)
 
     def line(self) -> str:
         return f"pack {self.pack} suite at {self.base}: " + suite.summary_line(self.merged, self.comparison)
@@ -65,19 +68,41 @@ def suite_lanes(pack: Pack, base: str) -> list[Lane]:
     return [lane for lane in pack.lanes if lane.suite and lane.base == base]
 
 
-def suite_verdict(ctx: Context, pack: Pack, base: str) -> SuiteResult:
-    """Merge the cases of every suite lane's latest receipt per side and compare base with patched."""
+def ranks_of(receipt: receipts.Receipt) -> int | None:
+    """The ranks a suite receipt's run used (None: recorded before suites ran at the upstream's ranks)."""
+    env = (receipt.sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN) or {}).get(suite_env.ENV_KEY)
+    return int(env["ranks"]) if isinstance(env, dict) and "ranks" in env else None
+
+
+def latest_suite_receipts(ctx: Context, pack: Pack, ranks: int | None = None) -> dict[str, receipts.Receipt]:
+    """Each lane's latest receipt; with ``ranks``, the latest of those whose run used that many ranks."""
+    if ranks is None:
+        return receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir)
+    return {r.lane: r for r in receipts.find(ctx.root, pack.target, pack.id, ctx.receipts_dir) if ranks_of(r) == ranks}
+
+
+def suite_verdict(ctx: Context, pack: Pack, base: str, ranks: int | None = None) -> SuiteResult:
+    """Merge the cases of every suite lane's latest receipt per side and compare base with patched (receipts of one
+    environment only: EnvironmentMismatch otherwise). ``ranks``: read the receipts of runs at that many ranks."""
     chosen = suite_lanes(pack, base)
     if not chosen:
         raise ConfigError(f"pack {pack.id} declares no [[packs.{pack.id}.suites]] at base {base}")
-    latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir)
+    latest = latest_suite_receipts(ctx, pack, ranks)
     _verified([latest[lane.name] for lane in chosen if lane.name in latest], set(sentinels(ctx.root)))
+    manifest = ctx.manifest(pack.target)
+    suite_env.check_pairing(
+        ((receipts.display_path(path, ctx.root) if (path := latest[lane.name].path) is not None else lane.name,
+          lane.patched,
+          (latest[lane.name].sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN) or {}).get(suite_env.ENV_KEY))
+         for lane in chosen if lane.name in latest),
+        ignore=(manifest.distribution,))
     details = {lane.name: latest[lane.name].sentinel_details.get(upstream_tests.SENTINEL_SUITE_RAN)
                for lane in chosen if lane.name in latest}
     merged = suite.merge([(lane.name, lane.patched) for lane in chosen], details)
     added = suite.added_tests([(p.name, p.path.read_text(encoding="utf-8", errors="replace"))
                                for p in series_for(ctx, pack, base) if p.pack == pack.id])
-    comparison = suite.compare(merged.base, merged.patched, added, claims_fix=pack.cls in CLAIMS_FIX)
+    comparison = suite.compare(merged.base, merged.patched, added, claims_fix=pack.cls in CLAIMS_FIX,
+                               not_here=merged.not_here)
     comparison = suite_reasons.explain_from_logs(comparison, receipts.suite_logs(
         (lane.patched, latest[lane.name]) for lane in chosen if lane.name in latest))
     paths = [latest[lane.name].path for lane in chosen if lane.name in latest]
@@ -143,12 +168,12 @@ def commit_check(ctx: Context, pack: Pack, base_name: str, timeout_s: int = 900)
     patches = series_for(ctx, pack, base.name)
     deps = [p for p in patches if p.pack != pack.id]
     own = [p for p in patches if p.pack == pack.id]
-    extras = [(ctx.manifest(t), b) for t, b in (template.extra_builds if template else ())]
+    own_builds, own_requires = template.ours() if template else ((), ())
+    extras = [(ctx.manifest(t), b) for t, b in own_builds]
     extra_builds = [obtain_build(ctx, other, other.base(b), [], f"{other.target} {b}") for other, b in extras]
     reqs = runtime.combine([(f"{manifest.target} {base.name}", base.runtime_requires)]
                            + [(f"{other.target} {b}", other.base(b).runtime_requires) for other, b in extras]
-                           + [("the suite's tests", upstream_tests.PYTEST_REQUIRES
-                               + (template.test_requires if template else ()))])
+                           + [("the suite's tests", upstream_tests.PYTEST_REQUIRES + own_requires)])
     wheels = ctx.bundle.path / "wheels" if ctx.bundle is not None else None
     site = runtime.ensure_requirements(reqs, f"pack {pack.id} suite", ctx.store, ctx.python, wheels)
     checkout = ctx.materialize(manifest, base.name)

@@ -41,6 +41,12 @@ RUNNER = "repros/upstream_tests.py"
 SUITE_RUNNER = "repros/upstream_suite.py"  # a suite lane's: collects, runs its shard, records every case
 # pytest and its own dependencies, exactly pinned: the lane's runtime site is installed with --no-deps
 PYTEST_REQUIRES = ("pytest==9.2.0", "pluggy==1.7.0", "iniconfig==2.3.1", "packaging==26.0", "pygments==2.21.0")
+
+
+def pytest_requires(test_requires: tuple[str, ...]) -> tuple[str, ...]:
+    """The harness's pytest pins less those ``test_requires`` pins otherwise (the upstream CI's pytest), then those."""
+    names = {r.split("==", 1)[0].lower().replace("_", "-") for r in test_requires}
+    return tuple(r for r in PYTEST_REQUIRES if r.split("==", 1)[0] not in names) + tuple(test_requires)
 # files at the root of an upstream tree that configure pytest (rootdir, markers, addopts, conftest)
 ROOT_CONFIG = ("pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "conftest.py")
 TREE_VERSION = "2"  # bump when what export_tree copies changes (2: the selected files and what they need)

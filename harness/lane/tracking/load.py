@@ -168,7 +168,8 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
     lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
     lanes += tuple(lane for i, st in enumerate(t.get("suites", []))
-                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]", missing_selections_ok))
+                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]", missing_selections_ok,
+                                            t.get("requires")))
     domain = load_domain(root, t["domain"], where) if "domain" in t else None
     if domain is None and any(lane.domain for lane in lanes):
         raise ConfigError(f"{where}: a lane has domain = true but there is no [packs.{pid}.domain] to sweep")
@@ -417,10 +418,30 @@ def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:
     return f"suite-{base}-{side}" + (f"-{shard}of{shards}" if shards > 1 else "")
 
 
-def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str, missing_ok: bool = False
-                 ) -> list[Lane]:
+def ci_template(manifest: pins.Manifest, base: str, template: dict, where: str, gpu: bool = True) -> dict:
+    """A suite lane's keys in the upstream CI's environment (the base's ``[bases.NAME.ci]``): its builds
+    (``with_builds``; a cuda lane only, ``gpu``) and test pins join the lane's; a pin of one distribution in both
+    must agree."""
+    ci = manifest.base(base).ci
+    if ci is None:
+        return template
+    builds = [*template.get("with_builds", [])]
+    builds += [b for b in ci.with_builds if b not in builds] if gpu else []
+    pins_: dict[str, str] = {}
+    for req in [*ci.requires, *template.get("test_requires", [])]:
+        name = req.split("==", 1)[0].lower().replace("_", "-")
+        if pins_.get(name, req) != req:
+            raise ConfigError(f"{where}: test_requires {req!r} differs from the upstream CI's {pins_[name]!r} "
+                              f"({manifest.path.name} [bases.{base}.ci])")
+        pins_[name] = req
+    return {**template, "with_builds": builds, "test_requires": list(pins_.values())}
+
+
+def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str, missing_ok: bool = False,
+                 pack_requires: str | None = None) -> list[Lane]:
     """The lanes of one [[packs.NN.suites]] table: every shard, on the unpatched and on the patched build; their ids
-    are the recorded selection's (suites/NN/BASE.toml), their exclusions its [[exclude]] ids."""
+    are the recorded selection's (suites/NN/BASE.toml), their exclusions its [[exclude]] ids. A cuda suite at a base
+    whose manifest records the upstream CI's environment (``[bases.NAME.ci]``) runs in it, at its ranks."""
     extra = sorted(set(t) - SUITE_KEYS)
     if extra:
         raise ConfigError(f"{where}: unknown key '{extra[0]}' (known: {', '.join(sorted(SUITE_KEYS))})")
@@ -440,13 +461,26 @@ def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str, m
         raise ConfigError(f"{where}: key 'shards' must be at least 1")
     template = {k: t[k] for k in ("requires", "with_builds", "test_requires", "timeout", "exclusive", "gpu_memory_gib")
                 if k in t}
+    # a cuda lane runs in the CI's environment at its ranks; a cpu lane, where the CI allows gloo ranks, with its
+    # test pins only (TransformerEngine's torch extension is built on a GPU host)
+    ci = manifest.base(base).ci
+    gpu = t.get("requires", pack_requires) == "cuda"
+    in_ci = ci is not None and (gpu or ci.cpu_ranks > 0)
+    if in_ci:
+        template = ci_template(manifest, base, template, where, gpu)
     out = []
     for side, patched in SUITE_SIDES:
         for i in range(1, shards + 1):
             name = suite_lane_name(base, side, i, shards)
             lane = _load_lane(root, manifest, {**template, "name": name, "base": base, "patched": patched,
                                                "upstream_tests": list(sel.ids)}, f"{where} ({name})", suite_lane=True)
-            out.append(dataclasses.replace(lane, shard=(i, shards), deselect=sel.deselected))
+            lane = dataclasses.replace(lane, shard=(i, shards), deselect=sel.deselected)
+            if in_ci and ci is not None:
+                lane = dataclasses.replace(
+                    lane, ranks=ci.ranks, cpu_ranks=ci.cpu_ranks, needs=sel.needs,
+                    from_ci=tuple(b for b in ci.with_builds if gpu and b not in t.get("with_builds", []))
+                    + tuple(r for r in ci.requires if r not in t.get("test_requires", [])))
+            out.append(lane)
     return out
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.lane import upstream_tests
+from harness.lane import suite, upstream_tests
 from harness.lane.tracking.domain import Domain
 
 KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
@@ -93,6 +93,18 @@ class Lane:
     shard: tuple[int, int] | None = None
     deselect: tuple[str, ...] = ()
     domain: bool = False  # sweeps the pack's [packs.NN.domain] through DOMAIN_RUNNER, one process per point
+    # a suite lane in the upstream CI's environment (the base's [bases.NAME.ci]): its processes per node (0: one
+    # process, no launcher), the gloo ranks a CPU run may use, and the selection's cases that may not run here
+    ranks: int = 0
+    cpu_ranks: int = 0
+    needs: tuple[suite.Need, ...] = ()
+    from_ci: tuple[str, ...] = ()  # the with_builds (TARGET@BASE) and test pins the CI's environment added
+
+    def ours(self) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+        """(extra builds, test pins) without what the upstream CI's environment added: the CPU-only `suite commits`
+        runs in the harness's environment (TransformerEngine's torch extension is built only on a GPU host)."""
+        return (tuple(b for b in self.extra_builds if f"{b[0]}@{b[1]}" not in self.from_ci),
+                tuple(r for r in self.test_requires if r not in self.from_ci))
 
     @property
     def suite(self) -> bool:

@@ -17,10 +17,12 @@ from harness.upstream.pins.model import (
     Artifact,
     Base,
     Check,
+    CiEnvironment,
     GitPin,
     HostBuild,
     Manifest,
     Payload,
+    PinnedRevision,
     Policy,
 )
 
@@ -32,7 +34,9 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 MANIFEST_KEYS = frozenset({"target", "repo", "distribution", "import_names", "build", "build_note", "default_base",
                            "filing_base", "python", "stubs", "bases", "policy"})
 BASE_KEYS = frozenset({"version", "commit", "commit_note", "commit_source", "role", "runtime_requires", "artifact",
-                       "git", "payloads", "host_builds"})
+                       "git", "payloads", "host_builds", "ci"})
+CI_KEYS = frozenset({"with_builds", "requires", "ranks", "cpu_ranks", "pinned", "source", "note"})
+PINNED_KEYS = frozenset({"package", "rev", "declares", "nearest", "release", "why"})
 ARTIFACT_KEYS = frozenset({"kind", "filename", "url", "sha256", "size"})
 PAYLOAD_KEYS = ARTIFACT_KEYS - {"kind"} | {"provides", "prune_arch", "note"}
 HOST_BUILD_KEYS = ARTIFACT_KEYS - {"kind"} | {"provides", "build_requires", "install_with", "env", "include_dirs",
@@ -126,6 +130,11 @@ def manifest_unknown_keys(path: Path, doc) -> list[str]:
         for i, payload in enumerate(table.get("payloads") or []):
             if isinstance(payload, dict):
                 out += [f"{where[:-1]}.payloads] #{i + 1}: unknown key '{k}'" for k in payload if k not in PAYLOAD_KEYS]
+        if isinstance(table.get("ci"), dict):
+            out += [f"{where[:-1]}.ci]: unknown key '{k}'" for k in table["ci"] if k not in CI_KEYS]
+            for i, pin in enumerate(table["ci"].get("pinned") or []):
+                if isinstance(pin, dict):
+                    out += [f"{where[:-1]}.ci.pinned] #{i + 1}: unknown key '{k}'" for k in pin if k not in PINNED_KEYS]
         for i, host in enumerate(table.get("host_builds") or []):
             if isinstance(host, dict):
                 out += [f"{where[:-1]}.host_builds] #{i + 1}: unknown key '{k}'" for k in host
@@ -228,7 +237,8 @@ def _load_base(name: str, table, where: str, repo: str) -> Base:
                           "or 'git' (an upstream commit)")
     common = dict(name=name, version=get(table, "version", str, where), role=get(table, "role", str, where, default=""),
                   runtime_requires=tuple(str_list(table, "runtime_requires", where)),
-                  payloads=_load_payloads(table, where), host_builds=_load_host_builds(table, where))
+                  payloads=_load_payloads(table, where), host_builds=_load_host_builds(table, where),
+                  ci=_load_ci(table, where))
     if has_git:
         git_where = where[:-1] + ".git]"
         gt = get(table, "git", dict, where)
@@ -303,6 +313,49 @@ def _load_payloads(table, where: str) -> tuple[Payload, ...]:
 
 _PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9.+!_-]+$")
 _ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+
+
+def _load_ci(table, where: str) -> CiEnvironment | None:
+    """``[bases.NAME.ci]``: closed schema (an unknown key is an error here: the environment decides verdicts)."""
+    if "ci" not in table:
+        return None
+    cwhere = f"{where[:-1]}.ci]"
+    raw = get(table, "ci", dict, where)
+    extra = sorted(set(raw) - CI_KEYS)
+    if extra:
+        raise ConfigError(f"{cwhere}: unknown key '{extra[0]}' (known: {', '.join(sorted(CI_KEYS))})")
+    builds = tuple(str_list(raw, "with_builds", cwhere))
+    for spec in builds:
+        if not re.match(r"^[a-z0-9][a-z0-9-]*@[A-Za-z0-9._+-]+$", spec):
+            raise ConfigError(f"{cwhere}: with_builds entry {spec!r} must read TARGET@BASE")
+    requires = tuple(str_list(raw, "requires", cwhere))
+    for pin in requires:
+        if not _PIN.match(pin):
+            raise ConfigError(f"{cwhere}: requires {pin!r} must be an exact pin like 'name==1.0'")
+    ranks = get(raw, "ranks", int, cwhere)
+    cpu_ranks = get(raw, "cpu_ranks", int, cwhere, default=0)
+    if ranks < 1 or cpu_ranks < 0:
+        raise ConfigError(f"{cwhere}: ranks must be at least 1 and cpu_ranks at least 0")
+    pinned = []
+    for i, pin in enumerate(get(raw, "pinned", list, cwhere, default=[])):
+        pwhere = f"{cwhere[:-1]}.pinned] #{i + 1}"
+        if not isinstance(pin, dict):
+            raise ConfigError(f"{pwhere}: must be a table")
+        extra = sorted(set(pin) - PINNED_KEYS)
+        if extra:
+            raise ConfigError(f"{pwhere}: unknown key '{extra[0]}' (known: {', '.join(sorted(PINNED_KEYS))})")
+        rev = get(pin, "rev", str, pwhere)
+        if not _HEX40.match(rev):
+            raise ConfigError(f"{pwhere}: rev must be a full 40-hex commit id, got {rev!r}")
+        fields = {k: get(pin, k, str, pwhere) for k in ("package", "declares", "nearest", "release", "why")}
+        if not fields["why"].strip():
+            raise ConfigError(f"{pwhere}: 'why' must say why that release stands in for the revision")
+        pinned.append(PinnedRevision(rev=rev, **fields))
+    source = get(raw, "source", str, cwhere)
+    if not source.strip():
+        raise ConfigError(f"{cwhere}: 'source' must name the upstream files the environment was read from")
+    return CiEnvironment(with_builds=builds, requires=requires, ranks=ranks, cpu_ranks=cpu_ranks,
+                         pinned=tuple(pinned), source=source, note=get(raw, "note", str, cwhere, default=""))
 
 
 def _load_host_builds(table, where: str) -> tuple[HostBuild, ...]:

@@ -70,6 +70,42 @@ class HostBuild:
 
 
 @dataclass(frozen=True)
+class PinnedRevision:
+    """A dependency the upstream's CI takes at a git revision (``[[bases.NAME.ci.pinned]]``), and the release the
+    harness installs instead: the nearest one, with why."""
+
+    package: str
+    rev: str  # the upstream's pin (a commit id)
+    declares: str  # the version that revision declares (uv.lock's ``version``)
+    nearest: str  # the published release nearest that revision
+    release: str  # the release installed here (``nearest`` unless ``why`` says otherwise)
+    why: str
+
+
+@dataclass(frozen=True)
+class CiEnvironment:
+    """What the upstream's CI installs and how it launches its unit tests, at one base (``[bases.NAME.ci]``).
+
+    The suite lanes of the base run in it (docs/upstream-tests.md, "The upstream's CI environment"):
+    ``with_builds`` (``TARGET@BASE``, e.g. TransformerEngine) join every suite lane's builds, ``requires``
+    (exact pins: the test extras) its runtime, overriding the harness's own pytest pins of the same name;
+    ``ranks`` is the number of processes its CI starts per node (``torch.distributed.run --nproc-per-node``),
+    capped at the host's GPUs where a lane runs; ``cpu_ranks`` the gloo ranks a CPU run may use (0: none)."""
+
+    with_builds: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    ranks: int = 1
+    cpu_ranks: int = 0
+    pinned: tuple[PinnedRevision, ...] = ()
+    source: str = ""
+    note: str = ""
+
+    @property
+    def launcher(self) -> str:
+        return f"torch.distributed.run --nproc-per-node {self.ranks}" if self.ranks > 1 else "one process"
+
+
+@dataclass(frozen=True)
 class GitPin:
     """An upstream commit as a base: ``url`` is the repository, ``ref`` what the commit was read from."""
 
@@ -92,6 +128,7 @@ class Base:
     commit_note: str = ""
     payloads: tuple[Payload, ...] = ()
     host_builds: tuple[HostBuild, ...] = ()
+    ci: CiEnvironment | None = None  # the upstream CI's environment for unit tests at this base, when recorded
 
     @property
     def release(self) -> Artifact:
