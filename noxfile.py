@@ -269,8 +269,10 @@ def sweep(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def refresh(session: nox.Session) -> None:
-    """Every active pack re-decided at upstream's new heads (``harness refresh``; posargs pass on: ``nox -s refresh --
-    --target mamba --to <ref> --propose``). Bug lanes run in their target's lane environment (made when missing)."""
+    """Every active pack re-decided at upstream's new heads (``harness refresh``; see docs/refresh.md).
+
+    Posargs pass on (``nox -s refresh -- --target mamba --to <ref> --propose``). Bug lanes run in their target's lane
+    environment, made when missing."""
     session.install("-e", ".")
     chosen = [a.split("=", 1)[1] for a in session.posargs if a.startswith("--target=")]
     chosen += [b for a, b in zip(session.posargs, session.posargs[1:], strict=False) if a == "--target"]
@@ -303,10 +305,11 @@ def suite_commits(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none", default=False)
 def attached_scripts(session: nox.Session) -> None:
-    """The scripts the bodies under docs/filings attach, each run alone (``harness body --scripts``; posargs: pack
-    ids, default every pack of every target): ``python -I`` of the pack's lane environment, a plain tree of the
-    filing base on its path and nothing of this repository, on the CPU. CI runs it while the lane environment
-    exists."""
+    """The scripts the bodies under docs/filings attach, each run alone (``harness body --scripts``).
+
+    Posargs: pack ids, default every pack of every target. Each runs with ``python -I`` of the pack's lane
+    environment, a plain tree of the filing base on its path and nothing of this repository, on the CPU. CI runs it
+    while the lane environment exists."""
     specs = {spec.pack: spec for spec in pack_sessions(ROOT)}
     packs = session.posargs or sorted(specs)
     by_target: dict[str, list[str]] = {}

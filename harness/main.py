@@ -47,6 +47,7 @@ ENVIRONMENT = (
     ("PATCHLANE_SLURM_POLL_S", "seconds between 'sweep --slurm --watch' looks at the jobs (default 10)"),
     ("PATCHLANE_REQUIRE_SLURM", "1: the Slurm tests fail, rather than skip, where no Slurm can be started (CI)"),
     ("SLURM_CONF", "Slurm's configuration, for the sbatch/scontrol/scancel that 'sweep --slurm' runs"),
+    ("PATH, HOME", "passed on to the attached scripts 'body --scripts' runs alone (nothing else of the caller's)"),
     ("PYTHONPATH", "kept after a lane's own build directories"),
     ("LD_LIBRARY_PATH", "part of the key remembered import checks are kept under"),
     ("CI", "when set, no spinners or bars: plain progress lines"),

@@ -31,31 +31,43 @@ def _second_patch(lane_repo, tmp_path):
                           name="0001-strict-zip.patch")
 
 
+def _checks(out: str) -> dict[tuple[str, str], dict[str, str]]:
+    """order's checks table as piped (tab-separated, after its header line ``check\tpack\t...``)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("check\t"))
+    header = lines[start].split("\t")
+    rows = [dict(zip(header, line.split("\t"), strict=True)) for line in lines[start + 1:] if line.strip()]
+    return {(r["check"], r["pack"]): r for r in rows}
+
+
 def test_undeclared_dependency_fails_to_apply_and_overlap_is_flagged(lane_repo, tmp_path, capsys):
     lane_repo.write_tracking(_pack("02"))
     _second_patch(lane_repo, tmp_path)
     assert cli("order", *lane_repo.args()) == Exit.USAGE  # overlap outranks the apply failure
-    out = capsys.readouterr().out
-    assert "FAIL pack 02: series does not apply on fake 1.0 with only its declared dependencies" in out
-    assert "ok   pack 01" in out
-    assert ("OVERLAP packs 01 and 02 both change fake src/fakepkg/core.py "
-            "(pack 01 0001-use-own-weight.patch lines 3-9") in out
+    checks = _checks(capsys.readouterr().out)
+    assert checks["apply", "02"]["result"] == "FAIL" and "does not apply on fake 1.0" in checks["apply", "02"]["detail"]
+    assert checks["apply", "01"]["result"] == "ok"
+    assert checks["overlap", "01"]["result"] == "FAIL"
+    assert checks["overlap", "01"]["detail"].startswith("packs 01 and 02 both change fake src/fakepkg/core.py "
+                                                        "(pack 01 0001-use-own-weight.patch lines 3-9")
 
 
 def test_declared_dependency_applies_and_orders_the_overlap(lane_repo, tmp_path, capsys):
     lane_repo.write_tracking(_pack("02", depends=["01"]))
     _second_patch(lane_repo, tmp_path)
     assert cli("order", *lane_repo.args()) == Exit.OK
-    out = capsys.readouterr().out
-    assert "ok   pack 02: 2 patch(es) apply" in out and "no two unordered packs touch the same lines" in out
+    checks = _checks(capsys.readouterr().out)
+    assert checks["apply", "02"]["result"] == "ok" and checks["apply", "02"]["detail"].startswith("2 patch(es) apply")
+    assert checks["overlap", "-"]["detail"].startswith("no two unordered packs touch the same lines")
 
 
 def test_overlap_without_apply_is_usage_error(lane_repo, tmp_path, capsys):
     lane_repo.write_tracking(_pack("02"))
     _second_patch(lane_repo, tmp_path)
     assert cli("order", "--no-apply", *lane_repo.args()) == Exit.USAGE
-    out = capsys.readouterr().out
-    assert "OVERLAP packs 01 and 02" in out and "FAIL" not in out  # nothing was applied
+    checks = _checks(capsys.readouterr().out)
+    assert checks["overlap", "01"]["result"] == "FAIL" and "packs 01 and 02" in checks["overlap", "01"]["detail"]
+    assert not any(kind == "apply" for kind, _ in checks)  # nothing was applied
 
 
 def test_landing_order_is_topological_then_by_target_and_id(lane_repo):

@@ -59,7 +59,7 @@ def test_pack10_lanes(tracking, repro10, monkeypatch):
     }
     got = {}
     for lane in pack.lanes:
-        if lane.upstream_tests:  # the upstream's own test file, run by the kit's runner, not the reproducer
+        if lane.upstream_tests or lane.domain:  # run by the kit's runners (upstream tests, domain), not the reproducer
             continue
         monkeypatch.setattr(sys, "argv", [str(REPRO10), *lane.args])
         args = repro10.parse_args()
@@ -86,7 +86,7 @@ def test_pack11_lanes(tracking, repro11, monkeypatch):
     assert minimal == {"minimal-bug-dev": ("cuda", False, "BUG_REPRODUCED"),  # the inline script, unchanged
                        "minimal-fix-dev": ("cuda", True, "FIX_VALIDATED")}
     for lane in pack.lanes:
-        if lane.minimal:
+        if lane.minimal or lane.domain:  # the script; the domain kit's runner
             continue
         monkeypatch.setattr(sys, "argv", [str(REPRO11), *lane.args])
         args = repro11.parse_args()

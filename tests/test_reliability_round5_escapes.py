@@ -403,7 +403,7 @@ def test_compare_json_on_100000_cases_is_written_straight_and_fast(suite_repo, m
     merged = suite.Merged(base, patched, n, ())
     comparison = suite.compare(base, patched, {}, claims_fix=False)
     big = suite_check.SuiteResult("01", "1.0", merged, comparison, ())
-    monkeypatch.setattr(suite_check, "suite_verdict", lambda ctx, pack, base: big)
+    monkeypatch.setattr(suite_check, "suite_verdict", lambda ctx, pack, base, *rest, **kw: big)
     capsys.readouterr()
     start = time.monotonic()
     assert cli("suite", "compare", "01", "--base", "1.0", "--json", *args) == Exit.MISMATCH

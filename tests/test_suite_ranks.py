@@ -240,10 +240,29 @@ def test_suite_lanes_run_at_the_cis_ranks_and_compare_refuses_two_environments(s
     assert cli("suite", "compare", "01", "--base", "1.0", "--ranks", "2", "--json", *args) == Exit.OK
     assert json.loads(capsys.readouterr().out)["ran"] == 5
     # one patched shard's receipt from a run at one rank: never paired with the others
+    # (written consistently, receipt, log and digests, as a run at one rank writes them: the verifier refuses a
+    # receipt.json that says other than its log)
     moved = recs["suite-1.0-patched-1of2"].path
     data = json.loads(moved.read_text())
     data["sentinel_details"][upstream_tests.SENTINEL_SUITE_RAN]["environment"]["ranks"] = 1
+    from harness.base.hashing import sha256_file
+    from harness.lane.receipts import LOG
+    from harness.lane.receipts.writer import write_manifest
+
+    log = moved.parent / LOG
+    lines = []
+    for line in log.read_text().splitlines(keepends=True):
+        tag, _, rest = line.partition(" ")
+        if tag == upstream_tests.SENTINEL_SUITE_RAN:
+            details = json.loads(rest)
+            details["environment"]["ranks"] = 1
+            line = f"{tag} {json.dumps(details, sort_keys=True)}\n"
+        lines.append(line)
+    log.write_text("".join(lines))
+    data["log"]["sha256"] = sha256_file(log)
+    (moved.parent / f"{LOG}.sha256").write_text(f"{data['log']['sha256']}  {LOG}\n")
     moved.write_text(json.dumps(data))
+    write_manifest(moved.parent)
     assert cli("suite", "compare", "01", "--base", "1.0", *args) == Exit.USAGE
     err = capsys.readouterr().err
     assert "suite receipts from different environments" in err and "ranks 2 vs 1" in err

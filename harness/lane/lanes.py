@@ -519,11 +519,18 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
     if not pack.lanes:
         return []  # the caller says so (exit NO_LANES): nothing was validated
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
-    prepared = [prepare(ctx, pack, lane) for lane in lanes]
     needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in lanes)
     gpus, gpu_desc = (runs.cuda_devices(ctx.python, ctx.store.area("memo") / "cuda-devices") if needs_gpu
                       else (0, "not needed"))
-    results = []
+    # A cuda lane is built and import-checked even where it cannot run, except one in the upstream CI's
+    # environment: that environment's builds (TransformerEngine's torch extension) are made on a GPU host only,
+    # and its import check without them fails; on a host short of its GPUs it is skipped before it is prepared.
+    unprepared = {lane.name for lane in lanes
+                  if lane.from_ci and pack.lane_requires(lane) == "cuda" and gpus < lane.nproc}
+    prepared = [prepare(ctx, pack, lane) for lane in lanes if lane.name not in unprepared]
+    results = [LaneResult(pack.id, name, Verdict.SKIPPED,
+                          f"needs {pack.lane(name).nproc} CUDA GPU(s) and the upstream CI's GPU builds; {gpu_desc}",
+                          Exit.SKIPPED) for name in sorted(unprepared)]
     for stale in sweep_stale_temp():
         ui.detail(f"removed {stale}, left by a harness that was killed")
     run_dir = run_dir_for(pack)
