@@ -61,3 +61,26 @@ def output_format(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="table (rich, fitted to the terminal) or plain (one tab-separated line per row, nothing "
                         "cut); default auto: table on a terminal, plain when stdout is a pipe or a file")
+
+
+def per_target(values: list[str]) -> dict[str, str]:
+    """``--lane-python TARGET=PYTHON`` values as {target: python}; a value without both halves is a usage error."""
+    from harness.errors import UsageError
+
+    out = {}
+    for value in values:
+        target, sep, python = value.partition("=")
+        if not sep or not target or not python:
+            raise UsageError(f"--lane-python {value!r}: write TARGET=PYTHON")
+        out[target] = python
+    return out
+
+
+def artifact_options(args) -> list[str]:
+    """The ``--git-mirrors`` and ``--artifacts`` a command was given, as a child harness's arguments."""
+    opts: list[str] = []
+    for d in args.git_mirrors:
+        opts += ["--git-mirrors", str(d)]
+    for d in args.artifacts:
+        opts += ["--artifacts", str(d)]
+    return opts

@@ -48,11 +48,7 @@ def main(args) -> int:
     good = refresh.resolve(base.git, args.good, ctx.sources())[0] if args.good else base.git.commit
     bad, _ = refresh.resolve(base.git, args.bad, ctx.sources())
     scratch = refresh.scratch_dir(f"bisect-{pack.id}")
-    options = []
-    for d in args.git_mirrors:
-        options += ["--git-mirrors", str(d)]
-    for d in args.artifacts:
-        options += ["--artifacts", str(d)]
+    options = _args.artifact_options(args)
     try:
         hist = refresh.history(replace(base.git, commit=good), bad, ctx.sources(), scratch / "history")
         if not hist.known:

@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import Exit, UsageError
+from harness.errors import Exit
 from harness.host import sweep_plan
 from harness.lane import series
 from harness.lane.context import Context
@@ -147,18 +147,9 @@ def _one_base(ctx: Context, args, manifest, base_name: str, packs) -> dict:
 
 
 def _source_options(args, target: str) -> list[str]:
-    opts = []
-    for value in args.lane_python:
-        name, sep, python = value.partition("=")
-        if not sep or not name or not python:
-            raise UsageError(f"--lane-python {value!r}: write TARGET=PYTHON")
-        if name == target:
-            opts += ["--python", python]
-    for d in args.git_mirrors:
-        opts += ["--git-mirrors", str(d)]
-    for d in args.artifacts:
-        opts += ["--artifacts", str(d)]
-    return opts
+    """A bug lane's child harness: the target's lane interpreter, if given, and where bases come from."""
+    python = _args.per_target(args.lane_python).get(target)
+    return (["--python", python] if python else []) + _args.artifact_options(args)
 
 
 def _stale_lanes(ctx: Context, target: str, base_name: str) -> list[dict]:

@@ -94,16 +94,6 @@ def register(sub) -> None:
     _args.common(p)
 
 
-def _per_target(values: list[str]) -> dict[str, str]:
-    out = {}
-    for value in values:
-        target, sep, python = value.partition("=")
-        if not sep or not target or not python:
-            raise UsageError(f"--lane-python {value!r}: write TARGET=PYTHON")
-        out[target] = python
-    return out
-
-
 def main(args) -> int:
     _sweep_slurm.check_flags(args)
     if args.slurm_gather is not None:
@@ -144,7 +134,8 @@ def main(args) -> int:
     host = _host(args, ctx, jobs, needed=any(t.need.gpus for t in to_run))
     ui.info(f"sweep: {len(to_run)} task(s) to run, {len(plan.tasks) - len(to_run)} current; "
             f"{len(host.gpus)} GPU(s) ({host.gpu_source}), {jobs} CPU slot(s)")
-    spec = sweep.ChildSpec(python=sweep.python_for(_per_target(args.lane_python)), options=_child_options(args, ctx))
+    spec = sweep.ChildSpec(python=sweep.python_for(_args.per_target(args.lane_python)),
+                           options=_child_options(args, ctx))
     result = sweep.run(plan, host, spec, ctx.root,
                        durations=sweep_estimate.recorded_durations(ctx.root, ctx.tracking, plan, args.receipts_dir))
     if args.json:
