@@ -146,7 +146,8 @@ def at_base_decision(pack: str, where: str, report: linters.Report, decided: Lin
         if fails:
             raise CheckError(f"pack {pack} on {where}: the upstream's CI checks fail at the base already on "
                              f"{', '.join(fails)} ({len(report.at_base)} finding(s) the CI reports that are not "
-                             "the series'); the pack records no decision about them", hint=hint)
+                             "the series'); the pack records no decision about them: "
+                             + "; ".join(str(f) for f in report.at_base[:3]), hint=hint)
         return
     if tuple(sorted(decided.files)) != tuple(fails):
         raise CheckError(f"pack {pack} on {where}: [[lint_at_base]] records {', '.join(decided.files)} as failing "
