@@ -80,7 +80,8 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         3: {""},  # __init__: re-exports
     },
     "lane.tracking": {
-        0: {"domain"},  # what a widening change admits ([packs.NN.domain]), as data
+        0: {"domain",  # what a widening change admits ([domain] of pack.toml), as data
+            "layout"},  # which keys live in tracking.toml, which in patches/<target>/<NN>/pack.toml
         1: {"model"},  # a pack as typed data
         2: {"threads"},  # its threads and related decisions, checked
         3: {"load"},  # a pack's table read with a closed schema

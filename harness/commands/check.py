@@ -9,6 +9,7 @@ from harness.commands._context import context
 from harness.errors import ConfigError
 from harness.filing import landing
 from harness.lane import lanes, series, suite, tracking
+from harness.lane.tracking import layout
 from harness.upstream import pins
 
 
@@ -49,6 +50,10 @@ def main(args) -> int:
     if unknown:  # the loaders warned (other commands go on); the validator fails
         raise ConfigError(f"{len(unknown)} unknown key(s), the first: {unknown[0]}",
                           hint="a misspelt key is ignored by every other command: fix or remove it")
+    for pid, keys in layout.inline_declarations(ctx.tracking.doc).items():
+        ui.warn(f"tracking.toml [packs.{pid}] holds what the pack declares ({', '.join(keys)}): the single-file "
+                f"form; 'harness migrate' moves it to patches/{ctx.tracking.packs[pid].target}/{pid}/pack.toml "
+                "(docs/layout.md)")
     ui.data(f"tracking.toml: {len(ctx.tracking.packs)} packs; manifests: {len(pins.list_targets(ctx.root))}; "
             f"patch files: {n_patches + n_ported} with valid Upstream-Status ({n_patches} in the packs' own series, "
             f"{n_ported} in series ported to {', '.join(sorted(ported_bases)) or 'no other base'})")
@@ -86,7 +91,7 @@ def suite_selections(ctx) -> list[suite.Selection]:
 def unknown_keys(root) -> list[str]:
     """Every key of tracking.toml and the manifests that their schemas do not declare (file, table, key)."""
     path = root / "tracking.toml"
-    lines = tracking.unknown_keys(path, load_document(path))
+    lines = tracking.unknown_keys(path, load_document(path), root)
     lines = [line for line in lines if "unknown" in line]  # a missing 'schema' line is a note, not a key
     for target in pins.list_targets(root):
         mpath = pins.manifest_path(root, target)

@@ -42,6 +42,7 @@ from harness.base import regular, tarsafe, ui
 from harness.base.hashing import sha256_file
 from harness.base.store import Store
 from harness.errors import ConfigError, SeriesError
+from harness.lane.tracking import layout
 from harness.upstream import git
 from harness.upstream.pins import Checkout
 
@@ -126,8 +127,8 @@ def load_series(root: Path, target: str, pack: str, base: str | None = None) -> 
     patches: list[Patch] = []
     numbers: dict[str, Path] = {}
     for p in sorted(d.iterdir()):
-        if p.name.startswith("."):
-            continue
+        if p.name.startswith(".") or (p.name == layout.PACK_FILE and d == top):
+            continue  # the pack's declarations (patches/<target>/<NN>/pack.toml) sit beside its own series
         named = PATCH_NAME.match(p.name)
         if p.is_symlink():  # its content would live elsewhere, outside what the series' digests cover
             raise ConfigError(f"{p}: a symbolic link (to {os.readlink(p)}); a patch is a regular file of the series",

@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.base import guard
 from harness.errors import ConfigError, SeriesError
 from harness.lane.series import parse_patch, swap_backups
+from harness.lane.tracking import layout
 from harness.upstream import git
 
 # Every option that a config setting (format.*, diff.*) could otherwise change is spelled out, so a
@@ -217,6 +218,9 @@ def replace_series(dest: Path, new: Path) -> Path | None:
         for sub in sorted(d for d in dest.iterdir() if d.is_dir() and not d.name.startswith(".")):
             if not (new / sub.name).exists():
                 shutil.copytree(sub, new / sub.name)
+        declared = dest / layout.PACK_FILE  # what the pack declares lives beside its series, and stays
+        if declared.is_file() and not (new / layout.PACK_FILE).exists():
+            shutil.copy2(declared, new / layout.PACK_FILE)
         backup = dest.with_name(f".{dest.name}.bak-{os.getpid()}")
         if backup.exists():
             shutil.rmtree(backup)

@@ -25,7 +25,7 @@ import tomlkit
 
 from harness.lane import receipts, series
 from harness.lane.context import Context
-from harness.lane.tracking import PACK_ID, Tracking
+from harness.lane.tracking import PACK_ID, Tracking, layout
 from harness.upstream import pins
 from harness.watch import rebase
 
@@ -82,6 +82,8 @@ def _series_drift(pdir: Path, manifest: pins.Manifest) -> list[Drift]:
         if not f.is_file() or any(part.startswith(_TRANSIENT) for part in f.relative_to(pdir).parts):
             continue
         rel = f.relative_to(pdir).parts
+        if rel == (layout.PACK_FILE,):
+            continue  # the pack's declarations (docs/layout.md)
         if len(rel) == 2 and rel[0] not in manifest.bases:
             found.append(Drift(f, f"'{rel[0]}/' is not a base of upstream/{manifest.target}.toml "
                                   f"(bases: {', '.join(manifest.bases)})"))

@@ -15,8 +15,9 @@ import tomlkit
 from filelock import FileLock
 
 from harness.base import ui
-from harness.base.tomlutil import load_document
+from harness.base.tomlutil import field, load_document
 from harness.errors import ConfigError, WriteError
+from harness.lane.tracking import layout
 from harness.lane.tracking.load import _check_graph, _load_pack, unknown_keys
 from harness.lane.tracking.model import PACK_ID, SCHEMA, Pack, normalize_id, shown_id
 from harness.upstream import pins
@@ -48,21 +49,31 @@ class Tracking:
         if schema is not None and schema != SCHEMA:
             raise ConfigError(f"{path}: key 'schema' is {schema!r}; this harness reads schema {SCHEMA}",
                               hint="upgrade the harness, or check the file was not written by another tool")
-        warnings = unknown_keys(path, doc)
-        for line in warnings:
-            ui.warn(line)
         packs_table = doc.get("packs")
         if not isinstance(packs_table, dict) or not packs_table:
             raise ConfigError(f"{path}: no [packs.NN] tables")
-        packs = {}
-        manifests: dict[str, pins.Manifest] = {}
         for pid, table in packs_table.items():
             where = f"{path} [packs.{pid}]"
             if not PACK_ID.match(pid):
                 raise ConfigError(f"{where}: pack ids are two digits, like 09")
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: must be a table")
-            packs[pid] = _load_pack(root, pid, table, where, manifests, missing_selections_ok)
+        for line in unknown_keys(path, doc, root):
+            ui.warn(line)
+        packs = {}
+        manifests: dict[str, pins.Manifest] = {}
+        for pid, table in packs_table.items():
+            where = f"{path} [packs.{pid}]"
+            decl = layout.load_declarations(root, field(table, "target", str, where), pid, SCHEMA)
+            if decl.exists:  # what the pack declares is read from its file, and from there only
+                misplaced = layout.misplaced_in_tracking(root, path, pid, table, decl.path)
+                if misplaced:
+                    raise ConfigError(misplaced[0] + (f" (and {len(misplaced) - 1} more)" if misplaced[1:] else ""),
+                                      hint=f"keep each key in one place: move it to {layout.shown(root, decl.path)}")
+                packs[pid] = _load_pack(root, pid, table, decl.doc, where, layout.shown(root, decl.path), manifests,
+                                        missing_selections_ok)
+            else:  # the single-file form, before 'harness migrate': the declarations sit in [packs.NN] itself
+                packs[pid] = _load_pack(root, pid, table, table, where, where, manifests, missing_selections_ok)
         _check_graph(path, packs)
         return cls(root, path, doc, packs)
 
@@ -152,7 +163,7 @@ class Tracking:
         are replayed on what it holds now, and the result replaces it atomically: the old file stays
         whole if anything fails.
         """
-        with _locked(self.path):
+        with locked(self.path):
             doc = load_document(self.path)
             for change, pid in self._edits:
                 try:
@@ -190,7 +201,7 @@ class Tracking:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def locked(path: Path):
     """The lock that serializes savers of ``path``; a lock file that cannot be made (a read-only checkout, a full
     disk) is exit IO naming it, with the way to run without recording in tracking.toml."""
     lock = FileLock(str(path.with_name(f".{path.name}.lock")))

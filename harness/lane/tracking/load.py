@@ -16,6 +16,7 @@ from harness.base import regular
 from harness.base.tomlutil import choice, field, str_list
 from harness.errors import ConfigError
 from harness.lane import suite, upstream_tests
+from harness.lane.tracking import layout
 from harness.lane.tracking.domain import load_domain
 from harness.lane.tracking.model import (
     BUILDS,
@@ -26,6 +27,7 @@ from harness.lane.tracking.model import (
     LINT_DECISIONS,
     MITIGATION_STATUS,
     OURS,
+    PACK_ID,
     PICKS,
     REQUIRES,
     RETIRE_KINDS,
@@ -49,20 +51,8 @@ from harness.upstream import pins
 # the way pre-commit treats its config: a typo such as `depends-on` must not pass silently.
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 TOP_KEYS = frozenset({"schema", "packs"})
-PACK_KEYS = frozenset({
-    "title", "target", "kind", "class", "state", "files", "depends_on", "summary", "fix", "requires", "base",
-    "filing_base", "reproducer", "lanes", "threads", "validation", "absorbed", "mitigation", "blocked", "held",
-    "filing", "performance", "evidence", "evidence_note", "minimal_repro",
-    "related",  # [[packs.NN.related]]: a decision per upstream thread or commit that overlaps the pack
-    "suites",  # [[packs.NN.suites]]: the upstream suite at a base, run unpatched and patched (suites/NN/BASE.toml)
-    "error",  # the error message the pack fixes, as users see it (harness related searches upstream for it)
-    "lint_at_base",  # [[packs.NN.lint_at_base]]: files the upstream's CI lint fails at a base, and the decision
-    # free-text notes people keep next to the data
-    "note", "notes", "base_note", "patch_note", "contract_note",
-    # data a contract pack's reproducer documents (pack 23)
-    "explicit_pre_norm", "uses_identity_norm",
-    "domain",  # [packs.NN.domain]: what a widening change newly admits (harness/lane/tracking/domain.py)
-})
+# A pack's keys, in two places (layout.py): where it stands in tracking.toml, what it declares in its own file.
+PACK_KEYS = layout.STANDING_KEYS | layout.DECLARED_KEYS
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
                        "with_builds", "minimal", "note", "upstream_tests", "expect_failed",
                        "test_requires",
@@ -81,8 +71,24 @@ LINT_AT_BASE_KEYS = frozenset({"base", "files", "decision", "reason"})
 VALIDATION_KEYS = frozenset({"verdict", "receipt", "host", "date", "expected", "seen", "base", "patched", "note"})
 
 
-def unknown_keys(path: Path, doc) -> list[str]:
-    """One line per key tracking.toml holds that its schema does not declare (file, table and key named)."""
+def _unknown_entries(where: str, table, pid: str, sub: str = "") -> list[str]:
+    """Unknown keys of the arrays of tables and the validation records a pack's table (or its file) holds."""
+    out = []
+    for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS),
+                        ("suites", SUITE_KEYS), ("lint_at_base", LINT_AT_BASE_KEYS)):
+        for i, entry in enumerate(table.get(kind) or []):
+            if isinstance(entry, dict):
+                out += [f"{where} {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
+    for lane, entry in (table.get("validation") or {}).items():
+        if isinstance(entry, dict):
+            out += [f"{where} [packs.{pid}.validation.{lane}]: unknown key '{k}'" for k in entry
+                    if k not in VALIDATION_KEYS]
+    return out
+
+
+def unknown_keys(path: Path, doc, root: Path | None = None) -> list[str]:
+    """One line per key tracking.toml holds that its schema does not declare (file, table and key named), and, with
+    ``root``, per key of each pack's file (``patches/<target>/<NN>/pack.toml``) that the pack file's schema lacks."""
     out = []
     if doc.get("schema") is None:
         out.append(f"{path}: no top-level 'schema = {SCHEMA}'")
@@ -91,15 +97,17 @@ def unknown_keys(path: Path, doc) -> list[str]:
         if not isinstance(table, dict):
             continue
         out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
-        for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS),
-                            ("suites", SUITE_KEYS), ("lint_at_base", LINT_AT_BASE_KEYS)):
-            for i, entry in enumerate(table.get(kind) or []):
-                if isinstance(entry, dict):
-                    out += [f"{path} [packs.{pid}] {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
-        for lane, entry in (table.get("validation") or {}).items():
-            if isinstance(entry, dict):
-                out += [f"{path} [packs.{pid}.validation.{lane}]: unknown key '{k}'" for k in entry
-                        if k not in VALIDATION_KEYS]
+        out += _unknown_entries(f"{path} [packs.{pid}]", table, pid)
+        target = table.get("target")
+        if root is None or not isinstance(target, str) or not PACK_ID.match(str(pid)):
+            continue
+        try:
+            decl = layout.load_declarations(root, target, str(pid), SCHEMA)
+        except ConfigError:
+            continue  # loading the tracking reports it, whole
+        if decl.exists:
+            out += layout.unknown_in_pack_file(root, decl)
+            out += _unknown_entries(layout.shown(root, decl.path), decl.doc, pid)
     return out
 
 
@@ -150,7 +158,10 @@ def _regular_in(root: Path, rel: str | None, key: str, where: str) -> None:
         raise ConfigError(f"{where}: key '{key}': {exc}") from None
 
 
-def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_selections_ok: bool = False) -> Pack:
+def _load_pack(root: Path, pid: str, t, d, where: str, dwhere: str, manifests: dict,
+               missing_selections_ok: bool = False) -> Pack:
+    """Pack ``pid`` from ``t`` (its tracking.toml table: where it stands, named ``where`` in messages) and ``d`` (its
+    pack.toml: what it declares, named ``dwhere``)."""
     target = field(t, "target", str, where)
     if target not in manifests:
         try:
@@ -158,35 +169,35 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         except ConfigError as exc:
             raise ConfigError(f"{where}: key 'target': {exc}") from None
     manifest = manifests[target]
-    base = field(t, "base", str, where, default=None)
+    base = field(d, "base", str, dwhere, default=None)
     if base is not None and base not in manifest.bases:
-        raise ConfigError(f"{where}: key 'base' is '{base}', not a base of {manifest.path.name} "
+        raise ConfigError(f"{dwhere}: key 'base' is '{base}', not a base of {manifest.path.name} "
                           f"({', '.join(manifest.bases)})")
-    reproducer = field(t, "reproducer", str, where, default=None)
-    _regular_in(root, reproducer, "reproducer", where)
+    reproducer = field(d, "reproducer", str, dwhere, default=None)
+    _regular_in(root, reproducer, "reproducer", dwhere)
     if reproducer is not None and not (root / reproducer).is_file():
-        raise ConfigError(f"{where}: key 'reproducer': {reproducer} does not exist")
-    lanes = tuple(_load_lane(root, manifest, lt, f"{where} lanes[{i}]") for i, lt in enumerate(t.get("lanes", [])))
-    lanes += tuple(lane for i, st in enumerate(t.get("suites", []))
-                   for lane in _suite_lanes(root, manifest, pid, st, f"{where} suites[{i}]", missing_selections_ok,
-                                            t.get("requires")))
-    domain = load_domain(root, t["domain"], where) if "domain" in t else None
+        raise ConfigError(f"{dwhere}: key 'reproducer': {reproducer} does not exist")
+    lanes = tuple(_load_lane(root, manifest, lt, f"{dwhere} lanes[{i}]") for i, lt in enumerate(d.get("lanes", [])))
+    lanes += tuple(lane for i, st in enumerate(d.get("suites", []))
+                   for lane in _suite_lanes(root, manifest, pid, st, f"{dwhere} suites[{i}]", missing_selections_ok,
+                                            d.get("requires")))
+    domain = load_domain(root, d["domain"], dwhere) if "domain" in d else None
     if domain is None and any(lane.domain for lane in lanes):
-        raise ConfigError(f"{where}: a lane has domain = true but there is no [packs.{pid}.domain] to sweep")
+        raise ConfigError(f"{dwhere}: a lane has domain = true but there is no [domain] to sweep")
     if reproducer is None and any(not lane.upstream_tests and not lane.domain for lane in lanes):
-        raise ConfigError(f"{where}: lanes are defined but key 'reproducer' is missing")
-    minimal_repro = field(t, "minimal_repro", str, where, default=None)
-    _regular_in(root, minimal_repro, "minimal_repro", where)
+        raise ConfigError(f"{dwhere}: lanes are defined but key 'reproducer' is missing")
+    minimal_repro = field(d, "minimal_repro", str, dwhere, default=None)
+    _regular_in(root, minimal_repro, "minimal_repro", dwhere)
     if minimal_repro is not None and not (root / minimal_repro).is_file():
-        raise ConfigError(f"{where}: key 'minimal_repro': {minimal_repro} does not exist")
+        raise ConfigError(f"{dwhere}: key 'minimal_repro': {minimal_repro} does not exist")
     if minimal_repro is None and any(lane.minimal for lane in lanes):
-        raise ConfigError(f"{where}: a lane has minimal = true but key 'minimal_repro' is missing")
+        raise ConfigError(f"{dwhere}: a lane has minimal = true but key 'minimal_repro' is missing")
     kind = choice(t, "kind", KINDS, where)
     _check_lanes_fit_kind(kind, lanes, where)
     names = [lane.name for lane in lanes]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise ConfigError(f"{where}: duplicate lane name(s) {', '.join(sorted(dup))}")
+        raise ConfigError(f"{dwhere}: duplicate lane name(s) {', '.join(sorted(dup))}")
     threads = tuple(
         Thread(
             url=field(th, "url", str, f"{where} threads[{i}]"),
@@ -199,7 +210,7 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         for i, th in enumerate(t.get("threads", []))
     )
     _check_threads(threads, manifest, pid, where)
-    related = _load_related(t.get("related", []), where, pid)
+    related = _load_related(d.get("related", []), dwhere, pid)
     mitigation = t.get("mitigation")
     if mitigation is not None:
         mwhere = f"{where} .mitigation"
@@ -215,24 +226,24 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         if at is not None and at not in manifest.bases:
             raise ConfigError(f"{awhere}: key 'base' is '{at}', not a base of {manifest.path.name} "
                               f"({', '.join(manifest.bases)})")
-    filing_base = field(t, "filing_base", str, where, default=None) or manifest.filing_base \
+    filing_base = field(d, "filing_base", str, dwhere, default=None) or manifest.filing_base \
         or base or manifest.default_base
     if filing_base not in manifest.bases:
-        raise ConfigError(f"{where}: key 'filing_base' is '{filing_base}', not a base of {manifest.path.name} "
+        raise ConfigError(f"{dwhere}: key 'filing_base' is '{filing_base}', not a base of {manifest.path.name} "
                           f"({', '.join(manifest.bases)})")
-    depends = tuple(normalize_id(d) for d in str_list(t, "depends_on", where))
-    evidence = tuple(_load_evidence(ev, f"{where} evidence[{i}]", {lane.name for lane in lanes})
-                     for i, ev in enumerate(t.get("evidence", [])))
+    depends = tuple(normalize_id(dep) for dep in str_list(t, "depends_on", where))
+    evidence = tuple(_load_evidence(ev, f"{dwhere} evidence[{i}]", {lane.name for lane in lanes})
+                     for i, ev in enumerate(d.get("evidence", [])))
     validation = _load_validation(t.get("validation", {}), f"{where} .validation")
-    perf = t.get("performance", [])
+    perf = d.get("performance", [])
     if not isinstance(perf, list):
-        raise ConfigError(f"{where} .performance: must be an array of tables ([[packs.NN.performance]]), each "
+        raise ConfigError(f"{dwhere} .performance: must be an array of tables ([[performance]]), each "
                           "naming a lane and a figure: performance figures are read from receipts, never typed here")
-    performance = tuple(_load_evidence(pr, f"{where} performance[{i}]", {lane.name for lane in lanes})
+    performance = tuple(_load_evidence(pr, f"{dwhere} performance[{i}]", {lane.name for lane in lanes})
                         for i, pr in enumerate(perf))
     for lane in lanes:
         if lane.exclusive is False and any(row.lane == lane.name for row in performance):
-            raise ConfigError(f"{where}: lane '{lane.name}' has exclusive = false, but a [[packs.{pid}.performance]] "
+            raise ConfigError(f"{dwhere}: lane '{lane.name}' has exclusive = false, but a [[performance]] "
                               "row reads its figures: a time or memory claim is measured with its GPU to itself")
     return Pack(
         id=pid,
@@ -240,11 +251,11 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         target=target,
         kind=kind,
         state=choice(t, "state", STATES, where),
-        files=tuple(str_list(t, "files", where)),
+        files=tuple(str_list(d, "files", dwhere)),
         depends_on=depends,
-        summary=field(t, "summary", str, where, default=""),
-        fix=field(t, "fix", str, where, default=""),
-        requires=choice(t, "requires", REQUIRES, where, default="cuda"),
+        summary=field(d, "summary", str, dwhere, default=""),
+        fix=field(d, "fix", str, dwhere, default=""),
+        requires=choice(d, "requires", REQUIRES, dwhere, default="cuda"),
         base=base,
         reproducer=reproducer,
         lanes=lanes,
@@ -258,12 +269,12 @@ def _load_pack(root: Path, pid: str, t, where: str, manifests: dict, missing_sel
         evidence=evidence,
         performance=performance,
         validation=validation,
-        evidence_note=field(t, "evidence_note", str, where, default=""),
+        evidence_note=field(d, "evidence_note", str, dwhere, default=""),
         related=related,
-        error=field(t, "error", str, where, default=""),
+        error=field(d, "error", str, dwhere, default=""),
         minimal_repro=minimal_repro,
         domain=domain,
-        lint_at_base=_load_lint_at_base(t.get("lint_at_base", []), where, manifest),
+        lint_at_base=_load_lint_at_base(d.get("lint_at_base", []), dwhere, manifest),
     )
 
 

@@ -1,0 +1,98 @@
+"""Where a pack's keys live (issue 47): tracking.toml says where it stands, patches/<target>/<NN>/pack.toml what it
+declares; ``harness migrate`` moves an older tracking.toml's declarations out without changing what loads."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+from conftest import REPO, cli
+
+from harness.errors import ConfigError, Exit
+from harness.lane.tracking import Tracking, layout
+
+PACK_FILE = ("patches", "fake", "01", "pack.toml")
+
+
+def _list(repo, capsys) -> dict:
+    capsys.readouterr()
+    assert cli("list", "--json", *repo.args()) == Exit.OK
+    return json.loads(capsys.readouterr().out)
+
+
+def test_migrate_moves_the_declarations_and_the_packs_read_the_same(lane_repo, capsys):
+    before = _list(lane_repo, capsys)
+    capsys.readouterr()
+    assert cli("migrate", "--json", *lane_repo.args()) == Exit.OK
+    moved = json.loads(capsys.readouterr().out)["moved"]
+    assert moved == [{"pack": "01", "file": "patches/fake/01/pack.toml",
+                      "keys": ["files", "requires", "base", "reproducer", "evidence", "lanes"]}]
+    tracking = tomllib.loads((lane_repo.root / "tracking.toml").read_text())
+    declared = tomllib.loads(lane_repo.root.joinpath(*PACK_FILE).read_text())
+    assert set(tracking["packs"]["01"]) <= layout.STANDING_KEYS
+    assert [lane["name"] for lane in declared["lanes"]] == ["bug", "fix"] and declared["schema"] == 1
+    assert "# tracking for tests: comments must survive" in (lane_repo.root / "tracking.toml").read_text()
+    assert _list(lane_repo, capsys) == before
+    # the series beside the file still loads as the series (pack.toml is no patch), and nothing is left to move
+    assert cli("check", *lane_repo.args()) == Exit.OK
+    assert "single-file form" not in capsys.readouterr().err
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    assert "nothing to move" in capsys.readouterr().err
+
+
+def test_the_single_file_form_still_loads_and_check_says_how_to_move_it(lane_repo, capsys):
+    assert cli("check", *lane_repo.args()) == Exit.OK
+    err = capsys.readouterr().err
+    assert "[packs.01] holds what the pack declares" in err and "harness migrate" in err
+
+
+def test_a_key_in_both_files_is_refused_naming_both(lane_repo, capsys):
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('state = "ready"', 'state = "ready"\nrequires = "cpu"'))
+    with pytest.raises(ConfigError, match=r"\[packs\.01\]: key 'requires' is what the pack declares, and "
+                                          r"patches/fake/01/pack\.toml holds"):
+        Tracking.load(lane_repo.root)
+
+
+def test_a_standing_key_in_the_pack_file_is_refused(lane_repo):
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root.joinpath(*PACK_FILE)
+    path.write_text('state = "filed"\n' + path.read_text())
+    with pytest.raises(ConfigError, match=r"patches/fake/01/pack\.toml: key 'state' says where pack 01 stands; "
+                                          r"it belongs in tracking\.toml"):
+        Tracking.load(lane_repo.root)
+
+
+def test_an_unknown_key_in_the_pack_file_is_named_by_check(lane_repo, capsys):
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root.joinpath(*PACK_FILE)
+    path.write_text(path.read_text().replace("[[lanes]]\n", "[[lanes]]\nexpectt = 1\n", 1))
+    capsys.readouterr()
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    assert "patches/fake/01/pack.toml lanes[0]: unknown key 'expectt'" in capsys.readouterr().err
+
+
+def test_a_migrate_that_cannot_write_a_pack_file_leaves_every_file_as_it_was(lane_repo, capsys):
+    """Pack 02 declares a lane too; its directory's place is taken by a file, so its pack.toml cannot be made
+    after pack 01's was: 01's new file goes again and tracking.toml keeps its bytes."""
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text() + '\n[packs.02]\ntitle = "t"\ntarget = "fake"\nkind = "issue"\n'
+                    'state = "planned"\nreproducer = "repros/fake/pack01.py"\n')
+    (lane_repo.root / "patches" / "fake" / "02").write_text("not a directory")
+    before = path.read_bytes()
+    assert cli("migrate", *lane_repo.args()) == Exit.IO
+    assert "every file is as it was" in capsys.readouterr().err
+    assert path.read_bytes() == before
+    assert not lane_repo.root.joinpath(*PACK_FILE).exists()
+
+
+def test_the_repository_keeps_every_declaration_beside_its_series():
+    tracking = Tracking.load(REPO)
+    with (REPO / "tracking.toml").open("rb") as fh:
+        doc = tomllib.load(fh)
+    assert layout.inline_declarations(doc) == {}
+    for pid, pack in tracking.packs.items():
+        if pack.lanes:
+            assert layout.pack_file(REPO, pack.target, pid).is_file(), pid
