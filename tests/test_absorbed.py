@@ -88,9 +88,10 @@ version = "1.1"
     assert cli("absorbed", "fake", "--to", "1.1", "--json", *lane_repo.args()) == Exit.OK
     result = _result(capsys)
     assert result["state"] == "differs" and result["evidence"] is None
-    path.write_text(path.read_text() + '\n[packs.01.validation.regression]\nverdict = "pass"\nhost = "h"\n'
-                    'receipt = "receipts/x.json"\n')
+    assert cli("run", "01", "--lane", "regression", "--quiet", *lane_repo.args()) == Exit.OK  # its receipt
+    capsys.readouterr()
     assert cli("absorbed", "fake", "--to", "1.1", "--json", *lane_repo.args()) == Exit.OK
     result = _result(capsys)
     assert result["state"] == "superseded" and result["series"] == "conflict"
-    assert "lane regression saw BUG_ABSENT on h" in result["evidence"]
+    assert "lane regression saw BUG_ABSENT on cpu (" in result["evidence"]
+    assert "(receipts/fake/01/" in result["evidence"]

@@ -290,14 +290,10 @@ expect = "BUG_ABSENT"
 
 [packs.01.absorbed]
 version = "1.1"
-
-[packs.01.validation.regression]
-verdict = "pass"
-host = "h"
-receipt = "receipts/x.json"
 ''')
     path = lane_repo.root / "tracking.toml"
     path.write_text(path.read_text().replace('state = "ready"', 'state = "absorbed"'))
+    assert cli("run", "01", "--lane", "regression", "--quiet", *lane_repo.args()) == Exit.OK  # BUG_ABSENT at 1.1
     assert cli("rebase", "fake", "--to", "1.1", *lane_repo.args()) == Exit.OK
     out = capsys.readouterr()
     row = next(line for line in out.out.splitlines() if line.startswith("01\t"))

@@ -7,6 +7,7 @@ decision logic (fed synthetic numbers) and the pack's declaration. No torch need
 from __future__ import annotations
 
 import math
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,7 @@ def test_tracking_states_the_contract(c23):
     tracking = Tracking.load(ROOT)
     pack = tracking.pack("23")
     assert (pack.kind, pack.target, pack.base, pack.requires) == ("contract", "mamba", "2.3.2.post1", "cuda")
-    raw = tracking.doc["packs"]["23"]
+    raw = tomllib.loads(Path(ROOT / pack.declared_in).read_text())
     assert raw["uses_identity_norm"] is True and raw["explicit_pre_norm"] is True
     assert {lane.name: lane.expect for lane in pack.lanes} == {"identity-drift": "BUG_REPRODUCED",
                                                               "prenorm-parity": "CONTRACT_HELD"}

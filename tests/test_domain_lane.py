@@ -247,7 +247,7 @@ def test_a_bad_declaration_names_the_file_and_key(lane_repo, change, key):
 
 def test_a_domain_lane_needs_a_declaration(lane_repo):
     domain_repo(lane_repo, domain="")
-    with pytest.raises(ConfigError, match=r"domain = true but there is no \[packs.01.domain\]"):
+    with pytest.raises(ConfigError, match=r"domain = true but there is no \[domain\] to sweep"):
         Tracking.load(lane_repo.root)
 
 
@@ -345,7 +345,7 @@ def test_not_ready_while_the_domain_lane_swept_another_declaration(domain_ran):
     (domain_ran.root / "repros" / "fake" / "domain_point.py").write_text(REPO_POINT_FAULTY)
     r = _ready(domain_ran)
     assert _domain_reasons(r) == [f"domain lane {name}: latest receipt swept another declaration than today's "
-                                  "[packs.01.domain] (its points or devices changed since)"
+                                  "[domain] of patches/fake/01/pack.toml (its points or devices changed since)"
                                   for name in ("domain-fix", "domain-bug")]
 
 

@@ -27,7 +27,7 @@ def test_migrate_moves_the_declarations_and_the_packs_read_the_same(lane_repo, c
     assert cli("migrate", "--json", *lane_repo.args()) == Exit.OK
     moved = json.loads(capsys.readouterr().out)["moved"]
     assert moved == [{"pack": "01", "file": "patches/fake/01/pack.toml",
-                      "keys": ["files", "requires", "base", "reproducer", "evidence", "lanes"]}]
+                      "keys": ["files", "requires", "base", "reproducer", "evidence", "lanes"], "removed": []}]
     tracking = tomllib.loads((lane_repo.root / "tracking.toml").read_text())
     declared = tomllib.loads(lane_repo.root.joinpath(*PACK_FILE).read_text())
     assert set(tracking["packs"]["01"]) <= layout.STANDING_KEYS
@@ -96,3 +96,61 @@ def test_the_repository_keeps_every_declaration_beside_its_series():
     for pid, pack in tracking.packs.items():
         if pack.lanes:
             assert layout.pack_file(REPO, pack.target, pid).is_file(), pid
+
+
+def _git(root, *args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(root), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+                          capture_output=True, text=True)
+    return done.stdout + done.stderr
+
+
+def test_a_merge_that_conflicts_in_the_generated_verdicts_is_resolved_by_sync(lane_repo, capsys):
+    """Two branches each run one lane: both write the pack's [verdicts] line, and git stops on it. 'receipts sync'
+    writes the table again from the merged receipts/; what people wrote is left as it was."""
+    root = lane_repo.root
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "base")
+    people = (root / "tracking.toml").read_text()
+    _git(root, "checkout", "-qb", "other")
+    assert cli("run", "01", "--lane", "fix", "--quiet", *lane_repo.args()) == Exit.OK
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "fix lane")
+    _git(root, "checkout", "-q", "main")
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "bug lane")
+    assert "CONFLICT (content): Merge conflict in tracking.toml" in _git(root, "merge", "other")
+    assert "<<<<<<<" in (root / "tracking.toml").read_text()
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        Tracking.load(root)
+    capsys.readouterr()
+    assert cli("receipts", "sync", *lane_repo.args()) == Exit.OK
+    text = (root / "tracking.toml").read_text()
+    assert "<<<<<<<" not in text and text.startswith(people.rstrip("\n"))
+    assert Tracking.load(root).verdicts()["01"].startswith("2 lane(s): 2 pass; latest run ")
+    assert cli("receipts", "verify", *lane_repo.args()) == Exit.OK
+
+
+def test_sync_leaves_a_conflict_among_what_people_wrote_to_them(lane_repo, capsys):
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text().replace('state = "ready"', '<<<<<<< ours\nstate = "ready"\n=======\nstate = "held"\n'
+                                                       '>>>>>>> theirs')
+    path.write_text(text)
+    assert cli("receipts", "sync", *lane_repo.args()) == Exit.USAGE
+    assert "a merge conflict outside the generated [verdicts] table" in capsys.readouterr().err
+    assert path.read_text() == text
+
+
+def test_new_writes_the_standing_entry_and_the_pack_file_beside_the_series(lane_repo):
+    assert cli("new", "24", "--target", "fake", "--title", "a new pack", "--requires", "cpu",
+               *lane_repo.args()) == Exit.OK
+    tracking = tomllib.loads((lane_repo.root / "tracking.toml").read_text())
+    assert set(tracking["packs"]["24"]) == {"title", "target", "kind", "state", "depends_on"}
+    declared = tomllib.loads((lane_repo.root / "patches" / "fake" / "24" / "pack.toml").read_text())
+    assert [lane["name"] for lane in declared["lanes"]] == ["bug-1.0", "fix-1.0"]
+    assert declared["reproducer"].startswith("repros/fake/pack24_") and declared["requires"] == "cpu"
+    assert [lane.name for lane in Tracking.load(lane_repo.root).pack("24").lanes] == ["bug-1.0", "fix-1.0"]

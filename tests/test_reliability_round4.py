@@ -690,7 +690,7 @@ def test_a_full_disk_saving_tracking_toml_is_exit_io_and_keeps_the_file(lane_rep
     shutil.copytree(lane_repo.root, root, dirs_exist_ok=True)
     before = (root / "tracking.toml").read_bytes()
     t = Tracking.load(root)
-    t.record_validation("01", "fix", {"verdict": "pass", "date": "2026-01-01"})
+    t.record_verdicts({"01": "2 lane(s): 2 pass"})
     _fill(root)
     with pytest.raises(WriteError, match="cannot write tracking.toml: .*No space left on device") as info:
         t.save()

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -262,8 +261,10 @@ def git(clone: Path, *args: str) -> str:
 
 
 def pack_files() -> set[str]:
-    data = tomllib.loads((ROOT / "tracking.toml").read_text())
-    return {f for p in data["packs"].values() for f in p.get("files", [])}
+    """Every upstream file a pack declares it changes (each pack's pack.toml, docs/layout.md)."""
+    from harness.lane.tracking import Tracking
+
+    return {f for pack in Tracking.load(ROOT).packs.values() for f in pack.files}
 
 
 _STATUS = {"A": "added", "M": "modified", "D": "removed", "R": "renamed", "C": "copied", "T": "modified"}

@@ -22,7 +22,7 @@ def register(sub) -> None:
                                    "runs them so; a finding the series introduces fails the export (one "
                                    "file:line per finding) unless --report-only, and so does a file that fails "
                                    "at the base already without the pack's recorded decision "
-                                   "([[packs.NN.lint_at_base]]). Prints the output directory.")
+                                   "(pack.toml's [[lint_at_base]]). Prints the output directory.")
     p.add_argument("pack")
     p.add_argument("--base", default=None,
                    help="the upstream base to file against (default: the pack's filing base, e.g. main)")

@@ -7,6 +7,7 @@ import json
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
+from harness.lane import receipts
 
 JSON_SCHEMA = 1
 
@@ -22,12 +23,12 @@ def main(args) -> int:
     ctx = context(args)
     rows: list[dict] = []
     for pack in sorted(ctx.tracking.packs.values(), key=lambda p: p.id):  # by pack, not file order
+        latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id)  # the one rule, as status and [verdicts]
         rows.append({
             "id": pack.id, "title": pack.title, "target": pack.target, "kind": pack.kind, "class": pack.cls,
             "state": pack.state, "depends_on": list(pack.depends_on),
             "lanes": [{"name": lane.name, "base": lane.base, "patched": lane.patched, "expect": lane.expect,
-                       "verdict": pack.validation[lane.name].verdict if lane.name in pack.validation
-                       else "not run"}
+                       "verdict": latest[lane.name].verdict.value if lane.name in latest else "not run"}
                       for lane in pack.lanes],
         })
     if args.json:

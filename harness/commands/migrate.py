@@ -23,14 +23,17 @@ JSON_SCHEMA = 1
 def register(sub) -> None:
     p = sub.add_parser("migrate", help="move each pack's declarations from tracking.toml to its pack.toml",
                        description="An older tracking.toml held each pack's lanes, suites, domain, evidence, "
-                                   "related decisions and notes in its [packs.NN] table. This moves them, key by key "
-                                   "and unchanged, to patches/<target>/<NN>/pack.toml beside the pack's series, and "
-                                   "leaves tracking.toml with where each pack stands (docs/layout.md). The packs "
-                                   "read the same before and after; the result is loaded before this returns, and "
-                                   "on any failure every file is as it was. Comments written above a moved table "
-                                   "stay in tracking.toml: look them over.")
+                                   "related decisions and notes in its [packs.NN] table, and a validation record "
+                                   "per lane. This moves the declarations, key by key and unchanged, to "
+                                   "patches/<target>/<NN>/pack.toml beside the pack's series, drops the validation "
+                                   "records (receipts/ hold them; run 'harness receipts sync' after) and leaves "
+                                   "tracking.toml with where each pack stands (docs/layout.md). The packs read the "
+                                   "same before and after; the result is loaded before this returns, and on any "
+                                   "failure every file is as it was. Comments written above a moved table stay in "
+                                   "tracking.toml: look them over.")
     p.add_argument("--dry-run", action="store_true", help="say what would move, write nothing")
-    p.add_argument("--json", action="store_true", help="what moved, as JSON (keys: schema, moved[pack, file, keys])")
+    p.add_argument("--json", action="store_true",
+                   help="what moved, as JSON (keys: schema, dry_run, moved[pack, file, keys, removed])")
     _args.common(p)
 
 
@@ -43,12 +46,17 @@ def main(args) -> int:
         moved, texts = layout.split(doc, root, SCHEMA)
         if moved and not args.dry_run:
             _write_all(root, path, before, tomlkit.dumps(doc), texts)
-    report = [{"pack": m.pack, "file": layout.shown(root, m.path), "keys": list(m.keys)} for m in moved]
+    report = [{"pack": m.pack, "file": layout.shown(root, m.path) if m.keys else None, "keys": list(m.keys),
+               "removed": list(m.removed)} for m in moved]
     if args.json:
         ui.data(json.dumps({"schema": JSON_SCHEMA, "dry_run": bool(args.dry_run), "moved": report}, indent=1))
         return 0
     for row in report:
-        ui.data(f"pack {row['pack']}: {len(row['keys'])} key(s) to {row['file']}: {', '.join(row['keys'])}")
+        if row["keys"]:
+            ui.data(f"pack {row['pack']}: {len(row['keys'])} key(s) to {row['file']}: {', '.join(row['keys'])}")
+        if row["removed"]:
+            ui.data(f"pack {row['pack']}: removed {', '.join(row['removed'])} (receipts/ hold it; 'harness receipts "
+                    "sync' writes the [verdicts] lines)")
     verb = "would move" if args.dry_run else "moved"
     ui.info(f"{verb} the declarations of {len(moved)} pack(s)" if moved else
             "nothing to move: tracking.toml holds no pack's declarations")

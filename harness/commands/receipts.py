@@ -1,4 +1,4 @@
-"""``harness receipts import|verify|show``."""
+"""``harness receipts import|verify|show|sync``."""
 
 from __future__ import annotations
 
@@ -13,10 +13,13 @@ from pathlib import Path
 from harness.base import tarsafe, ui
 from harness.base.store import default_mode
 from harness.commands import _args
-from harness.commands._context import context
-from harness.errors import ConfigError, Exit, ReceiptError
+from harness.commands._context import context, find_root
+from harness.errors import ConfigError, Exit, HarnessError, ReceiptError
+from harness.lane import lanes as lanes_mod
 from harness.lane import receipts
 from harness.lane.tracking import sentinels
+from harness.lane.tracking.document import locked, replace_text
+from harness.lane.tracking.model import VERDICTS, VERDICTS_NOTE_LINES
 
 
 def register(sub) -> None:
@@ -37,11 +40,67 @@ def register(sub) -> None:
     q = rs.add_parser("show", help="print the latest receipt of each lane of a pack")
     q.add_argument("pack")
     _args.common(q)
+    q = rs.add_parser("sync", help="write tracking.toml's generated [verdicts] again from receipts/ (after a merge: "
+                                   "conflict markers inside it are dropped)",
+                      description="tracking.toml's [verdicts] holds one generated line per pack: its lanes' latest "
+                                  "verdicts, read from receipts/ by the rule every command uses. This writes every "
+                                  "line again. A merge that left conflict markers inside that table (and nowhere "
+                                  "else) is resolved by writing it from receipts/; markers elsewhere in the file are "
+                                  "a person's to resolve. 'receipts verify' fails while a line disagrees.")
+    _args.common(q)
 
 
 def main(args) -> int:
+    if args.action == "sync":
+        _drop_conflicted_verdicts(find_root(getattr(args, "root", None)) / "tracking.toml")
     ctx = context(args)
-    return {"import": _import, "verify": _verify, "show": _show}[args.action](ctx, args)
+    return {"import": _import, "verify": _verify, "show": _show, "sync": _sync}[args.action](ctx, args)
+
+
+_CONFLICT = re.compile(r"^(<<<<<<<|=======$|>>>>>>>|\|\|\|\|\|\|\|)")
+_GENERATED_LINE = re.compile(r'^(\[' + VERDICTS + r'\]|[0-9]{2} = ".*")[ \t]*$')
+
+
+def _drop_conflicted_verdicts(path: Path) -> None:
+    """A merge's conflict markers inside the generated [verdicts] table (and only there): drop the table, which
+    ``_sync`` writes again whole. The generated part is found from the end of the file: conflict markers, blank
+    lines, the table's note, its header and ``NN = "..."`` lines; markers above it are the person merging's to
+    resolve (the load names their line)."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError):
+        return  # the load reports it
+    if not any(_CONFLICT.match(line) for line in lines):
+        return
+    note = set(VERDICTS_NOTE_LINES)
+    start = len(lines)
+    while start > 0 and (_CONFLICT.match(lines[start - 1]) or not lines[start - 1].strip()
+                         or lines[start - 1] in note or _GENERATED_LINE.match(lines[start - 1])):
+        start -= 1
+    first = next(i for i, line in enumerate(lines) if _CONFLICT.match(line))
+    if first < start or not any(_GENERATED_LINE.match(line) for line in lines[start:]):
+        raise ConfigError(f"{path}:{first + 1}: a merge conflict outside the generated [{VERDICTS}] table",
+                          hint="resolve it by hand, then run 'harness receipts sync' (which writes [verdicts] "
+                               "again from receipts/)")
+    with locked(path):
+        replace_text(path, "\n".join(lines[:start]).rstrip("\n") + "\n")
+    ui.info(f"dropped the conflicted [{VERDICTS}] of {path.name}; writing it again from receipts/")
+
+
+def _sync(ctx, args) -> int:
+    """Write every pack's [verdicts] line from receipts/."""
+    want = lanes_mod.verdict_lines(ctx, ctx.tracking.packs.values())
+    have = ctx.tracking.verdicts()
+    changed = {pid: line for pid, line in want.items() if have.get(pid) != line}
+    stale = sorted(set(have) - set(want))
+    if changed or stale or list(have) != list(want):
+        ctx.tracking.rewrite_verdicts(want)
+        ctx.tracking.save()
+    for pid, line in want.items():
+        ui.data(f"{pid}\t{line}")
+    ui.info(f"[{VERDICTS}]: {len(changed)} line(s) written, {len(stale)} removed (packs no longer in tracking.toml)"
+            if changed or stale else f"[{VERDICTS}]: every line agrees with receipts/")
+    return 0
 
 
 _RUN_NAME = re.compile(r"^[0-9]{8}T[0-9]{6}Z-[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -101,18 +160,14 @@ def _import(ctx, args) -> int:
 
 
 def _record_latest(ctx, lanes: set[tuple[str, str, str]]) -> bool:
-    """Set the validation entry of each (target, pack, lane) to the lane's latest receipt; whether any changed."""
-    changed = False
-    for target, pid, lane in sorted(lanes):
-        rec = receipts.latest_by_lane(ctx.root, target, pid).get(lane)
-        if rec is None:  # every receipt of the lane is dated in the future (refused above): nothing to record
-            continue
-        entry = receipts.summary(rec, ctx.root)
-        known = ctx.tracking.packs[pid].validation.get(lane)
-        if known is None or known.receipt != entry["receipt"] or known.verdict != entry["verdict"]:
-            ctx.tracking.record_validation(pid, lane, entry)
-            changed = True
-    return changed
+    """Write the [verdicts] line of each pack with a lane in ``lanes`` from its lanes' latest receipts; whether any
+    line changed."""
+    packs = [ctx.tracking.packs[pid] for pid in sorted({pid for _target, pid, _lane in lanes})]
+    have = ctx.tracking.verdicts()
+    changed = {pid: line for pid, line in lanes_mod.verdict_lines(ctx, packs).items() if have.get(pid) != line}
+    if changed:
+        ctx.tracking.record_verdicts(changed)
+    return bool(changed)
 
 
 def _destination(ctx, src: Path, rec: receipts.Receipt, where: str) -> Path:
@@ -157,7 +212,10 @@ def _verify(ctx, args) -> int:
     checks = [receipts.check_dir(d, vocabulary) for d in receipts.run_dirs(ctx.root)]
     bad = [c for c in checks if not c.ok]
     legacy = [c for c in checks if c.ok and c.legacy]
-    missing = _missing_from_tracking(ctx)
+    try:
+        missing = _missing_from_tracking(ctx)
+    except (HarnessError, OSError):  # a receipt that cannot be read is reported above as such; no line to compare
+        missing = []
     code = Exit.TAMPERED if bad or missing else Exit.OK
     if getattr(args, "json", False):
         ui.out.file.write(json.dumps({
@@ -181,21 +239,18 @@ def _verify(ctx, args) -> int:
 
 
 def _missing_from_tracking(ctx) -> list[str]:
-    """Receipts inside the repository that tracking.toml names as a lane's latest but that are gone."""
+    """Lines of tracking.toml's generated [verdicts] that disagree with receipts/: a line that says otherwise, or
+    none for a pack with receipts (a pack never run may have no line yet)."""
+    have = ctx.tracking.verdicts()
     out = []
-    for pid, pack in ctx.tracking.packs.items():
-        for lane, entry in pack.validation.items():
-            path = entry.receipt
-            if path is None or Path(path).is_absolute():
-                continue
-            try:
-                there = (ctx.root / path).is_file()
-            except OSError as exc:  # a directory on the way cannot be read: reported with the directory
-                out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which cannot be read "
-                           f"({exc.strerror or exc})")
-                continue
-            if not there:
-                out.append(f"tracking.toml [packs.{pid}.validation.{lane}] names {path}, which is missing")
+    for pack in ctx.tracking.packs.values():
+        latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id)
+        line = receipts.verdict_line([lane.name for lane in pack.lanes], latest)
+        if have.get(pack.id) == line or (pack.id not in have and not latest):
+            continue
+        said = f"says {have[pack.id]!r}" if pack.id in have else "has no line for it"
+        out.append(f"tracking.toml [{VERDICTS}] {pack.id}: {said}; receipts/ say {line!r} (harness receipts sync "
+                   "writes it)")
     return out
 
 

@@ -16,7 +16,7 @@ Filing bodies: the text a maintainer reads once and acts on, and the reproducer 
 * ``$where``: the upstream file, line and function of every hunk in the series for the base the pack is
   filed against (``Pack.filing_base``), linked to GitHub when that base's commit is known.
 * ``$evidence``: a short table of the figures that decide the claim, declared per pack as data
-  (``[[packs.NN.evidence]]``, see ``tracking.EvidenceRow``) and read from the lanes' latest receipts, never
+  (``pack.toml's [[evidence]]``, see ``tracking.EvidenceRow``) and read from the lanes' latest receipts, never
   typed: the result, its tolerance and control, timings -- plus the hosts (GPU, driver, CUDA, torch,
   triton, Python) and the builds they ran on.
 * ``$reproducer``: a single self-contained script (``harness/filing/standalone.py``) written next to the body;

@@ -1,4 +1,4 @@
-"""The evidence table of a body: ``[[packs.NN.evidence]]`` rows resolved against the lanes' latest receipts,
+"""The evidence table of a body: ``pack.toml's [[evidence]]`` rows resolved against the lanes' latest receipts,
 plus the hosts and builds they ran on. Never typed: every figure is read from a receipt."""
 
 from __future__ import annotations
@@ -280,7 +280,7 @@ def typed_figures(row: EvidenceRow, fields: dict | None) -> list[str]:
 
 def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, dep_subjects: list[str]) -> Evidence:
     if not pack.evidence:
-        return Evidence("", [f"no evidence declared ([[packs.{pack.id}.evidence]] in tracking.toml)"])
+        return Evidence("", [f"no evidence declared ([[evidence]] in {pack.declared_in})"])
     results: list[EvidenceRowResult] = []
     problems: list[str] = []
     typed: list[str] = []
@@ -403,7 +403,7 @@ def _ran_with(root: Path, receipt: receipts.Receipt | None, build: tuple[str, st
 
 def _suite_row(pack: Pack, latest: dict[str, receipts.Receipt], change_name: str, root: Path | None = None,
                manifest: pins.Manifest | None = None, problems: list[str] | None = None) -> EvidenceRowResult | None:
-    """The row stating the upstream suite's result at the filing base (``[[packs.NN.suites]]``), computed from
+    """The row stating the upstream suite's result at the filing base (``pack.toml's [[suites]]``), computed from
     the suite lanes' latest receipts, per reason (``suite_reasons_text``)."""
     chosen = [lane for lane in pack.lanes if lane.suite and lane.base == pack.filing_base]
     if not chosen:
@@ -493,7 +493,7 @@ def _axis_span(values: list) -> str:
 
 
 def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tuple[str, list[str]]:
-    """The paragraph that states the domain ``[packs.NN.domain]`` declares, read from the latest receipt of the
+    """The paragraph that states the domain ``pack.toml's [domain]`` declares, read from the latest receipt of the
     pack's patched domain lane on ``base_name``; ("", problems) when none shows it (no such lane, no passing
     receipt, one that swept another declaration): the body then claims nothing about the domain."""
     domain = pack.domain
@@ -501,7 +501,8 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
         return "", []
     lanes = [lane for lane in pack.lanes if lane.domain and lane.patched and lane.base == base_name]
     if not lanes:
-        return "", [f"domain: [packs.{pack.id}.domain] is declared but no patched domain lane runs on {base_name}"]
+        return "", [f"domain: [domain] of {pack.declared_in} is declared but no patched domain lane runs on "
+                    f"{base_name}"]
     latest = receipts.latest_by_lane(root, pack.target, pack.id)
     lane = lanes[0]
     rec = latest.get(lane.name)
@@ -512,7 +513,7 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
                  None)
     if swept != domain.declaration():
         return "", [f"domain: lane {lane.name}'s latest receipt swept another declaration than today's "
-                    f"[packs.{pack.id}.domain]; the body does not claim the domain"]
+                    f"[domain] of {pack.declared_in}; the body does not claim the domain"]
     points = [f.data for f in rec.figures if f.data.get("name") == "domain_point"]
     summary = next((f.data for f in rec.figures if f.data.get("name") == "domain_summary"), {})
     admitted = [p for p in points if p.get("value") == "matched"]

@@ -135,12 +135,13 @@ class Export:
     lint_at_base: LintAtBase | None = None  # what the series does about files the CI's checks fail at the base
 
 
-def at_base_decision(pack: str, where: str, report: linters.Report, decided: LintAtBase | None) -> None:
+def at_base_decision(pack: str, where: str, report: linters.Report, decided: LintAtBase | None,
+                     declared_in: str = "the pack's pack.toml") -> None:
     """Refuse an export whose changed files fail the upstream's whole-file checks at the base already unless the
-    pack records what the series does about them (``[[packs.NN.lint_at_base]]``), and a record that no longer
+    pack records what the series does about them (``pack.toml's [[lint_at_base]]``), and a record that no longer
     matches: other files, a formatting commit that leaves findings, or files that no longer fail."""
     fails = list(report.base_fails)
-    hint = (f"record [[packs.{pack}.lint_at_base]] base, files = {fails}, decision = \"leave\" or "
+    hint = (f"record a [[lint_at_base]] table in {declared_in}: base, files = {fails}, decision = \"leave\" or "
             "\"format-commit\" (as the upstream's contributing rules ask) and reason (docs/upstream-policy.md)")
     if decided is None:
         if fails:
@@ -200,7 +201,7 @@ def export(ctx: Context, pack: Pack, base_name: str | None, out: Path, *, identi
                              + "\n".join(str(f) for f in report.findings))
         decided = pack.lint_decision(base)
         if not report_only:
-            at_base_decision(pack.id, f"{pack.target} {base}", report, decided)
+            at_base_decision(pack.id, f"{pack.target} {base}", report, decided, pack.declared_in)
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
         for f in files:

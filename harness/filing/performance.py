@@ -1,6 +1,6 @@
 """A pack's performance claims, each resolved against the receipt it rests on.
 
-``[[packs.NN.performance]]`` rows name a lane and a figure (like evidence rows, see
+``pack.toml's [[performance]]`` rows name a lane and a figure (like evidence rows, see
 ``tracking.EvidenceRow``); nothing numeric is typed in tracking.toml. A claim is measured on
 its lane's base, so the base -- a release artefact or an upstream commit -- comes from the
 lane, and the value from that lane's latest receipt. A claim is *current* when that receipt

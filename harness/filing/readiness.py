@@ -106,12 +106,12 @@ REASON_CODES = {
     ReasonCode.DEPENDENCY: "a dependency is not ready, filed or absorbed",
     ReasonCode.THREAD: "the thread a comment would go to is closed or merged",
     ReasonCode.RELATED: "upstream work overlapping the pack, newer than its last decision, is undecided "
-                        "(harness related PACK; decide it in [[packs.NN.related]])",
+                        "(harness related PACK; decide it in pack.toml's [[related]])",
     ReasonCode.SUPERSEDED: "a decision says upstream work supersedes the pack (relation supersedes-us)",
     ReasonCode.ALREADY_THERE: "our comment or PR is already on the thread (threads refresh found it)",
     ReasonCode.SUITE: "a PR without a complete upstream-suite run at the filing base that shows no patched-only "
-                      "failure ([[packs.NN.suites]]; harness suite compare)",
-    ReasonCode.DOMAIN: "the pack declares a domain ([packs.NN.domain]) that no current passing domain lane on the "
+                      "failure (pack.toml's [[suites]]; harness suite compare)",
+    ReasonCode.DOMAIN: "the pack declares a domain (pack.toml's [domain]) that no current passing domain lane on the "
                        "filing base shows",
 }
 # codes that mean the pack is not to be filed at all (nothing else is worth checking)
@@ -393,12 +393,13 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
 
 
 def domain_problem(pack: Pack, rec: receipts.Receipt) -> LaneProblem | None:
-    """Why a domain lane's receipt does not show today's ``[packs.NN.domain]``: it swept another declaration, or
+    """Why a domain lane's receipt does not show today's ``pack.toml's [domain]``: it swept another declaration, or
     ran on a device the domain does not claim."""
     assert pack.domain is not None
     if domain_model.declared(rec.reproducer.args) != pack.domain.declaration():
         return LaneProblem(LaneProblemCode.DOMAIN, f"latest receipt swept another declaration than today's "
-                                                   f"[packs.{pack.id}.domain] (its points or devices changed since)")
+                                                   f"[domain] of {pack.declared_in} (its points or devices changed "
+                                                   "since)")
     summary = next((f.data for f in rec.figures if f.data.get("name") == "domain_summary"), None)
     device = summary.get("device") if summary else None
     if device not in pack.domain.devices:
@@ -414,7 +415,7 @@ def domain_reasons(pack: Pack, fbase: str, lanes: list[LaneEvidence]) -> list[Re
         return []
     on = [e for e in lanes if e.lane.domain and e.on_filing_base]
     if not any(e.lane.patched for e in on):
-        return [Reason(ReasonCode.DOMAIN, f"[packs.{pack.id}.domain] is declared but no patched domain lane "
+        return [Reason(ReasonCode.DOMAIN, f"[domain] of {pack.declared_in} is declared but no patched domain lane "
                                           f"(domain = true) runs on the filing base {fbase}")]
     return [Reason(ReasonCode.DOMAIN, f"domain lane {e.lane.name}: {e.problem}") for e in on if e.problem]
 
@@ -427,7 +428,7 @@ def suite_reasons(ctx, pack: Pack, fbase: str) -> tuple[list[Reason], suite_chec
     if not suite_check.suite_lanes(pack, fbase):
         if not recorded:  # not yet required of a pack without a recorded selection (docs/upstream-tests.md)
             return [], None
-        return [Reason(ReasonCode.SUITE, f"no [[packs.{pack.id}.suites]] at {fbase}: the upstream's own tests of "
+        return [Reason(ReasonCode.SUITE, f"no [[suites]] at {fbase} in {pack.declared_in}: the upstream's own tests of "
                                          "the touched code never ran base vs patched")], None
     try:
         result = suite_check.suite_verdict(ctx, pack, fbase)

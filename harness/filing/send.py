@@ -24,7 +24,7 @@ def filing_thread(pack: Pack) -> str:
     """Where a comment is posted: the thread its ``comment-there`` decision names, else its filing target."""
     url = decisions.comment_target(pack)
     if url is None:
-        raise ConfigError(f"pack {pack.id}: a comment needs a [[packs.{pack.id}.related]] decision "
+        raise ConfigError(f"pack {pack.id}: a comment needs a [[related]] decision in {pack.declared_in} "
                           f"'comment-there' or a thread with role = \"filing target\"")
     return url
 

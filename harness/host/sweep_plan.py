@@ -42,7 +42,7 @@ def exclusive_reason(pack: Pack, lane: Lane) -> str | None:
     if lane.exclusive is not None:
         return "exclusive = true" if lane.exclusive else None
     if any(row.lane == lane.name for row in pack.performance):
-        return f"a [[packs.{pack.id}.performance]] row reads its figures"
+        return f"a [[performance]] row of {pack.declared_in} reads its figures"
     if lane.expect.startswith("MEMORY_"):
         return f"its verdict ({lane.expect}) is a memory measurement"
     for i, arg in enumerate(lane.args):

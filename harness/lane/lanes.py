@@ -366,7 +366,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     if lane.minimal:  # the plain script runs unchanged under the kit that speaks the lane protocol
         args = [str(script), *lane.args]
     elif lane.domain:  # the kit runs the point script once per declared point; the receipt records the declaration
-        assert pack.domain is not None  # tracking.load refuses a domain lane without [packs.NN.domain]
+        assert pack.domain is not None  # tracking.load refuses a domain lane without pack.toml's [domain]
         args = [*lane.args, "--point-script", pinned, "--domain", pack.domain.declaration()]
     elif lane.upstream_tests:
         assert prep.tests_tree_key is not None  # prepare sets it for every upstream-test lane
@@ -514,8 +514,10 @@ def _repo_state(root: Path) -> dict:
 
 
 def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
-             update_tracking: bool = True) -> list[LaneResult]:
-    """Prepare and run the pack's lanes (all, or the named ones)."""
+             update_tracking: bool = True, current: dict[str, receipts.Receipt] | None = None) -> list[LaneResult]:
+    """Prepare and run the pack's lanes (all, or the named ones). ``current``: lanes whose latest receipt passed
+    and still counts for today's inputs (the caller decides, as readiness does): each is built and import-checked
+    like the rest, and answered by that receipt instead of running its reproducer again."""
     if not pack.lanes:
         return []  # the caller says so (exit NO_LANES): nothing was validated
     lanes = [pack.lane(n) for n in lane_names] if lane_names else list(pack.lanes)
@@ -543,15 +545,29 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
                 why = f"needs {need} CUDA GPU(s); {gpu_desc}"
                 results.append(LaneResult(pack.id, prep.lane.name, Verdict.SKIPPED, why, Exit.SKIPPED))
                 continue
+            if prep.lane.name in (current or {}):
+                rec = (current or {})[prep.lane.name]
+                where = receipts.display_path(rec.path, ctx.root) if rec.path is not None else "?"
+                results.append(LaneResult(pack.id, prep.lane.name, Verdict.PASS, f"current: {where} passed on "
+                                          "this pin, series, reproducer and helpers; not run again", Exit.OK, rec))
+                continue
             result = execute(ctx, prep, run_dir)
             results.append(result)
             if update_tracking and result.receipt is not None:
-                # the lane's latest by the one rule (receipts.latest_per_lane), which the new receipt normally is
-                latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir,
-                                                 with_checkout=True).get(prep.lane.name, result.receipt)
-                ctx.tracking.record_validation(pack.id, prep.lane.name, receipts.summary(latest, ctx.root))
+                # the pack's line of tracking.toml's generated [verdicts], from every lane's latest receipt by the
+                # one rule (receipts.latest_per_lane): the only thing a run writes there
+                ctx.tracking.record_verdicts(lambda: verdict_lines(ctx, [pack]), pack.id)  # made again under the lock
                 ctx.tracking.save()
     finally:
         if made_here:
             shutil.rmtree(run_dir, ignore_errors=True)
     return results
+
+
+def verdict_lines(ctx, packs) -> dict[str, str]:
+    """Per pack, its line of tracking.toml's generated ``[verdicts]``: its lanes' latest receipts under the
+    checkout's ``receipts/`` by ``receipts.latest_per_lane`` (a run that writes its receipts elsewhere, with
+    ``--receipts-dir``, counts once they are imported)."""
+    return {pack.id: receipts.verdict_line([lane.name for lane in pack.lanes],
+                                           receipts.latest_by_lane(ctx.root, pack.target, pack.id))
+            for pack in packs}

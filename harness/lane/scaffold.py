@@ -20,7 +20,7 @@ from pathlib import Path
 import tomlkit
 
 from harness.errors import UsageError, WriteError
-from harness.lane.tracking import KINDS, PACK_ID, UNPATCHED_KINDS, Tracking, normalize_id, shown_id
+from harness.lane.tracking import KINDS, PACK_ID, SCHEMA, UNPATCHED_KINDS, Tracking, layout, normalize_id, shown_id
 from harness.upstream import pins
 
 REPRODUCER = '''\
@@ -75,7 +75,8 @@ def slug(title: str) -> str:
 
 def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str = "pr", base: str | None = None,
              requires: str = "cuda") -> Scaffold:
-    """Write the pack's tracking entry, series directory and reproducer; nothing is left if a step fails."""
+    """Write the pack's tracking entry, its series directory with its ``pack.toml`` (its lanes and evidence rows)
+    and its reproducer; nothing is left if a step fails."""
     root = tracking.root
     pid = normalize_id(pack)
     if not PACK_ID.match(pid):
@@ -106,26 +107,31 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
     evidence = [(lane, "the example figure of check(): TODO say what it measures", "TODO {value}")
                 for lane, on, _, _ in lanes if on == filing]
 
-    def change(doc) -> None:
+    def change(doc) -> None:  # tracking.toml: where the pack stands
         table = tomlkit.table()
         for key, value in (("title", title), ("target", target), ("kind", kind), ("state", "planned"),
-                           ("files", []), ("depends_on", []), ("summary", "TODO: what breaks, for whom, and why"),
-                           ("requires", requires), ("base", base),
-                           ("reproducer", str(reproducer.relative_to(root)))):
+                           ("depends_on", [])):
             table[key] = value
-        rows = tomlkit.aot()
-        for lane, label, show in evidence:
-            row = tomlkit.table()
-            row.update({"lane": lane, "figure": EXAMPLE_FIGURE, "label": label, "show": show})
-            rows.append(row)
-        table["evidence"] = rows
-        entries = tomlkit.aot()
-        for lane, on, patched, expect in lanes:
-            entry = tomlkit.table()
-            entry.update({"name": lane, "base": on, "patched": patched, "expect": expect})
-            entries.append(entry)
-        table["lanes"] = entries
         doc["packs"][pid] = table
+
+    # patches/<target>/<NN>/pack.toml: what it declares, beside its series (docs/layout.md)
+    declared = tomlkit.document()
+    declared.add(tomlkit.comment(f"Pack {pid}: what it declares (docs/layout.md); where it stands is in tracking.toml"))
+    for key, value in (("schema", SCHEMA), ("files", []), ("summary", "TODO: what breaks, for whom, and why"),
+                       ("requires", requires), ("base", base), ("reproducer", str(reproducer.relative_to(root)))):
+        declared[key] = value
+    rows = tomlkit.aot()
+    for lane, label, show in evidence:
+        row = tomlkit.table()
+        row.update({"lane": lane, "figure": EXAMPLE_FIGURE, "label": label, "show": show})
+        rows.append(row)
+    declared["evidence"] = rows
+    entries = tomlkit.aot()
+    for lane, on, patched, expect in lanes:
+        entry = tomlkit.table()
+        entry.update({"name": lane, "base": on, "patched": patched, "expect": expect})
+        entries.append(entry)
+    declared["lanes"] = entries
 
     created: list[Path] = []
     try:
@@ -137,6 +143,7 @@ def new_pack(tracking: Tracking, pack: str, target: str, title: str, kind: str =
             created.append(reproducer)
             series_dir.mkdir(parents=True)
             created.append(series_dir)
+            (series_dir / layout.PACK_FILE).write_text(tomlkit.dumps(declared), encoding="utf-8")
         except OSError as exc:  # a read-only checkout, a full disk, no permission
             raise WriteError.of(exc, f"pack {pid}'s first files", reproducer) from None
         _check_loads(tracking, change)  # the entry must load before tracking.toml is touched

@@ -1,4 +1,4 @@
-"""Nox sessions as data, read from tracking.toml with the standard library only.
+"""Nox sessions as data, read from tracking.toml and the packs' pack.toml with the standard library only.
 
 The noxfile imports this module before any dependency is installed, so it
 must not import tomlkit, rich or requests. Each pack becomes a session
@@ -98,6 +98,10 @@ def pack_sessions(root: Path) -> list[PackSession]:
         target = pack.get("target", "unknown")
         reqs = root / "requirements" / f"lane-{target}.txt"
         state = pack.get("state", "?")
+        declared = root / "patches" / target / pid / "pack.toml"  # tracking.layout.PACK_FILE (stdlib only here)
+        if declared.is_file():
+            with open(declared, "rb") as fh:
+                pack = {**pack, **tomllib.load(fh)}
         lanes = len(pack.get("lanes", []))
         desc = f"pack {pid} [{pack.get('kind', '?')}, {state}, {lanes} lane(s)]: {pack.get('title', '')}"
         if not lanes:  # `harness run` exits NO_LANES: the session fails rather than pass on nothing

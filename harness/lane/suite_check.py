@@ -86,7 +86,7 @@ def suite_verdict(ctx: Context, pack: Pack, base: str, ranks: int | None = None)
     environment only: EnvironmentMismatch otherwise). ``ranks``: read the receipts of runs at that many ranks."""
     chosen = suite_lanes(pack, base)
     if not chosen:
-        raise ConfigError(f"pack {pack.id} declares no [[packs.{pack.id}.suites]] at base {base}")
+        raise ConfigError(f"pack {pack.id} declares no [[suites]] at base {base} ({pack.declared_in})")
     latest = latest_suite_receipts(ctx, pack, ranks)
     _verified([latest[lane.name] for lane in chosen if lane.name in latest], set(sentinels(ctx.root)))
     manifest = ctx.manifest(pack.target)

@@ -103,11 +103,13 @@ class Verdict:
 def bug_absent_evidence(tracking: Tracking, pid: str, base_name: str) -> str:
     """A passing unpatched lane on ``base_name`` that expects BUG_ABSENT, as 'lane (receipt)'; '' if none."""
     pack = tracking.packs[pid]
+    latest = receipts.latest_by_lane(tracking.root, pack.target, pack.id)
     for lane in pack.lanes:
-        v = pack.validation.get(lane.name)
+        v = latest.get(lane.name)
         if v is not None and lane.base == base_name and not lane.patched \
                 and lane.expect == receipts.Sentinel.BUG_ABSENT and v.verdict == receipts.Verdict.PASS:
-            return f"lane {lane.name} saw BUG_ABSENT on {v.host or '?'} ({v.receipt or 'no receipt'})"
+            where = receipts.display_path(v.path, tracking.root) if v.path is not None else "no receipt"
+            return f"lane {lane.name} saw BUG_ABSENT on {receipts.host_description(v)} ({where})"
     return ""
 
 

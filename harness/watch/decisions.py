@@ -1,4 +1,4 @@
-"""A pack's recorded decisions about overlapping upstream work (``[[packs.NN.related]]``), read as data.
+"""A pack's recorded decisions about overlapping upstream work (``pack.toml's [[related]]``), read as data.
 
 Pure functions of a loaded ``Pack``: where a comment goes, whether upstream work replaces ours, the
 related section of a filing body, whether its filing targets are still open and active (``target_health``),
@@ -98,8 +98,8 @@ def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str],
             conflicting.append(d.ref)  # one line for all of them: a rebase, not a matter of substance
             continue
         if d.kind is None or d.state is None:
-            problems.append(f"related {d.ref}: no kind/state recorded in [[packs.{pack.id}.related]] (keys 'kind': "
-                            "pr | issue | commit, 'state': open | draft | merged | closed)")
+            problems.append(f"related {d.ref}: no kind/state recorded in [[related]] of {pack.declared_in} (keys "
+                            "'kind': pr | issue | commit, 'state': open | draft | merged | closed)")
             continue
         lead = _LEADS[d.relation]
         lines.append(f"- {describe(d, home)}: " + (f"{lead}; " if lead else "") + d.reason.rstrip("."))

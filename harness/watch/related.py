@@ -11,7 +11,7 @@ Two places are looked at:
   functions its hunks change, or quote the error message it fixes (key ``error``).
 
 Each candidate is ranked by how close it comes to the pack's footprint (``footprint``): the same lines as one
-of our hunks, the same function, the same file, or only a mention. ``[[packs.NN.related]]`` holds the
+of our hunks, the same function, the same file, or only a mention. ``pack.toml's [[related]]`` holds the
 decisions (harness.lane.tracking.Decision); readiness refuses a pack while a candidate newer than its last
 decision is undecided (``undecided``).
 """

@@ -44,7 +44,7 @@ from harness.lane.receipts.index import (
     receipts_root,
     run_dirs,
     suite_logs,
-    summary,
+    verdict_line,
 )
 from harness.lane.receipts.model import Receipt, Verdict, dump, load
 from harness.lane.receipts.records import (
@@ -73,5 +73,5 @@ __all__ = [
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
     "Verdict", "check_dir", "dated_in_future", "display_path", "dump", "find", "helper_digests", "host_description",
     "host_label", "latest", "latest_by_lane", "latest_per_lane", "load", "log_text", "receipts_root", "run_dirs",
-    "stamp_time", "suite_logs", "summary", "utc_now", "verify", "write", "write_manifest",
+    "stamp_time", "suite_logs", "utc_now", "verdict_line", "verify", "write", "write_manifest",
 ]

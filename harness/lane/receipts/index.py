@@ -1,9 +1,9 @@
-"""Finding receipts: every run directory, the receipts of a target or pack, each lane's latest, and the brief
-entry tracking.toml keeps for a lane."""
+"""Finding receipts: every run directory, the receipts of a target or pack, each lane's latest, and the one line
+per pack tracking.toml's generated ``[verdicts]`` keeps of them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -100,7 +100,7 @@ def display_path(path: Path, root: Path) -> str:
 
 
 def host_description(receipt: Receipt) -> str:
-    """'<GPU> (cc <x.y>)', else 'cpu (<platform>)', as tracking.toml's validation entries name the host. A host
+    """'<GPU> (cc <x.y>)', else 'cpu (<platform>)', as 'perf' and the filing bodies name the host. A host
     without a GPU is 'cpu' here as in 'status' (host_label): one name, the platform only added to it."""
     host = receipt.host
     if host is not None and host.gpu:
@@ -115,20 +115,32 @@ def host_label(receipt: Receipt) -> str:
     return gpu.replace("NVIDIA ", "").split()[0] if gpu else "cpu"
 
 
-def summary(receipt: Receipt, root: Path) -> dict:
-    """The validation entry tracking.toml keeps for a lane: the latest receipt in brief."""
-    path = receipt.path
-    assert path is not None, "only a written receipt is summarized"
-    return {
-        "verdict": receipt.verdict.value,
-        "expected": receipt.expected.value,
-        "seen": ", ".join(receipt.sentinels) or "none",
-        "base": receipt.base.name,
-        "patched": receipt.patched,
-        "host": host_description(receipt),
-        "date": receipt.started,
-        "receipt": display_path(path, root),
-    }
+# the order a verdict line names verdicts in: passes, then what went wrong, then what never ran
+_LINE_ORDER = ("pass", "mismatch", "crash", "timeout")
+_NAMED = 3  # lane names a line shows per verdict before it counts the rest
+
+
+def verdict_line(lanes: Sequence[str], latest: Mapping[str, Receipt]) -> str:
+    """A pack's lanes' latest verdicts in one line (tracking.toml's generated ``[verdicts]``): how many lanes have
+    each verdict, naming those that did not pass, and the date of the latest run. ``latest``: per lane name its
+    latest receipt by ``latest_per_lane``; a lane without one is "not run"."""
+    if not lanes:
+        return "no lanes"
+    groups: dict[str, list[str]] = {}
+    for name in lanes:
+        groups.setdefault(latest[name].verdict.value if name in latest else "not run", []).append(name)
+    parts = []
+    for verdict in (*_LINE_ORDER, *sorted(set(groups) - {*_LINE_ORDER, "not run"}), "not run"):
+        names = groups.get(verdict)
+        if not names:
+            continue
+        if verdict == "pass":
+            parts.append(f"{len(names)} pass")
+            continue
+        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+        parts.append(f"{len(names)} {verdict} ({', '.join(names[:_NAMED])}{more})")
+    dates = [latest[name].started[:10] for name in lanes if name in latest]
+    return f"{len(lanes)} lane(s): " + ", ".join(parts) + (f"; latest run {max(dates)}" if dates else "")
 
 
 def log_text(receipt: Receipt) -> str | None:

@@ -8,11 +8,13 @@ unknown sentinels.
 
 The package, one module per concept (imports go down this list):
 
-* ``domain``: what a widening change admits (``Domain``, ``Point``), read from ``[packs.NN.domain]``;
-* ``model``: a pack as typed data (``Pack``, ``Lane``, ``EvidenceRow``, ``Thread``, ``Decision``, ``Validation``)
+* ``domain``: what a widening change admits (``Domain``, ``Point``), read from ``pack.toml's [domain]``;
+* ``model``: a pack as typed data (``Pack``, ``Lane``, ``EvidenceRow``, ``Thread``, ``Decision``)
   and the vocabularies its values are checked against;
 * ``load``: a pack's table read into a ``Pack`` with a closed schema, naming the pack and key at fault;
-* ``document``: ``Tracking``, the whole file with its round-trippable document and the tool's edits to it.
+* ``layout``: which of a pack's keys live in tracking.toml and which in ``patches/<target>/<NN>/pack.toml``;
+* ``document``: ``Tracking``, the whole file with its round-trippable document and the tool's edits to it (the
+  generated ``[verdicts]`` lines, thread states, filing records).
 
 The names below are the package's public surface; callers use ``tracking.Pack`` and so on.
 
@@ -32,7 +34,6 @@ from harness.lane.tracking.load import (
     SUITE_SIDES,
     THREAD_KEYS,
     TOP_KEYS,
-    VALIDATION_KEYS,
     suite_lane_name,
     unknown_keys,
 )
@@ -63,7 +64,6 @@ from harness.lane.tracking.model import (
     Lane,
     Pack,
     Thread,
-    Validation,
     latest_today,
     normalize_id,
     sentinels,
@@ -77,6 +77,6 @@ __all__ = [
     "RELATED_KINDS", "RELATED_OVERLAPS", "RELATED_REF", "RELATED_STATES", "RELATIONS", "REQUIRES", "SCHEMA",
     "STATES", "SUITE_KEYS",
     "SUITE_SIDES", "THREAD_KEYS", "THREAD_STATES", "TOP_KEYS", "Thread", "Tracking", "UNPATCHED_KINDS",
-    "VALIDATION_KEYS", "Validation", "latest_today", "normalize_id", "sentinels", "shown_id", "suite_lane_name",
+    "latest_today", "normalize_id", "sentinels", "shown_id", "suite_lane_name",
     "unknown_keys",
 ]

@@ -19,7 +19,7 @@ from harness.base.tomlutil import field, load_document
 from harness.errors import ConfigError, WriteError
 from harness.lane.tracking import layout
 from harness.lane.tracking.load import _check_graph, _load_pack, unknown_keys
-from harness.lane.tracking.model import PACK_ID, SCHEMA, Pack, normalize_id, shown_id
+from harness.lane.tracking.model import PACK_ID, SCHEMA, VERDICTS, VERDICTS_NOTE_LINES, Pack, normalize_id, shown_id
 from harness.upstream import pins
 
 
@@ -75,6 +75,10 @@ class Tracking:
             else:  # the single-file form, before 'harness migrate': the declarations sit in [packs.NN] itself
                 packs[pid] = _load_pack(root, pid, table, table, where, where, manifests, missing_selections_ok)
         _check_graph(path, packs)
+        table = doc.get(VERDICTS)
+        if table is not None and (not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values())):
+            raise ConfigError(f"{path}: [{VERDICTS}] holds one string per pack (generated)",
+                              hint="run 'harness receipts sync' to write it again from receipts/")
         return cls(root, path, doc, packs)
 
     def pack(self, pid: str) -> Pack:
@@ -110,21 +114,20 @@ class Tracking:
         change(self.doc)
         self._edits.append((change, pack))
 
-    def record_validation(self, pid: str, lane: str, entry: dict[str, Any]) -> None:
-        """Set ``[packs.<pid>.validation.<lane>]`` to ``entry`` (replacing what was there)."""
+    def verdicts(self) -> dict[str, str]:
+        """The generated ``[verdicts]`` lines as they are in the file (pack id: line)."""
+        table = self.doc.get(VERDICTS) or {}
+        return {str(k): str(v) for k, v in table.items()}
 
-        def change(doc) -> None:
-            table = doc["packs"][pid]
-            if "validation" not in table:
-                validation = tomlkit.table(is_super_table=True)
-                table.append("validation", validation)
-            lane_table = tomlkit.table()
-            for key, value in entry.items():
-                if value is not None:
-                    lane_table[key] = value
-            table["validation"][lane] = lane_table
+    def record_verdicts(self, lines: dict[str, str] | Callable[[], dict[str, str]], pack: str | None = None) -> None:
+        """Set the ``[verdicts]`` lines of the packs in ``lines`` (other packs' lines stay). A callable is asked
+        each time the edit is made, the last time under the file's lock when saving: two runs of one pack that
+        save one after the other then both count, the later line made from both runs' receipts."""
+        self.edit(lambda doc: _set_verdicts(doc, lines() if callable(lines) else lines, whole=False), pack)
 
-        self.edit(change, pid)
+    def rewrite_verdicts(self, lines: dict[str, str]) -> None:
+        """Make ``[verdicts]`` hold exactly ``lines``, in their order (``receipts sync``)."""
+        self.edit(lambda doc: _set_verdicts(doc, lines, whole=True))
 
     def update_thread(self, pid: str, index: int, values: dict[str, Any]) -> None:
         """Set keys of ``[[packs.<pid>.threads]]`` entry ``index`` (existing keys keep their place)."""
@@ -176,28 +179,49 @@ class Tracking:
                         gone = f"what this command updates{f' in [packs.{pid}]' if pid else ''} is gone ({exc})"
                     raise ConfigError(f"{self.path}: changed while this command ran; {gone}, so this command's "
                                       "update cannot be applied (nothing written)") from None
-            text = tomlkit.dumps(doc)
-            mode = stat.S_IMODE(self.path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=".tracking-", suffix=".toml", dir=self.path.parent)
-            except OSError as exc:
-                raise WriteError.of(exc, "tracking.toml's new copy", self.path.parent) from None
-            try:
-                os.fchmod(fd, mode)
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(text)
-                    fh.flush()
-                    os.fsync(fh.fileno())  # a full disk shows here at the latest, before the old file is replaced
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                Path(tmp).unlink(missing_ok=True)
-                raise WriteError.of(exc, "tracking.toml", self.path,
-                                    hint=f"free space in {self.path.parent}; {self.path} is as it was") from None
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            replace_text(self.path, tomlkit.dumps(doc))
         self.doc = doc
         self._edits.clear()
+
+
+def _set_verdicts(doc, lines: dict[str, str], whole: bool) -> None:
+    """Set lines of the generated ``[verdicts]`` table, made last in the file, under its note, when missing;
+    ``whole``: the table holds exactly ``lines`` afterwards."""
+    if VERDICTS not in doc:
+        doc.add(tomlkit.nl())
+        for line in VERDICTS_NOTE_LINES:
+            doc.add(tomlkit.comment(line[2:]))
+        doc.append(VERDICTS, tomlkit.table())
+    table = doc[VERDICTS]
+    for pid in lines:
+        doc["packs"][pid]  # noqa: B018 -- a pack removed meanwhile is a KeyError: save names it, writes nothing
+    if whole:
+        for pid in list(table):
+            del table[pid]
+    for pid, line in lines.items():
+        table[pid] = line
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` in one rename, keeping its mode: the old file stays whole if anything fails."""
+    mode = stat.S_IMODE(path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
+    except OSError as exc:
+        raise WriteError.of(exc, f"{path.name}'s new copy", path.parent) from None
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())  # a full disk shows here at the latest, before the old file is replaced
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise WriteError.of(exc, path.name, path, hint=f"free space in {path.parent}; {path} is as it was") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 @contextlib.contextmanager

@@ -1,21 +1,21 @@
-"""``[packs.NN.domain]``: what a change that widens what code accepts newly admits, as data.
+"""``pack.toml's [domain]``: what a change that widens what code accepts newly admits, as data.
 
 A pack whose change lets in shapes, dtypes, GPU architectures or config values the base declined declares that
 domain here, and a *domain lane* (``domain = true`` in one of its lanes, docs/domain.md) sweeps it point by point:
 
-    [packs.02.domain]
+    [domain]
     axes = ["heads", "v_channels", "rope"]         # the axes, in the order a point is named
     devices = ["sm_90"]                             # where the claim is shown ("cpu" for a config-level domain)
     not_shown = ["sm_80", "sm_100"]                 # where it is not (a body says so)
     point = "repros/megatron-lm/pack02_domain_point.py"   # runs one point in a process of its own
     summary = "..."                                 # what the change admits, in words (no figures)
 
-    [[packs.02.domain.admits]]                      # points the change must admit (run and match a reference)
+    [[domain.admits]]                      # points the change must admit (run and match a reference)
     heads = [16, 64, 128]                           # every axis, each a list: the grid is their product
     v_channels = [32, 512]
     rope = [64]
 
-    [[packs.02.domain.declines]]                    # points that must still be declined, as the base declines them
+    [[domain.declines]]                    # points that must still be declined, as the base declines them
     heads = [64]
     v_channels = [512]
     rope = [128]
@@ -46,7 +46,7 @@ Scalar = int | float | str | bool
 
 @dataclass(frozen=True)
 class Grid:
-    """One ``[[packs.NN.domain.admits]]`` / ``declines`` table: the product of its axes' values."""
+    """One ``pack.toml's [[domain.admits]]`` / ``declines`` table: the product of its axes' values."""
 
     values: tuple[tuple[str, tuple[Scalar, ...]], ...]  # (axis, values), in the domain's axis order
     note: str = ""
@@ -125,10 +125,10 @@ def _grid(t, axes: tuple[str, ...], where: str) -> Grid:
 
 
 def load_domain(root: Path, t, where: str) -> Domain:
-    """``[packs.NN.domain]`` read with its closed schema; ``where`` names the file and pack."""
+    """``pack.toml's [domain]`` read with its closed schema; ``where`` names the file and pack."""
     where = f"{where} .domain"
     if not isinstance(t, dict):
-        raise ConfigError(f"{where}: must be a table ([packs.NN.domain])")
+        raise ConfigError(f"{where}: must be a table (pack.toml's [domain])")
     extra = sorted(set(t) - DOMAIN_KEYS)
     if extra:
         raise ConfigError(f"{where}: unknown key '{extra[0]}' (known: {', '.join(sorted(DOMAIN_KEYS))})")
@@ -158,7 +158,7 @@ def load_domain(root: Path, t, where: str) -> Domain:
     for key in ("admits", "declines"):
         items = t.get(key, [])
         if not isinstance(items, list):
-            raise ConfigError(f"{where}: key '{key}' must be an array of tables ([[packs.NN.domain.{key}]])")
+            raise ConfigError(f"{where}: key '{key}' must be an array of tables ([[domain.{key}]])")
         grids[key] = tuple(_grid(g, axes, f"{where} {key}[{i}]") for i, g in enumerate(items))
     if not grids["admits"]:
         raise ConfigError(f"{where}: key 'admits' must hold at least one grid: what the change newly admits")

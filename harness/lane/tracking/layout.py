@@ -27,7 +27,7 @@ from harness.errors import ConfigError
 PACK_FILE = "pack.toml"
 STANDING_KEYS = frozenset({
     "title", "target", "kind", "class", "state", "depends_on", "threads", "mitigation", "absorbed", "held",
-    "blocked", "filing", "validation",
+    "blocked", "filing",
 })
 DECLARED_KEYS = frozenset({
     "files", "summary", "fix", "requires", "base", "filing_base", "reproducer", "minimal_repro", "error", "lanes",
@@ -38,6 +38,9 @@ DECLARED_KEYS = frozenset({
     "explicit_pre_norm", "uses_identity_norm",
 })
 PACK_FILE_TOP = frozenset({"schema"}) | DECLARED_KEYS
+# what an older tracking.toml kept per pack and nothing keeps now: each lane's latest receipt in brief (receipts/
+# hold the runs; tracking.toml's generated [verdicts] sums them up)
+GONE_KEYS = frozenset({"validation"})
 
 
 def pack_file(root: Path, target: str, pid: str) -> Path:
@@ -110,6 +113,7 @@ class Moved:
     pack: str
     path: Path
     keys: tuple[str, ...]
+    removed: tuple[str, ...] = ()  # keys no longer kept at all (validation records: receipts/ hold them)
 
 
 def split(doc: tomlkit.TOMLDocument, root: Path, schema: int) -> tuple[list[Moved], dict[Path, str]]:
@@ -125,7 +129,12 @@ def split(doc: tomlkit.TOMLDocument, root: Path, schema: int) -> tuple[list[Move
         if not isinstance(table, dict):
             continue
         keys = [k for k in list(table) if k in DECLARED_KEYS]
+        removed = tuple(k for k in list(table) if k in GONE_KEYS)
+        for key in removed:
+            del table[key]
         if not keys:
+            if removed:
+                moved.append(Moved(str(pid), Path(), (), removed))
             continue
         target = table.get("target")
         if not isinstance(target, str):
@@ -142,6 +151,6 @@ def split(doc: tomlkit.TOMLDocument, root: Path, schema: int) -> tuple[list[Move
                                   f"[packs.{pid}]; keep one")
             out[key] = table[key]
             del table[key]
-        moved.append(Moved(pid, existing.path, tuple(keys)))
+        moved.append(Moved(pid, existing.path, tuple(keys), removed))
         texts[existing.path] = tomlkit.dumps(out)
     return moved, texts

@@ -35,12 +35,12 @@ from harness.lane.tracking.model import (
     STATES,
     THREAD_STATES,
     UNPATCHED_KINDS,
+    VERDICTS,
     EvidenceRow,
     Lane,
     LintAtBase,
     Pack,
     Thread,
-    Validation,
     normalize_id,
     sentinels,
 )
@@ -50,7 +50,7 @@ from harness.upstream import pins
 # The closed schema: every key a table may hold. An unknown key is warned about (naming file, pack and key),
 # the way pre-commit treats its config: a typo such as `depends-on` must not pass silently.
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-TOP_KEYS = frozenset({"schema", "packs"})
+TOP_KEYS = frozenset({"schema", "packs", VERDICTS})
 # A pack's keys, in two places (layout.py): where it stands in tracking.toml, what it declares in its own file.
 PACK_KEYS = layout.STANDING_KEYS | layout.DECLARED_KEYS
 LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "requires", "with_baseline", "nproc",
@@ -58,8 +58,8 @@ LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "
                        "test_requires",
                        # how `harness sweep` may place the lane on a GPU (docs/sweep.md)
                        "exclusive", "gpu_memory_gib",
-                       "domain"})  # sweeps [packs.NN.domain], one process per point
-# [[packs.NN.suites]]: where and how the recorded selection (suites/NN/BASE.toml) runs; expanded into suite lanes
+                       "domain"})  # sweeps pack.toml's [domain], one process per point
+# pack.toml's [[suites]]: where and how the recorded selection (suites/NN/BASE.toml) runs; expanded into suite lanes
 SUITE_KEYS = frozenset({"base", "requires", "with_builds", "test_requires", "timeout", "shards", "exclusive",
                         "gpu_memory_gib", "note"})
 SUITE_SIDES = (("base", False), ("patched", True))
@@ -68,21 +68,21 @@ RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state", 
 
 
 LINT_AT_BASE_KEYS = frozenset({"base", "files", "decision", "reason"})
-VALIDATION_KEYS = frozenset({"verdict", "receipt", "host", "date", "expected", "seen", "base", "patched", "note"})
+
+
+# keys an older tracking.toml held that are no longer kept, and what replaced them
+_GONE = {"validation": " (no longer kept: receipts/ hold each lane's runs and [verdicts] sums them up; 'harness "
+                       "migrate' removes it)"}
 
 
 def _unknown_entries(where: str, table, pid: str, sub: str = "") -> list[str]:
-    """Unknown keys of the arrays of tables and the validation records a pack's table (or its file) holds."""
+    """Unknown keys of the arrays of tables a pack's table (or its file) holds."""
     out = []
     for kind, known in (("lanes", LANE_KEYS), ("threads", THREAD_KEYS), ("related", RELATED_KEYS),
                         ("suites", SUITE_KEYS), ("lint_at_base", LINT_AT_BASE_KEYS)):
         for i, entry in enumerate(table.get(kind) or []):
             if isinstance(entry, dict):
                 out += [f"{where} {kind}[{i}]: unknown key '{k}'" for k in entry if k not in known]
-    for lane, entry in (table.get("validation") or {}).items():
-        if isinstance(entry, dict):
-            out += [f"{where} [packs.{pid}.validation.{lane}]: unknown key '{k}'" for k in entry
-                    if k not in VALIDATION_KEYS]
     return out
 
 
@@ -96,7 +96,7 @@ def unknown_keys(path: Path, doc, root: Path | None = None) -> list[str]:
     for pid, table in (doc.get("packs") or {}).items():
         if not isinstance(table, dict):
             continue
-        out += [f"{path} [packs.{pid}]: unknown key '{k}'" for k in table if k not in PACK_KEYS]
+        out += [f"{path} [packs.{pid}]: unknown key '{k}'" + (_GONE.get(k, "")) for k in table if k not in PACK_KEYS]
         out += _unknown_entries(f"{path} [packs.{pid}]", table, pid)
         target = table.get("target")
         if root is None or not isinstance(target, str) or not PACK_ID.match(str(pid)):
@@ -122,7 +122,7 @@ _RETIRE_KEYS = {"requirement": {"kind", "target", "base", "package", "version"},
 
 
 def _check_retire(conditions, where: str) -> None:
-    """``[[packs.NN.mitigation.retire]]``: the conditions, all of which retire the mitigation, as data that
+    """``pack.toml's [[mitigation.retire]]``: the conditions, all of which retire the mitigation, as data that
     ``harness refresh`` evaluates (docs/refresh.md): a version bound on what a base of a target requires of a
     package, a lane's latest verdict, or a thread's state. Closed: every key named, every value checked."""
     if not isinstance(conditions, list):
@@ -234,7 +234,6 @@ def _load_pack(root: Path, pid: str, t, d, where: str, dwhere: str, manifests: d
     depends = tuple(normalize_id(dep) for dep in str_list(t, "depends_on", where))
     evidence = tuple(_load_evidence(ev, f"{dwhere} evidence[{i}]", {lane.name for lane in lanes})
                      for i, ev in enumerate(d.get("evidence", [])))
-    validation = _load_validation(t.get("validation", {}), f"{where} .validation")
     perf = d.get("performance", [])
     if not isinstance(perf, list):
         raise ConfigError(f"{dwhere} .performance: must be an array of tables ([[performance]]), each "
@@ -268,7 +267,6 @@ def _load_pack(root: Path, pid: str, t, d, where: str, dwhere: str, manifests: d
         filing_base=filing_base,
         evidence=evidence,
         performance=performance,
-        validation=validation,
         evidence_note=field(d, "evidence_note", str, dwhere, default=""),
         related=related,
         error=field(d, "error", str, dwhere, default=""),
@@ -296,30 +294,9 @@ def _load_lint_at_base(rows, where: str, manifest) -> tuple[LintAtBase, ...]:
     return tuple(out)
 
 
-def _load_validation(t, where: str) -> dict[str, Validation]:
-    if not isinstance(t, dict):
-        raise ConfigError(f"{where}: must be a table of lanes ([packs.NN.validation.<lane>])")
-    out = {}
-    for lane, entry in t.items():
-        lwhere = f"{where}.{lane}"
-        if not isinstance(entry, dict):
-            raise ConfigError(f"{lwhere}: must be a table")
-        out[str(lane)] = Validation(
-            verdict=field(entry, "verdict", str, lwhere),
-            receipt=field(entry, "receipt", str, lwhere, default=None),
-            host=field(entry, "host", str, lwhere, default=None),
-            date=str(entry["date"]) if "date" in entry else None,
-            expected=field(entry, "expected", str, lwhere, default=None),
-            seen=field(entry, "seen", str, lwhere, default=None),
-            base=field(entry, "base", str, lwhere, default=None),
-            patched=field(entry, "patched", bool, lwhere, default=None),
-        )
-    return out
-
-
 def _load_evidence(t, where: str, lanes: set[str]) -> EvidenceRow:
     if not isinstance(t, dict):
-        raise ConfigError(f"{where}: must be a table ([[packs.NN.evidence]])")
+        raise ConfigError(f"{where}: must be a table (pack.toml's [[evidence]])")
     bench = field(t, "bench", str, where, default="")
     if bench and "lane" in t:
         raise ConfigError(f"{where}: a row reads either a lane ('lane') or a benchmark file ('bench'), not both")
@@ -450,7 +427,7 @@ def ci_template(manifest: pins.Manifest, base: str, template: dict, where: str, 
 
 def _suite_lanes(root: Path, manifest: pins.Manifest, pid: str, t, where: str, missing_ok: bool = False,
                  pack_requires: str | None = None) -> list[Lane]:
-    """The lanes of one [[packs.NN.suites]] table: every shard, on the unpatched and on the patched build; their ids
+    """The lanes of one pack.toml's [[suites]] table: every shard, on the unpatched and on the patched build; their ids
     are the recorded selection's (suites/NN/BASE.toml), their exclusions its [[exclude]] ids. A cuda suite at a base
     whose manifest records the upstream CI's environment (``[bases.NAME.ci]``) runs in it, at its ranks."""
     extra = sorted(set(t) - SUITE_KEYS)

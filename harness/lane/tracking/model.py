@@ -1,4 +1,4 @@
-"""A pack as typed data: its kind, state, lanes, evidence rows, threads, related decisions and validations, and
+"""A pack as typed data: its kind, state, lanes, evidence rows, threads and related decisions, and
 the vocabularies tracking.toml's values are checked against."""
 
 from __future__ import annotations
@@ -6,20 +6,21 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import re
+import textwrap
 from dataclasses import dataclass
-from dataclasses import field as field_
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
 from harness.lane import suite, upstream_tests
+from harness.lane.tracking import layout
 from harness.lane.tracking.domain import Domain
 
 KINDS = ("pr", "issue", "comment", "regression-guard", "bug-report", "contract")
 STATES = ("planned", "held", "ready", "filed", "absorbed", "retired", "blocked")
 THREAD_STATES = ("open", "draft", "merged", "closed", "unknown")
-RETIRE_KINDS = ("requirement", "lane", "thread")  # [[packs.NN.mitigation.retire]]: what a condition reads
+RETIRE_KINDS = ("requirement", "lane", "thread")  # pack.toml's [[mitigation.retire]]: what a condition reads
 REQUIRES = ("cuda", "cpu")
 MITIGATION_STATUS = ("active", "retired")
 # What a pack's change is; `harness waves` files crash fixes first and refactors late.
@@ -32,11 +33,18 @@ FIX_SENTINELS = ("FIX_VALIDATED", "FIX_FAILED")
 PACK_ID = re.compile(r"^[0-9]{2}$")
 DEFAULT_TIMEOUT = 900
 SCHEMA = 1  # tracking.toml's top-level `schema`: the layout this module reads
+# tracking.toml's generated table: one line per pack of its lanes' latest verdicts, derived from receipts/ (never
+# edited by hand; `harness receipts sync` writes it again, e.g. after a merge)
+VERDICTS = "verdicts"
+VERDICTS_NOTE = ("Generated from receipts/ by `harness run` and `harness receipts sync|import` (each lane's latest "
+                 "receipt, the rule every command uses): do not edit, do not merge by hand; after a merge run "
+                 "`harness receipts sync`.")
+VERDICTS_NOTE_LINES = tuple(f"# {part}" for part in textwrap.wrap(VERDICTS_NOTE, 116))  # as the file shows it
 # The kit that runs a pack's minimal reproducer as a lane (``minimal = true``): it prints the stamp, runs the
 # script unchanged and maps its exit status (1: the bug shows, 0: it does not) to the sentinel.
 MINIMAL_RUNNER = "repros/kit/_minimal.py"  # not repros/_*.py: those are pinned by every receipt
 # The kit that sweeps a pack's declared domain (``domain = true``): one child process per point of
-# ``[packs.NN.domain]``, each running the domain's ``point`` script (docs/domain.md).
+# ``pack.toml's [domain]``, each running the domain's ``point`` script (docs/domain.md).
 DOMAIN_RUNNER = "repros/kit/_domain.py"
 # What the person filing decided about an upstream PR, issue or commit that overlaps the pack (docs/related.md):
 # upstream's work replaces ours (the pack is not filed), ours builds on it, our body goes there as a comment,
@@ -89,10 +97,10 @@ class Lane:
     # None, decided from the lane (a performance row, a MEMORY_* sentinel, a timing/memory argument); False, not
     exclusive: bool | None = None
     gpu_memory_gib: float | None = None  # the most GPU memory one rank uses: lanes within it may share a GPU
-    # a suite lane (expanded from [[packs.NN.suites]]): shard I of N of the collected cases, ids excluded with reason
+    # a suite lane (expanded from pack.toml's [[suites]]): shard I of N of the collected cases, ids excluded with reason
     shard: tuple[int, int] | None = None
     deselect: tuple[str, ...] = ()
-    domain: bool = False  # sweeps the pack's [packs.NN.domain] through DOMAIN_RUNNER, one process per point
+    domain: bool = False  # sweeps the pack's pack.toml's [domain] through DOMAIN_RUNNER, one process per point
     # a suite lane in the upstream CI's environment (the base's [bases.NAME.ci]): its processes per node (0: one
     # process, no launcher), the gloo ranks a CPU run may use, and the selection's cases that may not run here
     ranks: int = 0
@@ -141,20 +149,6 @@ class EvidenceRow:
 
 
 @dataclass(frozen=True)
-class Validation:
-    """``[packs.NN.validation.<lane>]``: the lane's latest receipt in brief, as ``harness run`` records it."""
-
-    verdict: str
-    receipt: str | None = None  # repository-relative path of the receipt directory's receipt.json
-    host: str | None = None
-    date: str | None = None
-    expected: str | None = None
-    seen: str | None = None
-    base: str | None = None
-    patched: bool | None = None
-
-
-@dataclass(frozen=True)
 class Thread:
     url: str
     role: str
@@ -166,7 +160,7 @@ class Thread:
 
 @dataclass(frozen=True)
 class Decision:
-    """``[[packs.NN.related]]``: one upstream PR, issue or commit overlapping the pack, and what to do about it."""
+    """``pack.toml's [[related]]``: one upstream PR, issue or commit overlapping the pack, and what to do about it."""
 
     ref: str  # owner/repo#N or owner/repo@<40-hex sha>
     relation: str  # one of RELATIONS
@@ -196,7 +190,7 @@ LINT_DECISIONS = ("leave", "format-commit")
 
 @dataclass(frozen=True)
 class LintAtBase:
-    """``[[packs.NN.lint_at_base]]``: changed files that the upstream's whole-file CI checks fail at a base already,
+    """``pack.toml's [[lint_at_base]]``: changed files that the upstream's whole-file CI checks fail at a base already,
     and what the series does about it, as that upstream's contributing rules ask (docs/upstream-policy.md):
     ``leave`` them as they are (no unrelated formatting), or add a separate ``format-commit``."""
 
@@ -228,9 +222,8 @@ class Pack:
     held: str | None = None  # why a pack in state "held" is held back
     # the base a filing of this pack is made against: key 'filing_base', else the manifest's, else its base
     filing_base: str = ""
-    evidence: tuple[EvidenceRow, ...] = ()  # [[packs.NN.evidence]]: what the filing body shows
-    validation: dict[str, Validation] = field_(default_factory=dict)  # per lane name: its latest receipt
-    # [[packs.NN.performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
+    evidence: tuple[EvidenceRow, ...] = ()  # pack.toml's [[evidence]]: what the filing body shows
+    # pack.toml's [[performance]]: the pack's performance claims, rows like evidence rows; each is measured on its
     # lane's base, and its value is read from that lane's latest receipt (harness/filing/evidence.py resolves both)
     performance: tuple[EvidenceRow, ...] = ()
     evidence_note: str = ""  # how the figures were obtained (prose without figures), printed under the table
@@ -238,10 +231,15 @@ class Pack:
     # that issue and bug-report bodies inline; lanes with ``minimal = true`` run it unchanged
     minimal_repro: str | None = None
     fix: str = ""  # what the change does, in a line (key 'fix')
-    related: tuple[Decision, ...] = ()  # [[packs.NN.related]], in file order
+    related: tuple[Decision, ...] = ()  # pack.toml's [[related]], in file order
     error: str = ""  # the error message the pack fixes (key 'error')
-    domain: Domain | None = None  # [packs.NN.domain]: what the change newly admits (harness/lane/tracking/domain.py)
-    lint_at_base: tuple[LintAtBase, ...] = ()  # [[packs.NN.lint_at_base]], one per base at most
+    domain: Domain | None = None  # pack.toml's [domain]: what the change newly admits (harness/lane/tracking/domain.py)
+    lint_at_base: tuple[LintAtBase, ...] = ()  # pack.toml's [[lint_at_base]], one per base at most
+
+    @property
+    def declared_in(self) -> str:
+        """Where the pack declares its lanes, suites, domain and the rest (repository-relative; docs/layout.md)."""
+        return f"patches/{self.target}/{self.id}/{layout.PACK_FILE}"
 
     def lint_decision(self, base: str) -> LintAtBase | None:
         return next((d for d in self.lint_at_base if d.base == base), None)

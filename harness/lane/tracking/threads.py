@@ -89,12 +89,12 @@ def _load_related(entries, where: str, pid: str = "") -> tuple[Decision, ...]:
     """The pack's decisions about overlapping upstream work; a relation outside RELATIONS is refused, and so
     are one candidate decided twice (case aside) and a decision dated after today."""
     if not isinstance(entries, list):
-        raise ConfigError(f"{where} .related: must be an array of tables ([[packs.NN.related]])")
+        raise ConfigError(f"{where} .related: must be an array of tables (pack.toml's [[related]])")
     out, seen = [], set()
     for i, entry in enumerate(entries):
         rwhere = f"{where} related[{i}]"
         if not isinstance(entry, dict):
-            raise ConfigError(f"{rwhere}: must be a table ([[packs.NN.related]])")
+            raise ConfigError(f"{rwhere}: must be a table (pack.toml's [[related]])")
         ref = field(entry, "ref", str, rwhere)
         if not RELATED_REF.match(ref):
             raise ConfigError(f"{rwhere}: key 'ref' is {ref!r}; write 'owner/repo#N' for a pull request or issue, "
