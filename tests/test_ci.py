@@ -148,7 +148,8 @@ def test_the_base_commit_is_the_recorded_one():
 
 def test_with_ci_receipts_a_pack_session_writes_its_receipts_elsewhere(tmp_path, monkeypatch):
     """CI's pack sessions must not rewrite the clone's receipts (docs/filings re-render from them): with
-    CI_RECEIPTS, expect hands the session --receipts-dir and --no-tracking, after any lane arguments."""
+    CI_RECEIPTS, expect hands the session --receipts-dir, --no-tracking and --skip-current (a lane whose committed
+    receipt is current is answered by it), after any lane arguments."""
     log = tmp_path / "nox.log"
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("CI_RECEIPTS", str(tmp_path / "r"))
@@ -156,9 +157,10 @@ def test_with_ci_receipts_a_pack_session_writes_its_receipts_elsewhere(tmp_path,
     assert _expect(tmp_path, "0", "mamba_pack05", "--", "--lane", "x", rc=0).returncode == 0
     calls = [line for line in log.read_text().splitlines() if "-s" in line.split()]
     r = tmp_path / "r"
-    assert calls == [f"nox --error-on-missing-interpreters -s mamba_pack05 -- --receipts-dir {r} --no-tracking",
+    assert calls == [f"nox --error-on-missing-interpreters -s mamba_pack05 -- --receipts-dir {r} --no-tracking "
+                     "--skip-current",
                      f"nox --error-on-missing-interpreters -s mamba_pack05 -- --lane x --receipts-dir {r} "
-                     "--no-tracking"]
+                     "--no-tracking --skip-current"]
 
 
 def _ci_lines() -> list[str]:

@@ -437,3 +437,21 @@ def test_a_host_without_a_gpu_has_one_name(lane_repo, capsys):
     [lane] = [ln for ln in json.loads(capsys.readouterr().out)["packs"][0]["lanes"] if ln["name"] == "bug"]
     assert lane["receipt"]["host"] == "cpu" and entry["host"].split()[0] == "cpu"
 
+
+def test_skip_current_answers_a_lane_from_its_current_receipt_and_runs_it_again_once_stale(lane_repo, capsys):
+    """CI's pack sessions: a lane whose receipt passed for today's pin, series, reproducer and helpers is not run
+    again (its build is still made and import-checked); a changed reproducer makes it run."""
+    assert _run(lane_repo) == Exit.OK
+    before = sorted(d.name for d in receipts.run_dirs(lane_repo.root))
+    capsys.readouterr()
+    assert cli("run", "01", "--skip-current", "--json", *lane_repo.args()) == Exit.OK
+    out = json.loads(capsys.readouterr().out)
+    assert [(ln["lane"], ln["verdict"]) for ln in out["lanes"]] == [("bug", "pass"), ("fix", "pass")]
+    assert all(ln["reason"].startswith("current: receipts/fake/01/") for ln in out["lanes"])
+    assert sorted(d.name for d in receipts.run_dirs(lane_repo.root)) == before  # nothing ran, nothing written
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text() + "\n# changed\n")
+    assert cli("run", "01", "--skip-current", "--json", *lane_repo.args()) == Exit.OK
+    out = json.loads(capsys.readouterr().out)
+    assert not any(ln["reason"].startswith("current:") for ln in out["lanes"])
+    assert len(receipts.run_dirs(lane_repo.root)) == len(before) + 2

@@ -9,6 +9,7 @@ from harness.base import settings, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import BuildError, Exit, worst
+from harness.host import sweep_plan
 from harness.lane import lanes, receipts, sessions
 from harness.lane.receipts import Verdict
 
@@ -27,6 +28,10 @@ def register(sub) -> None:
     p.add_argument("--lane", action="append", default=[], help="run only this lane (repeatable)")
     p.add_argument("--receipts-dir", type=_args.path, default=None, help="write receipts here (default: receipts/)")
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
+    p.add_argument("--skip-current", action="store_true",
+                   help="answer a lane by its latest receipt when that passed and is current (same pin, series, "
+                        "reproducer and helpers, as readiness and 'sweep' decide) for it and every lane it runs "
+                        "with; its build is still made and import-checked (CI uses this)")
     p.add_argument("--result-file", type=_args.path, default=None,
                    help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
     p.add_argument("--json", action="store_true",
@@ -34,6 +39,16 @@ def register(sub) -> None:
     _args.output_format(p)
     _args.source(p)
     _args.common(p)
+
+
+def _current(ctx, pack, chosen: list[str]) -> dict:
+    """The lanes to answer from their receipts: current and passed, together with every lane they run with (a
+    patched lane reads what its baseline left in the run directory: both are current, or both run)."""
+    ok = sweep_plan.current_lanes(ctx.root, ctx.tracking, pack, ctx.manifest(pack.target), ctx.receipts_dir)
+    latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir, with_checkout=True)
+    names = {lane.name for group in sweep_plan.pairs(pack) if all(lane.name in ok for lane in group)
+             for lane in group}
+    return {name: latest[name] for name in names if not chosen or name in chosen}
 
 
 def main(args) -> int:
@@ -45,7 +60,9 @@ def main(args) -> int:
         results = []
     else:
         try:
-            results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking)
+            current = _current(ctx, pack, args.lane) if args.skip_current else None
+            results = lanes.run_pack(ctx, pack, args.lane or None, update_tracking=not args.no_tracking,
+                                     current=current)
         except BuildError as exc:
             _hint_lane_environment(exc, ctx, pack, args)
             raise
