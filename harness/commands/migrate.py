@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 
 import tomlkit
@@ -15,7 +14,7 @@ from harness.commands import _args
 from harness.commands._context import find_root
 from harness.errors import ConfigError, WriteError
 from harness.lane.tracking import SCHEMA, Tracking, layout
-from harness.lane.tracking.document import locked
+from harness.lane.tracking.document import locked, replace_text
 
 JSON_SCHEMA = 1
 
@@ -95,10 +94,4 @@ def _write_all(root: Path, path: Path, before: str, tracking_text: str, texts: d
 
 def _replace(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):  # gone after the rename; or its directory could not be made
-            tmp.unlink(missing_ok=True)
+    replace_text(path, text)

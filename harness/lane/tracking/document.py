@@ -203,8 +203,14 @@ def _set_verdicts(doc, lines: dict[str, str], whole: bool) -> None:
 
 
 def replace_text(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` in one rename, keeping its mode: the old file stays whole if anything fails."""
-    mode = stat.S_IMODE(path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
+    """Replace ``path`` by ``text`` in one rename, keeping its mode (a new file gets the umask's): the old file
+    stays whole if anything fails."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)  # the file keeps its mode (mkstemp would make it 0600)
+    except FileNotFoundError:
+        mask = os.umask(0)
+        os.umask(mask)
+        mode = 0o666 & ~mask
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=path.suffix, dir=path.parent)
     except OSError as exc:
