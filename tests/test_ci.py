@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 from harness.errors import Exit
@@ -224,3 +225,27 @@ def test_ci_downloads_the_lane_environments_wheels_once_and_drops_them_after_the
     last_drop = max(i for i, line in enumerate(lines) if line.startswith("drop_lane "))
     assert lines.index('rm -rf "$PIP_CACHE_DIR"') > last_drop
     assert ".ci-pip-cache/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_ci_times_reads_steps_and_sessions_from_the_log_and_refuses_another_file(tmp_path):
+    """bench/results' CI records come from .ci/run's own lines (tools/ci_times.py), never typed."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("ci_times", REPO / "tools" / "ci_times.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    log = tmp_path / "ci.log"
+    log.write_text("ci: step lint\nnox > Session lint was successful in 3 seconds.\nci: step lint: 5 s (total 17 s)\n"
+                   "nox > mamba_pack07: harness exit 3 (SKIPPED) in 1324 s\n"
+                   "nox > Session tests was successful in 2 minutes 5 seconds.\n"
+                   "ci: step tests: 130 s (total 147 s)\nci: all steps passed in 150 s\n")
+    assert mod.main([str(log), "--host", "2-core, idle", "-o", str(tmp_path / "out")]) == 0
+    record = json.loads((tmp_path / "out.json").read_text())
+    assert [(s["step"], s["seconds"]) for s in record["steps"]] == [("lint", 5), ("tests", 130)]
+    assert [(s["session"], s["seconds"], s["exit"]) for s in record["sessions"]] == [
+        ("lint", 3, "OK"), ("mamba_pack07", 1324, "SKIPPED"), ("tests", 125, "OK")]
+    assert record["passed"] is True and record["total_s"] == 150
+    (tmp_path / "other.log").write_text("nothing of CI here\n")
+    with pytest.raises(SystemExit, match="no 'ci: step NAME: N s' line"):
+        mod.main([str(tmp_path / "other.log"), "--host", "h", "-o", str(tmp_path / "x")])
