@@ -550,3 +550,23 @@ def test_an_excluded_id_is_deselected_and_recorded(suite_repo):
     assert "tests/test_core.py::test_total" not in cases and sum(d["collected"] for d in details[:1]) == 4
     assert cli("suite", "select", "01", "--base", "1.0", *args) == Exit.OK  # a refresh keeps the exclusion
     assert [e.reason for e in suite.load(path).exclude] == ["needs 8 GPUs"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-out", "directory"])
+def test_derivation_reads_only_regular_files_inside_the_tree(tmp_path, kind):
+    """Issue 45, item 14: a FIFO named like a test would block the derivation's read forever, a link would read
+    a file outside the tree, a directory named like a module is none: each is refused, naming it."""
+    import os
+
+    tree = _tree(tmp_path / "tree", LIBRARY)
+    odd = tree / "tests" / "test_odd.py"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    elif kind == "link-out":
+        (tmp_path / "outside.py").write_text("from lib.kernels.bwd import bwd\n")
+        odd.symlink_to(tmp_path / "outside.py")
+    else:
+        odd.mkdir()
+        (odd / "x.py").write_text("")
+    with pytest.raises(suite.SuiteError, match=r"tests/test_odd\.py is (a FIFO|a symbolic link|a directory)"):
+        suite.derive(tree, {"lib/kernels/bwd.py": ["p"]})

@@ -12,6 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.base import regular
+from harness.errors import ConfigError
+
 TEST_TOPS = ("tests", "test")  # top directories of an upstream tree that hold its tests
 _TEST_NAME = re.compile(r"^(test_.*|.*_test)\.py$")
 
@@ -197,8 +200,12 @@ def helper_files(tree: Path, selected: Iterable[str]) -> list[str]:
         if not (tree / rel).is_file():
             continue
         mod = module_name(rel) or rel
-        for name in imported_names((tree / rel).read_text(encoding="utf-8", errors="replace"), mod,
-                                   rel.endswith("__init__.py")):
+        try:
+            text = regular.source_text(tree, rel)
+        except regular.NotRegular as exc:
+            raise ConfigError(f"{exc}: the tests a change reaches are read from the tree's regular files "
+                              "only") from None
+        for name in imported_names(text, mod, rel.endswith("__init__.py")):
             if name.split(".")[0] not in TEST_TOPS:
                 continue
             path = Path(*name.split("."))

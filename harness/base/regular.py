@@ -66,3 +66,12 @@ def read_bytes(path: Path | str, *, follow: bool = False) -> bytes:
             raise NotRegular(f"{path} is {what}, not a regular file")
         os.set_blocking(fh.fileno(), True)
         return fh.read()
+
+
+def source_text(tree: Path | str, rel: str) -> str:
+    """The text of ``tree/rel``, a regular file inside ``tree`` (a module or test an upstream tree holds, read to
+    derive what a change reaches): NotRegular for a link, a FIFO, a device or a socket named like a module, which
+    the derivation would otherwise follow out of the tree or block on. Undecodable bytes are replaced."""
+    path = Path(tree) / rel
+    check(path, tree)
+    return read_bytes(path).decode("utf-8", errors="replace")

@@ -68,6 +68,16 @@ class SuiteError(ConfigError):
     """A suite selection file that cannot be read, breaks its schema, or records an id without a reason."""
 
 
+def _source(tree: Path, rel: str) -> str:
+    """A module or test of the upstream tree, read as a regular file inside it (``regular.source_text``)."""
+    try:
+        return regular.source_text(tree, rel)
+    except regular.NotRegular as exc:
+        raise SuiteError(f"{exc}: what a change reaches is derived from the upstream tree's regular files only",
+                         hint="the materialized base is not as git or the release made it: remove it from the "
+                              "cache and materialize it again") from None
+
+
 class SuiteDrift(ConfigError):
     """A recorded suite selection that no longer matches what derivation gives from the tree."""
 
@@ -135,7 +145,7 @@ def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None
                 continue
             pkg = module_name(rel)
             if pkg:
-                inits[pkg] = imported_names(init.read_text(encoding="utf-8", errors="replace"), pkg, True)
+                inits[pkg] = imported_names(_source(tree, rel), pkg, True)
         grew = True
         while grew:  # a package whose __init__ imports touched code re-exports it
             grew = False
@@ -148,8 +158,7 @@ def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None
         imports = {}
         for rel in files:
             mod = module_name(rel) or rel
-            imports[rel] = imported_names((tree / rel).read_text(encoding="utf-8", errors="replace"), mod,
-                                          rel.endswith("__init__.py"))
+            imports[rel] = imported_names(_source(tree, rel), mod, rel.endswith("__init__.py"))
         helpers: dict[str, str] = {}  # helper module -> the touched module it imports (or the helper it uses)
         grew = True
         while grew:
@@ -185,7 +194,7 @@ def derive(tree: Path, touched: Mapping[str, list[str]], hops: int | None = None
                     if why not in reasons.get(rel, []):
                         reasons.setdefault(rel, []).append(why)
         graph = _LibraryGraph(tree, library, hops)
-        found = {rel: graph.chains(rel, (tree / rel).read_text(encoding="utf-8", errors="replace"))
+        found = {rel: graph.chains(rel, _source(tree, rel))
                  for rel in files if is_test_file(rel) and rel not in reasons}  # the library rules add files only
         way_in: dict[str, set[str]] = {}  # the first library module of a chain no switch guards -> its test files
         for rel, found_chains in found.items():
@@ -277,7 +286,7 @@ class _LibraryGraph:
             self.paths.setdefault(m, rel)
         self.edges: dict[str, list[Link]] = {}
         for m, rel in self.paths.items():
-            self.edges[m] = self._links(rel, m, (tree / rel).read_text(encoding="utf-8", errors="replace"))[0]
+            self.edges[m] = self._links(rel, m, _source(tree, rel))[0]
         self.dist = {m: 0 for m in self.touched}  # edges to the nearest touched module (switch keys aside)
         rev: dict[str, set[str]] = {}
         for m, links in self.edges.items():
