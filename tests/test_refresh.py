@@ -243,3 +243,48 @@ def test_a_retirement_condition_with_an_unknown_key_is_refused_naming_it(moved, 
     capsys.readouterr()
     assert cli("check", *moved.args()) == Exit.USAGE
     assert "retire[0]: unknown key 'minimum'" in capsys.readouterr().err
+
+
+def test_the_proposal_derives_the_suite_again_and_names_the_threads_whose_state_changed(moved, capsys, tmp_path,
+                                                                                        monkeypatch):
+    """Issue 46, item 2: the move re-selects each recorded suite at the new head (the drift shown, the file
+    rewritten on the proposal's branch) and lists the threads whose state is no longer tracking.toml's."""
+    up = moved.up
+    # a recorded selection at main, derived at the pin: no test imports the core yet
+    assert cli("suite", "select", "01", "--base", "main", "--git-mirrors", str(up.mirrors), *moved.args()) == Exit.OK
+    # the pack lives on a PR that upstream merged meanwhile (recorded answer; tracking.toml says open)
+    path = moved.root / "tracking.toml"
+    path.write_text(path.read_text() + '\n[[packs.01.threads]]\nurl = "https://github.com/example/fake/pull/7"\n'
+                    'role = "pr"\nstate = "open"\n')
+    git(moved.root, "add", "-A")
+    git(moved.root, "commit", "-q", "-m", "selection and thread")
+    rec = tmp_path / "recorded"
+    (rec / "repos" / "example" / "fake" / "pulls").mkdir(parents=True)
+    (rec / "search" / "issues").mkdir(parents=True)  # what makes a directory of recorded answers one
+    (rec / "repos" / "example" / "fake" / "pulls" / "7.json").write_text(json.dumps(
+        {"number": 7, "state": "closed", "merged": True, "merged_at": "2026-02-01T00:00:00Z", "draft": False,
+         "updated_at": "2026-02-01T00:00:00Z", "title": "core: use each element's own weight"}))
+    monkeypatch.setenv("PATCHLANE_GITHUB_RECORDED", str(rec))
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.delenv("GH_TOKEN", raising=False)
+    # upstream adds a test of the core module: the selection at the head gains it
+    up.branch("new-test")
+    (up.work / "tests").mkdir(exist_ok=True)
+    (up.work / "tests" / "test_core.py").write_text("from fakepkg.core import scale\n\n\ndef test_scale():\n"
+                                                    "    assert scale([1], [2]) == [2]\n")
+    git(up.work, "add", "-A")
+    git(up.work, "commit", "-q", "-m", "tests: cover scale")
+    up.push("new-test")
+    code, doc = _refresh(moved, "--to", "new-test", "--propose", "--no-lanes", capsys=capsys)
+    assert code == Exit.OK
+    [sel] = doc["bases"][0]["suites"]
+    assert sel["pack"] == "01" and any("tests/test_core.py" in d for d in sel["drift"]), sel
+    assert doc["threads"]["changes"] == [{"pack": "01", "url": "https://github.com/example/fake/pull/7",
+                                          "old": "open", "new": "merged",
+                                          "action": "merged upstream: run `harness absorbed fake`"}]
+    branch = doc["bases"][0]["branch"]
+    message = git(moved.root, "log", "-1", "--format=%B", branch)
+    assert "Suites derived again at the head" in message and "tests/test_core.py" in message
+    assert "Threads whose state changed:" in message and "pull/7 open -> merged" in message
+    assert "tests/test_core.py" in git(moved.root, "show", f"{branch}:suites/01/main.toml")
+    assert "tests/test_core.py" not in (moved.root / "suites" / "01" / "main.toml").read_text()  # checkout as it was

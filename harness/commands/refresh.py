@@ -10,9 +10,9 @@ from pathlib import Path
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import Exit
+from harness.errors import ConfigError, Exit, SeriesError
 from harness.host import sweep_plan
-from harness.lane import series
+from harness.lane import lanes, series, suite
 from harness.lane.context import Context
 from harness.lane.tracking import Tracking
 from harness.upstream import git
@@ -64,6 +64,9 @@ def main(args) -> int:
     chosen = {ctx.tracking.pack(p).id for p in args.packs}
     targets = sorted({p.target for p in ctx.tracking.packs.values()
                       if (not args.target or p.target in args.target) and (not chosen or p.id in chosen)})
+    thread_changes = _thread_changes(ctx, [p for p in ctx.tracking.packs.values()
+                                           if p.target in targets and p.state not in _INACTIVE
+                                           and (not chosen or p.id in chosen)], args)
     results = []
     for target in targets:
         manifest = ctx.manifest(target)
@@ -75,12 +78,13 @@ def main(args) -> int:
                      and base_name in {lane.base for lane in p.lanes}  # a base the pack runs on
                      and series.load_series(ctx.root, target, p.id, base_name)]
             if packs:
-                results.append(_one_base(ctx, args, manifest, base_name, packs))
+                results.append(_one_base(ctx, args, manifest, base_name, packs, thread_changes))
     trees = {(r["target"], r["base"]): Path(r.pop("_tree")) for r in results if r.get("_tree")}
     retirements = [r.as_json() for r in refresh.evaluate_retirements(ctx, trees)]
     for r in results:
         shutil.rmtree(r.pop("_scratch"), ignore_errors=True)
-    doc = {"schema": SCHEMA, "kind": "patchlane-refresh", "bases": results, "retirements": retirements}
+    doc = {"schema": SCHEMA, "kind": "patchlane-refresh", "bases": results, "retirements": retirements,
+           "threads": thread_changes}
     conflicts = any(m["class"] == refresh.CONFLICTS for r in results for m in r["packs"])
     code = int(Exit.APPLY if conflicts else Exit.OK)
     doc["exit"] = code
@@ -94,7 +98,7 @@ def main(args) -> int:
     return code
 
 
-def _one_base(ctx: Context, args, manifest, base_name: str, packs) -> dict:
+def _one_base(ctx: Context, args, manifest, base_name: str, packs, thread_changes: dict) -> dict:
     base = manifest.base(base_name)
     assert base.git is not None
     new, source = refresh.resolve(base.git, args.to, ctx.sources())
@@ -127,14 +131,16 @@ def _one_base(ctx: Context, args, manifest, base_name: str, packs) -> dict:
                 refresh.regenerate(moved_ctx, pack, checkout, scratch / f"regen-{pack.id}")
             moves.append(move)
         stale = _stale_lanes(moved_ctx, manifest.target, base_name) if new != base.git.commit else []
+        suites = _reselect(moved_ctx, packs, base_name, write=args.propose)
         out = {"target": manifest.target, "base": base_name, "old": base.git.commit, "new": new, "source": source,
                "history": {"known": hist.known, "commits": len(hist.commits), "why_unknown": hist.why_unknown},
-               "packs": [m.as_json() for m in moves], "stale_lanes": stale,
+               "packs": [m.as_json() for m in moves], "stale_lanes": stale, "suites": suites,
                "counts": refresh.summary_counts(moves), "branch": None, "commit": None,
                "_tree": str(checkout.path), "_scratch": str(scratch)}
         if args.propose:
+            changed = [t for t in thread_changes["changes"] if t["pack"] in {p.id for p in packs}]
             out["branch"], out["commit"] = refresh.commit_proposal(root, manifest.target, base_name, hist, moves,
-                                                                   stale)
+                                                                   stale, suites, changed)
             ui.info(f"refresh {manifest.target} {base_name}: proposed as {out['commit'][:12]} on branch "
                     f"{out['branch']}")
         return out
@@ -144,6 +150,51 @@ def _one_base(ctx: Context, args, manifest, base_name: str, packs) -> dict:
     finally:
         if args.propose:
             git.call(ctx.root, "worktree", "remove", "--force", str(scratch / "proposal"))
+
+
+def _reselect(ctx: Context, packs, base_name: str, write: bool) -> list[dict]:
+    """Each recorded suite selection of ``packs`` at ``base_name`` derived again at the new head (the series
+    applied there): what drifted (``suite.differences``); with ``write`` (a proposal), the selection re-written in
+    the proposal's tree, keeping what a person recorded (added ids, exclusions)."""
+    out = []
+    for pack in packs:
+        path = suite.selection_path(ctx.root, pack.id, base_name)
+        if not path.is_file():
+            continue
+        old = suite.load(path)
+        try:
+            source = lanes.suite_source(ctx, pack, base_name)
+            derived = source.derive()
+        except (ConfigError, SeriesError) as exc:  # a series that conflicts at the head has no tree to read
+            out.append({"pack": pack.id, "base": base_name, "drift": None, "why": str(exc)})
+            continue
+        names = [p.name for p in source.own]
+        drift = suite.differences(old, derived, names)
+        if drift and write:
+            suite.write(path, suite.dump(suite.refreshed(old, pack.id, base_name, names, derived)))
+        out.append({"pack": pack.id, "base": base_name, "drift": drift, "why": None})
+    return out
+
+
+def _thread_changes(ctx: Context, packs, args) -> dict:
+    """The packs' threads whose state differs from tracking.toml's: read from GitHub with a token, else from the
+    recorded answers (then said so: they are not today's state); nothing is written here."""
+    from harness.upstream import github
+    from harness.watch import related, threads
+
+    token = github.token_from_env()
+    client: github.GitHub | github.Recorded
+    if token:
+        client, source = github.GitHub(github.DEFAULT_API, token, 15.0), "GitHub"
+    else:
+        rec = related.recorded_dir(ctx.root, None)
+        if rec is None:
+            return {"source": None, "changes": [], "not_found": []}
+        client, source = github.Recorded(rec), f"recorded answers in {rec} (not today's state)"
+    result = threads.refresh(ctx.tracking, client, packs=list(packs), write=False)
+    return {"source": source, "not_found": list(result.not_found),
+            "changes": [{"pack": c.pack.id, "url": c.url, "old": c.old, "new": c.new, "action": c.action}
+                        for c in result.changes]}
 
 
 def _source_options(args, target: str) -> list[str]:
@@ -174,6 +225,15 @@ def _print(doc: dict, args) -> None:
         said = {True: "came true", False: "not yet", None: "cannot be told yet"}[m["holds"]]
         ui.info(f"mitigation of pack {m['pack']}: its retirement condition {said}: "
                 + "; ".join(f"{c['condition']}: {c['why']}" for c in m["conditions"]))
+    for t in doc["threads"]["changes"]:
+        ui.info(f"pack {t['pack']}: thread {t['url']} {t['old']} -> {t['new']}" + (f": {t['action']}" if t["action"]
+                                                                                   else "")
+                + f" ({doc['threads']['source']})")
+    for r in doc["bases"]:
+        for sel in r["suites"]:
+            said = (f"cannot be derived at the head: {sel['why']}" if sel["drift"] is None
+                    else "; ".join(sel["drift"]) if sel["drift"] else "no drift")
+            ui.info(f"suite of pack {sel['pack']} at {r['target']} {sel['base']}, derived again at the head: {said}")
     for r in doc["bases"]:
         counts = ", ".join(f"{n} {k}" for k, n in r["counts"].items())
         gpu = sum(1 for t in r["stale_lanes"] if t["gpus"])

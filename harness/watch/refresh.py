@@ -30,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -351,18 +351,26 @@ def branch_name(target: str, base: str, new: str) -> str:
 
 
 def commit_proposal(tree: Path, target: str, base: str, hist: History, moves: list[PackMove],
-                    stale: list[dict]) -> tuple[str, str]:
-    """Commit the proposal worktree: the new pin, the regenerated series; the message lists each pack's class,
-    the commits that matter and the lanes the move made stale. Returns (branch, commit)."""
+                    stale: list[dict], suites: Sequence[dict] = (), threads: Sequence[dict] = ()) -> tuple[str, str]:
+    """Commit the proposal worktree: the new pin, the regenerated series, the suite selections derived again; the
+    message lists each pack's class, the commits that matter, the suites' drift, the threads whose state changed
+    and the lanes the move made stale. Returns (branch, commit)."""
     lines = [f"Move {target} {base} to {hist.new[:12]}", "",
              f"Proposed by harness refresh: {target} {base} moves from {hist.old[:12]} to {hist.new[:12]}"
              + (f" ({len(hist.commits)} upstream commit(s))." if hist.known else f" ({hist.why_unknown})."), ""]
     for m in moves:
         lines.append(f"- pack {m.pack.id}: {m.klass}" + (f": {m.detail}" if m.detail else ""))
+    drifted = [sel for sel in suites if sel["drift"]]
+    if drifted:
+        lines += ["", "Suites derived again at the head (suites/<pack>/<base>.toml):"]
+        lines += [f"- pack {sel['pack']}: " + "; ".join(sel["drift"]) for sel in drifted]
+    if threads:
+        lines += ["", "Threads whose state changed:"]
+        lines += [f"- pack {t['pack']}: {t['url']} {t['old']} -> {t['new']}" for t in threads]
     gpu = sum(1 for t in stale if t["gpus"])
     lines += ["", f"Lanes made stale: {len(stale)} task(s), {gpu} of them on a GPU; run them before the move "
                   f"lands: harness sweep --target {target} --base {base}"]
-    git.run(tree, "add", "-A", "upstream", "patches")
+    git.run(tree, "add", "-A", "upstream", "patches", *(["suites"] if (tree / "suites").is_dir() else []))
     git.run(tree, "commit", "-q", "--allow-empty", "-m", "\n".join(lines))
     branch = git.run(tree, "rev-parse", "--abbrev-ref", "HEAD").strip()
     return branch, git.run(tree, "rev-parse", "HEAD").strip()
