@@ -181,7 +181,9 @@ def _lane_env(session: nox.Session, spec) -> Path:
         made_with.write_text(interpreter)
     # pip's own lines (what it collects and downloads, with sizes; a bar on a terminal) and a heartbeat with the
     # environment's size every 15 s: the megatron one is about 5 GB, minutes of download with no line otherwise
-    pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check")
+    # --no-compile: pip would byte-compile every module of torch, triton, sympy ... (tens of thousands of files, a
+    # good part of a 2-core host's install time); Python compiles the ones a lane imports when it first does
+    pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile")
     with heartbeat(f"installing the harness into {envdir.name}", grows=envdir):
         session.run_install(*pip, "-e", ".", external=True)
     if spec.requirements:
