@@ -455,3 +455,17 @@ def test_skip_current_answers_a_lane_from_its_current_receipt_and_runs_it_again_
     out = json.loads(capsys.readouterr().out)
     assert not any(ln["reason"].startswith("current:") for ln in out["lanes"])
     assert len(receipts.run_dirs(lane_repo.root)) == len(before) + 2
+
+
+def test_skip_current_never_answers_a_lane_from_a_receipt_of_another_kind_of_host(lane_repo, capsys, monkeypatch):
+    """A lane whose reproducer decides for itself that it needs a GPU is declared cpu; on a CPU host it skips. CI
+    must not report it passed from a GPU host's receipt: only a receipt made on a host of this one's kind counts.
+    Here the receipts were made without a GPU and the host now reports one, so both lanes run again."""
+    from harness.lane import runs
+
+    assert _run(lane_repo) == Exit.OK
+    monkeypatch.setattr(runs, "cuda_devices", lambda python, memo=None: (1, "1 CUDA device (test)"))
+    capsys.readouterr()
+    assert cli("run", "01", "--skip-current", "--json", *lane_repo.args()) == Exit.OK
+    out = json.loads(capsys.readouterr().out)
+    assert not any(ln["reason"].startswith("current:") for ln in out["lanes"])

@@ -10,7 +10,7 @@ from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import BuildError, Exit, worst
 from harness.host import sweep_plan
-from harness.lane import lanes, receipts, sessions
+from harness.lane import lanes, receipts, runs, sessions
 from harness.lane.receipts import Verdict
 
 _STYLE = {Verdict.PASS: "green", Verdict.SKIPPED: "yellow", Verdict.MISMATCH: "red", Verdict.CRASH: "red",
@@ -29,9 +29,10 @@ def register(sub) -> None:
     p.add_argument("--receipts-dir", type=_args.path, default=None, help="write receipts here (default: receipts/)")
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
     p.add_argument("--skip-current", action="store_true",
-                   help="answer a lane by its latest receipt when that passed and is current (same pin, series, "
+                   help="answer a lane by its latest receipt when that passed, is current (same pin, series, "
                         "reproducer and helpers, as readiness and 'sweep' decide) for it and every lane it runs "
-                        "with; its build is still made and import-checked (CI uses this)")
+                        "with, and was made on a host of this one's kind (GPU or none); its build is still made "
+                        "and import-checked (CI uses this)")
     p.add_argument("--result-file", type=_args.path, default=None,
                    help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
     p.add_argument("--json", action="store_true",
@@ -41,11 +42,20 @@ def register(sub) -> None:
     _args.common(p)
 
 
+def _made_with_gpu(rec: receipts.Receipt) -> bool:
+    host = rec.host
+    return bool(host is not None and host.gpu)
+
+
 def _current(ctx, pack, chosen: list[str]) -> dict:
-    """The lanes to answer from their receipts: current and passed, together with every lane they run with (a
-    patched lane reads what its baseline left in the run directory: both are current, or both run)."""
+    """The lanes to answer from their receipts: current and passed, made on a host of this one's kind (with a GPU
+    or without: a lane whose reproducer skips itself on a CPU host is never answered there by a GPU host's
+    receipt), together with every lane they run with (a patched lane reads what its baseline left in the run
+    directory: both are current, or both run)."""
     ok = sweep_plan.current_lanes(ctx.root, ctx.tracking, pack, ctx.manifest(pack.target), ctx.receipts_dir)
     latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir, with_checkout=True)
+    gpu_here = runs.cuda_devices(ctx.python, ctx.store.area("memo") / "cuda-devices")[0] > 0
+    ok = {name for name in ok if _made_with_gpu(latest[name]) == gpu_here}
     names = {lane.name for group in sweep_plan.pairs(pack) if all(lane.name in ok for lane in group)
              for lane in group}
     return {name: latest[name] for name in names if not chosen or name in chosen}
