@@ -52,7 +52,7 @@ def main(args) -> int:
                           hint="a misspelt key is ignored by every other command: fix or remove it")
     for pid, keys in layout.inline_declarations(ctx.tracking.doc).items():
         ui.warn(f"tracking.toml [packs.{pid}] holds what the pack declares ({', '.join(keys)}): the single-file "
-                f"form; 'harness migrate' moves it to patches/{ctx.tracking.packs[pid].target}/{pid}/pack.toml "
+                f"form; 'harness migrate' moves it to {ctx.tracking.packs[pid].declared_in} "
                 "(docs/layout.md)")
     ui.data(f"tracking.toml: {len(ctx.tracking.packs)} packs; manifests: {len(pins.list_targets(ctx.root))}; "
             f"patch files: {n_patches + n_ported} with valid Upstream-Status ({n_patches} in the packs' own series, "

@@ -17,7 +17,7 @@ JSON_SCHEMA = 1
 def register(sub) -> None:
     p = sub.add_parser(
         "perf", help="performance claims: value, base measured on, host, receipt, whether it is current",
-        description="Each pack.toml's [[performance]] row of tracking.toml, resolved: the value is read from the "
+        description="Each [[performance]] row of the packs' pack.toml files, resolved: the value is read from the "
                     "row's lane's latest receipt (never typed), the base is that lane's base (a release or an "
                     "upstream commit), and the claim is current when the receipt passed and still matches "
                     "today's pin, series, reproducer and helper modules. Exit 0 when every claim shown is "

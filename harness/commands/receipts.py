@@ -164,10 +164,10 @@ def _record_latest(ctx, lanes: set[tuple[str, str, str]]) -> bool:
     line changed."""
     packs = [ctx.tracking.packs[pid] for pid in sorted({pid for _target, pid, _lane in lanes})]
     have = ctx.tracking.verdicts()
-    changed = {pid: line for pid, line in lanes_mod.verdict_lines(ctx, packs).items() if have.get(pid) != line}
-    if changed:
-        ctx.tracking.record_verdicts(changed)
-    return bool(changed)
+    if all(have.get(pid) == line for pid, line in lanes_mod.verdict_lines(ctx, packs).items()):
+        return False
+    ctx.tracking.record_verdicts(lambda: lanes_mod.verdict_lines(ctx, packs))  # made again under the lock, as a run
+    return True
 
 
 def _destination(ctx, src: Path, rec: receipts.Receipt, where: str) -> Path:

@@ -42,23 +42,17 @@ def register(sub) -> None:
     _args.common(p)
 
 
-def _made_with_gpu(rec: receipts.Receipt) -> bool:
-    host = rec.host
-    return bool(host is not None and host.gpu)
-
-
 def _current(ctx, pack, chosen: list[str]) -> dict:
     """The lanes to answer from their receipts: current and passed, made on a host of this one's kind (with a GPU
     or without: a lane whose reproducer skips itself on a CPU host is never answered there by a GPU host's
     receipt), together with every lane they run with (a patched lane reads what its baseline left in the run
     directory: both are current, or both run)."""
-    ok = sweep_plan.current_lanes(ctx.root, ctx.tracking, pack, ctx.manifest(pack.target), ctx.receipts_dir)
-    latest = receipts.latest_by_lane(ctx.root, pack.target, pack.id, ctx.receipts_dir, with_checkout=True)
+    current = sweep_plan.current_lanes(ctx.root, ctx.tracking, pack, ctx.manifest(pack.target), ctx.receipts_dir)
     gpu_here = runs.cuda_devices(ctx.python, ctx.store.area("memo") / "cuda-devices")[0] > 0
-    ok = {name for name in ok if _made_with_gpu(latest[name]) == gpu_here}
+    ok = {name: rec for name, rec in current.items() if (receipts.host_label(rec) != "cpu") == gpu_here}
     names = {lane.name for group in sweep_plan.pairs(pack) if all(lane.name in ok for lane in group)
              for lane in group}
-    return {name: latest[name] for name in names if not chosen or name in chosen}
+    return {name: ok[name] for name in names if not chosen or name in chosen}
 
 
 def main(args) -> int:

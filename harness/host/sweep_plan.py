@@ -212,14 +212,16 @@ def select(tracking: Tracking, sel: Selection) -> list[tuple[Pack, list[Lane]]]:
     return out
 
 
-def current_lanes(root: Path, tracking: Tracking, pack: Pack, manifest, receipts_dir: Path | None) -> set[str]:
-    """The pack's lanes whose latest receipt passed and still counts (``readiness.lane_problem``).
+def current_lanes(root: Path, tracking: Tracking, pack: Pack, manifest,
+                  receipts_dir: Path | None) -> dict[str, receipts.Receipt]:
+    """The pack's lanes whose latest receipt passed and still counts (``readiness.lane_problem``), each with that
+    receipt.
 
     With ``receipts_dir`` (``--receipts-dir``, a GPU host's scratch) the latest of the checkout's receipts and
     that directory's: a lane the checkout already holds a current receipt of is not run again there, so a
     fresh host given an empty directory runs only what is missing."""
     latest = receipts.latest_by_lane(root, pack.target, pack.id, receipts_dir, with_checkout=True)
-    out = set()
+    out = {}
     series_at: dict[str, list | None] = {}
     for lane in pack.lanes:
         base = manifest.bases.get(lane.base)
@@ -234,7 +236,7 @@ def current_lanes(root: Path, tracking: Tracking, pack: Pack, manifest, receipts
         if patches is None and (lane.patched or lane.upstream_tests):
             continue
         if readiness.lane_problem(root, pack, lane, latest[lane.name], base, patches or []) is None:
-            out.add(lane.name)
+            out[lane.name] = latest[lane.name]
     return out
 
 
@@ -243,8 +245,8 @@ def make_plan(ctx, sel: Selection, rerun: bool = False, jobs: int | None = None)
     jobs = jobs or cpu_count()
     tasks: list[Task] = []
     for pack, chosen in select(ctx.tracking, sel):
-        current = set() if rerun else current_lanes(ctx.root, ctx.tracking, pack, ctx.manifest(pack.target),
-                                                    ctx.receipts_dir)
+        current = set() if rerun else set(current_lanes(ctx.root, ctx.tracking, pack, ctx.manifest(pack.target),
+                                                        ctx.receipts_dir))
         names = {lane.name for lane in chosen}
         for group in pairs(pack):
             if not names & {lane.name for lane in group}:

@@ -545,8 +545,8 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
                 why = f"needs {need} CUDA GPU(s); {gpu_desc}"
                 results.append(LaneResult(pack.id, prep.lane.name, Verdict.SKIPPED, why, Exit.SKIPPED))
                 continue
-            if prep.lane.name in (current or {}):
-                rec = (current or {})[prep.lane.name]
+            rec = (current or {}).get(prep.lane.name)
+            if rec is not None:
                 where = receipts.display_path(rec.path, ctx.root) if rec.path is not None else "?"
                 results.append(LaneResult(pack.id, prep.lane.name, Verdict.PASS, f"current: {where} passed on "
                                           "this pin, series, reproducer and helpers; not run again", Exit.OK, rec))

@@ -58,20 +58,22 @@ class Tracking:
                 raise ConfigError(f"{where}: pack ids are two digits, like 09")
             if not isinstance(table, dict):
                 raise ConfigError(f"{where}: must be a table")
-        for line in unknown_keys(path, doc, root):
+        declared = {pid: layout.load_declarations(root, field(table, "target", str, f"{path} [packs.{pid}]"), pid,
+                                                  SCHEMA) for pid, table in packs_table.items()}  # each read once
+        for line in unknown_keys(path, doc, root, declared):
             ui.warn(line)
         packs = {}
         manifests: dict[str, pins.Manifest] = {}
         for pid, table in packs_table.items():
             where = f"{path} [packs.{pid}]"
-            decl = layout.load_declarations(root, field(table, "target", str, where), pid, SCHEMA)
+            decl = declared[pid]
             if decl.exists:  # what the pack declares is read from its file, and from there only
+                there = layout.shown(root, decl.path)
                 misplaced = layout.misplaced_in_tracking(root, path, pid, table, decl.path)
                 if misplaced:
                     raise ConfigError(misplaced[0] + (f" (and {len(misplaced) - 1} more)" if misplaced[1:] else ""),
-                                      hint=f"keep each key in one place: move it to {layout.shown(root, decl.path)}")
-                packs[pid] = _load_pack(root, pid, table, decl.doc, where, layout.shown(root, decl.path), manifests,
-                                        missing_selections_ok)
+                                      hint=f"keep each key in one place: move it to {there}")
+                packs[pid] = _load_pack(root, pid, table, decl.doc, where, there, manifests, missing_selections_ok)
             else:  # the single-file form, before 'harness migrate': the declarations sit in [packs.NN] itself
                 packs[pid] = _load_pack(root, pid, table, table, where, where, manifests, missing_selections_ok)
         _check_graph(path, packs)

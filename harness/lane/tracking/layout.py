@@ -56,20 +56,21 @@ def shown(root: Path, path: Path) -> str:
         return str(path)
 
 
+def _declared_in(table) -> list[str]:
+    """The declaration keys a tracking.toml ``[packs.NN]`` table holds, sorted."""
+    return sorted(k for k in table if k in DECLARED_KEYS) if isinstance(table, dict) else []
+
+
 def misplaced_in_tracking(root: Path, tracking_path: Path, pid: str, table, there: Path) -> list[str]:
     """One line per declaration key tracking.toml's ``[packs.pid]`` holds while the pack has its own file."""
     return [f"{tracking_path} [packs.{pid}]: key '{k}' is what the pack declares, and {shown(root, there)} holds "
-            "the pack's declarations; it belongs there" for k in sorted(k for k in table if k in DECLARED_KEYS)]
+            "the pack's declarations; it belongs there" for k in _declared_in(table)]
 
 
 def inline_declarations(doc) -> dict[str, list[str]]:
     """Per pack, the declaration keys tracking.toml holds in the single-file form (``harness migrate`` moves them)."""
-    out = {}
-    for pid, table in (doc.get("packs") or {}).items():
-        keys = sorted(k for k in table if k in DECLARED_KEYS) if isinstance(table, dict) else []
-        if keys:
-            out[str(pid)] = keys
-    return out
+    found = {str(pid): _declared_in(table) for pid, table in (doc.get("packs") or {}).items()}
+    return {pid: keys for pid, keys in found.items() if keys}
 
 
 @dataclass(frozen=True)

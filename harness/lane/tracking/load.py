@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import re
 import string
+from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -86,9 +87,11 @@ def _unknown_entries(where: str, table, pid: str, sub: str = "") -> list[str]:
     return out
 
 
-def unknown_keys(path: Path, doc, root: Path | None = None) -> list[str]:
+def unknown_keys(path: Path, doc, root: Path | None = None,
+                 declared: Mapping[str, layout.Declarations] | None = None) -> list[str]:
     """One line per key tracking.toml holds that its schema does not declare (file, table and key named), and, with
-    ``root``, per key of each pack's file (``patches/<target>/<NN>/pack.toml``) that the pack file's schema lacks."""
+    ``root``, per key of each pack's file (``patches/<target>/<NN>/pack.toml``) that the pack file's schema lacks
+    (``declared``: those files as the caller loaded them already, per pack)."""
     out = []
     if doc.get("schema") is None:
         out.append(f"{path}: no top-level 'schema = {SCHEMA}'")
@@ -102,7 +105,8 @@ def unknown_keys(path: Path, doc, root: Path | None = None) -> list[str]:
         if root is None or not isinstance(target, str) or not PACK_ID.match(str(pid)):
             continue
         try:
-            decl = layout.load_declarations(root, target, str(pid), SCHEMA)
+            decl = declared[str(pid)] if declared is not None else layout.load_declarations(root, target, str(pid),
+                                                                                            SCHEMA)
         except ConfigError:
             continue  # loading the tracking reports it, whole
         if decl.exists:

@@ -239,7 +239,7 @@ class Pack:
     @property
     def declared_in(self) -> str:
         """Where the pack declares its lanes, suites, domain and the rest (repository-relative; docs/layout.md)."""
-        return f"patches/{self.target}/{self.id}/{layout.PACK_FILE}"
+        return str(layout.pack_file(Path(), self.target, self.id))
 
     def lint_decision(self, base: str) -> LintAtBase | None:
         return next((d for d in self.lint_at_base if d.base == base), None)
