@@ -8,7 +8,7 @@ import json
 import sys
 
 from harness import __version__, errors
-from harness.base import ui
+from harness.base import settings, ui
 from harness.commands import _args
 from harness.commands.error_handler import handled
 
@@ -39,6 +39,9 @@ ENVIRONMENT = (
     ("GITHUB_USER", "the filer's GitHub login for 'threads refresh' (default: the token's own)"),
     ("PATCHLANE_GITHUB_RECORDED", "recorded GitHub answers for 'related', readiness and 'threads refresh --offline' "
                                   "(default: tests/fixtures/github)"),
+    ("PATCHLANE_PYCACHE", "where the Python processes the harness starts keep compiled modules (default: "
+                          "<cache>/pycache, never beside a source, even under PYTHONDONTWRITEBYTECODE); 'off': "
+                          "Python's own; an inherited PYTHONPYCACHEPREFIX is kept"),
     ("PATCHLANE_KERNEL_CACHE", "where lanes keep kernel-compile caches per key (default: <cache>/kernel-cache); "
                                "'off': an empty throwaway one per lane (docs/kernel-cache.md)"),
     ("CUDA_HOME, CUDA_PATH", "where the nvcc named in a lane's kernel-cache key is looked for (else PATH)"),
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(argv)
     ui.set_verbosity(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
+    if argv is None:  # the program itself, not a caller in this process: its children get the bytecode cache
+        settings.export_bytecode_cache(getattr(args, "cache", None) or settings.cache_home())
     try:
         with handled(getattr(args, "cache", None)):
             module = importlib.import_module(f"harness.commands.{args.command}")

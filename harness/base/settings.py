@@ -7,6 +7,13 @@ Standard library only (and layer 0): the noxfile imports it before anything is i
   checkout when that directory exists, else none (GitHub). ``--git-mirrors DIR`` adds to these.
 - **Cache**: ``$PATCHLANE_HOME``, else ``$XDG_CACHE_HOME/patchlane``, else ``~/.cache/patchlane``
   (``--cache`` overrides it); see ``harness.base.store.default_root``.
+- **Bytecode cache** (where the Python processes the harness starts keep their compiled modules):
+  ``$PATCHLANE_PYCACHE`` when set (``off``: Python's own behaviour, untouched), else ``<cache>/pycache``; an
+  inherited ``$PYTHONPYCACHEPREFIX`` is kept as it is. Python then writes and reads ``.pyc`` files there, never
+  beside a source (a base checkout or a build stays as it was made), even where ``$PYTHONDONTWRITEBYTECODE`` is
+  set: with it and pip's ``--no-compile``, every import check, reproducer and suite run compiled torch and
+  megatron-core from source again (bench/results/*-bytecode-cache.*). No remembered answer's key reads these
+  variables: they say where bytecode goes, not what is imported (``fingerprint._VOLATILE``).
 - **Python per target**: the manifest's ``python`` (``upstream/<target>.toml``), else the running interpreter;
   the lane environment nox builds for it is ``.nox/lane-<target>-py<X.Y>``.
 
@@ -23,6 +30,7 @@ from pathlib import Path
 from harness.base.store import default_root
 
 MIRRORS_ENV = "PATCHLANE_GIT_MIRRORS"
+PYCACHE_ENV = "PATCHLANE_PYCACHE"
 
 
 def beside_mirrors(root: Path) -> Path:
@@ -53,6 +61,29 @@ def export_mirrors(root: Path) -> None:
         found = git_mirrors(root)
         if found:
             os.environ[MIRRORS_ENV] = os.pathsep.join(map(str, found))
+
+
+def bytecode_env(cache_root: Path, environ: os._Environ[str] | dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that give child Pythons the harness's bytecode cache (see the module's doc); {} when
+    ``$PATCHLANE_PYCACHE`` is ``off`` or ``$PYTHONPYCACHEPREFIX`` is already set."""
+    env = os.environ if environ is None else environ
+    choice = env.get(PYCACHE_ENV, "")
+    if choice == "off" or env.get("PYTHONPYCACHEPREFIX"):
+        return {}
+    prefix = Path(os.path.expanduser(choice)) if choice else Path(cache_root) / "pycache"
+    # empty, not absent: Python reads PYTHONDONTWRITEBYTECODE as set only when it is a non-empty string
+    return {"PYTHONPYCACHEPREFIX": os.path.abspath(prefix), "PYTHONDONTWRITEBYTECODE": ""}
+
+
+def export_bytecode_cache(cache_root: Path) -> dict[str, str]:
+    """Apply ``bytecode_env`` to this process's environment (what its children inherit) and to its own later
+    imports; return what was set."""
+    found = bytecode_env(cache_root)
+    if found:
+        os.environ.update(found)
+        sys.pycache_prefix = found["PYTHONPYCACHEPREFIX"]
+        sys.dont_write_bytecode = False
+    return found
 
 
 def cache_home() -> Path:
