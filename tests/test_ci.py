@@ -170,13 +170,30 @@ def _ci_lines() -> list[str]:
             if line.strip() and not line.strip().startswith("#")]
 
 
+def _ci_top_level() -> list[str]:
+    """.ci/run's lines that run in order, outside the functions it defines (``name() {`` ... ``}``)."""
+    out, inside = [], False
+    for raw in (REPO / ".ci" / "run").read_text().splitlines():
+        if inside:
+            inside = raw != "}"
+            continue
+        if raw.rstrip().endswith("() {"):
+            inside = True
+            continue
+        line = raw.split(" #", 1)[0].strip()
+        if line and not line.startswith("#"):
+            out.append(line)
+    return out
+
+
 def test_ci_checks_cheapest_first_and_each_once():
     """Fail fast: subjects, lint and types before any environment is built; nothing run twice."""
-    lines = _ci_lines()
-    first_pack = next(i for i, line in enumerate(lines) if line.startswith("expect "))
-    for check in ("python3 .ci/commit_subjects.py", "nox -s lint", "nox -s typecheck", "nox -s tests"):
+    lines = _ci_top_level()
+    first_pack = next(i for i, line in enumerate(lines) if line.startswith(("beside ", "step packs-")))
+    for check in ("python3 .ci/commit_subjects.py", "nox -s lint", "nox -s typecheck"):
         where = [i for i, line in enumerate(lines) if line.endswith(check)]
         assert len(where) == 1 and where[0] < first_pack, check
+    assert len([line for line in _ci_lines() if line.endswith("nox -s tests")]) == 1
     workflow = (REPO / ".github" / "workflows" / "ci.yml").read_text()
     assert "commit_subjects.py" not in "\n".join(lines[first_pack:])
     assert "run: python3 .ci/commit_subjects" not in workflow
@@ -222,9 +239,23 @@ def test_ci_downloads_the_lane_environments_wheels_once_and_drops_them_after_the
     """Four lane environments each installed PyPI's CUDA torch (~5 GB) with no pip cache: four downloads."""
     lines = _ci_lines()
     assert 'export PIP_CACHE_DIR="$PWD/.ci-pip-cache"' in lines and "export PIP_NO_CACHE_DIR=1" not in lines
-    last_drop = max(i for i, line in enumerate(lines) if line.startswith("drop_lane "))
-    assert lines.index('rm -rf "$PIP_CACHE_DIR"') > last_drop
+    # after every chain of pack sessions: the last one run here and the one run beside
+    top = _ci_top_level()
+    last_packs = max(i for i, line in enumerate(top) if line.startswith(("step packs-", "joined ")))
+    removal = next(i for i, line in enumerate(top) if line.startswith('rm -rf "$PIP_CACHE_DIR"'))
+    assert removal > last_packs
     assert ".ci-pip-cache/" in (REPO / ".gitignore").read_text().splitlines()
+
+
+def test_ci_joins_every_chain_it_starts_beside_before_it_says_all_passed():
+    """A chain run beside the others (.ci/beside.sh) counts only once joined: its failure fails the run."""
+    lines = _ci_top_level()
+    started = [line.split()[1] for line in lines if line.startswith("beside ")]
+    assert started, "no chain runs beside the others"
+    done = next(i for i, line in enumerate(lines) if line.startswith('echo "ci: all steps passed'))
+    for name in started:
+        assert any(line == f"joined {name}" for line in lines[:done]), name
+    assert ".ci-logs/" in (REPO / ".gitignore").read_text().splitlines()
 
 
 def test_ci_times_reads_steps_and_sessions_from_the_log_and_refuses_another_file(tmp_path):
