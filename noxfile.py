@@ -55,6 +55,13 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
 
+# The harness installed editable as a path in a .pth file (setuptools' "compat" mode), not its default import hook:
+# that hook's module runs at the start of every Python process of the environment (tens of milliseconds each; the
+# suite and a lane start thousands of them: guards, probes, reproducers).
+def _editable(extra: str = "") -> list[str]:
+    return ["--config-settings", "editable_mode=compat", "-e", f".{extra}"]
+
+
 # pytest's options for the suites: skip reasons shown (-rs), one worker per core (pytest-xdist, pinned in
 # pyproject.toml's "test" extra; each worker builds the session-scoped fixtures once).
 PYTEST = ["-q", "-rs", "-n", "auto"]
@@ -63,7 +70,7 @@ PYTEST = ["-q", "-rs", "-n", "auto"]
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite without the slow end-to-end tests (marker 'slow': 'tests_slow' runs those); a few minutes."""
-    session.install("-e", ".[test]")
+    session.install(*_editable("[test]"))
     session.run("pytest", *PYTEST, "-m", "not slow and not serial and not slurm", *session.posargs)
     # the tests of process-wide faults (marker 'serial'), in one plain process: no worker thread to take a signal.
     # Only their files are collected: collecting all of tests/ again (every module imported, its asserts rewritten)
@@ -75,14 +82,14 @@ def tests(session: nox.Session) -> None:
 @nox.session(default=False)
 def tests_slurm(session: nox.Session) -> None:
     """The tests against a real single-node Slurm: 'sweep --slurm' submits, a task is cancelled and resubmitted."""
-    session.install("-e", ".[test]")
+    session.install(*_editable("[test]"))
     session.run("pytest", "-q", "-rs", "-p", "no:xdist", "-m", "slurm", "tests/test_slurm.py", *session.posargs)
 
 
 @nox.session(default=False)
 def tests_slow(session: nox.Session) -> None:
     """The slow end-to-end tests (marker 'slow': real pinned artefacts, nox sessions, scans of this repository)."""
-    session.install("-e", ".[test]")
+    session.install(*_editable("[test]"))
     session.run("pytest", *PYTEST, "-m", "slow and not serial", *session.posargs)
     session.run("pytest", "-v", "-rs", "-p", "no:xdist", "-m", "slow and serial", *_serial_files(),
                 *session.posargs, success_codes=[0, 5])  # 5: none collected (no test is both today)
@@ -144,14 +151,14 @@ def lint(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench_overhead(session: nox.Session) -> None:
     """What the harness adds to a lane: bare reproducer vs warm harness run, bootstrap and nox session (one run)."""
-    session.install("-e", ".[test]")  # nox itself: the benchmark times a pack session of a fake repository
+    session.install(*_editable("[test]"))  # nox itself: the benchmark times a pack session of a fake repository
     session.run("python", "bench/overhead.py", *session.posargs)
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy over the harness, with its dependencies installed so their own type hints are checked against."""
-    session.install("-e", ".[lint]")  # mypy (and ruff) at the versions pinned in pyproject.toml
+    session.install(*_editable("[lint]"))  # mypy (and ruff) at the versions pinned in pyproject.toml
     session.run("mypy", "harness", "--ignore-missing-imports")
 
 
@@ -186,7 +193,7 @@ def _lane_env(session: nox.Session, spec) -> Path:
     # good part of a 2-core host's install time); Python compiles the ones a lane imports when it first does
     pip = (str(envdir / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "--no-compile")
     with heartbeat(f"installing the harness into {envdir.name}", grows=envdir):
-        session.run_install(*pip, "-e", ".", external=True)
+        session.run_install(*pip, *_editable(), external=True)
     if spec.requirements:
         with heartbeat(f"installing {spec.requirements} into {envdir.name}", grows=envdir):
             session.run_install(*pip, "-r", spec.requirements, external=True)
@@ -257,7 +264,7 @@ def sweep(session: nox.Session) -> None:
     Posargs select: ``nox -s sweep -- 05 09``, ``-- --target mamba``, ``-- --plan``. Each target's lanes run in
     its own lane environment. The session
     fails on any exit but 0 and 3 (lanes skipped for want of GPUs), naming the harness's code."""
-    session.install("-e", ".")  # the sweep itself needs only the harness; each lane runs in its target's env
+    session.install(*_editable())  # the sweep itself needs only the harness; each lane runs in its target's env
     with tempfile.TemporaryDirectory() as tmp:
         plan = Path(tmp) / "plan.json"
         with plan.open("w") as fh:
@@ -276,7 +283,7 @@ def refresh(session: nox.Session) -> None:
 
     Posargs pass on (``nox -s refresh -- --target mamba --to <ref> --propose``). Bug lanes run in their target's lane
     environment, made when missing."""
-    session.install("-e", ".")
+    session.install(*_editable())
     chosen = [a.split("=", 1)[1] for a in session.posargs if a.startswith("--target=")]
     chosen += [b for a, b in zip(session.posargs, session.posargs[1:], strict=False) if a == "--target"]
     specs = [spec for spec in pack_sessions(ROOT) if not chosen or spec.target in chosen]
@@ -331,7 +338,7 @@ def bench_sweep(session: nox.Session) -> None:
     """Benchmark: serial lanes against harness sweep, with empty and warm kernel caches, in one run (bench/sweep.py).
 
     Posargs go to it: ``-- --set cpu-2targets``. Each target's lanes run in its own lane environment, as in 'sweep'."""
-    session.install("-e", ".")
+    session.install(*_editable())
     sets = runpy.run_path(str(ROOT / "bench" / "sweep.py"))["SETS"]
     args = list(session.posargs)
     chosen = [a for a in args if ":" in a and not a.startswith("-")]

@@ -105,7 +105,9 @@ def popen(cmd: list[str], **kwargs) -> Guarded:
     env = without_credentials(kwargs.pop("env", None))
     read_end, write_end = os.pipe()  # both non-inheritable: no other child of the harness holds them
     try:
-        proc = Guarded([sys.executable, "-I", "-c", _GUARD, str(read_end), *cmd], stdin=subprocess.DEVNULL,
+        # -S: the guard needs the standard library only, not site's .pth files (an editable install's import hook
+        # costs every guarded command tens of milliseconds more)
+        proc = Guarded([sys.executable, "-I", "-S", "-c", _GUARD, str(read_end), *cmd], stdin=subprocess.DEVNULL,
                        pass_fds=(read_end,), start_new_session=True, env=env, **kwargs)
     except BaseException:
         os.close(write_end)
