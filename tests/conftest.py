@@ -338,10 +338,19 @@ def no_real_cache(monkeypatch):
 
 
 # The slow end-to-end tests: 'nox -s tests' leaves them out (-m "not slow"), 'nox -s tests_slow' (and CI) runs them.
-# Every test that needs the network (a real pinned artefact) is one; the others are listed here, by node id prefix,
-# rather than marked in their files: whole modules that drive real nox processes, and single tests measured at
-# 10 s or more on a 2-core host (pytest --durations).
-SLOW = (
+# Every test that needs the network (a real pinned artefact) is one; the others are listed by node id prefix rather
+# than marked in their files: here, whole modules that drive real nox processes and tests that scan this repository;
+# in tests/slow.txt, the tests measured at 3 s or more in a cold 'nox -s tests' on an idle 2-core host (written by
+# tools/slow_tests.py from pytest --durations=0, with the seconds and the run they came from).
+def _measured_slow() -> tuple[str, ...]:
+    spec = importlib.util.spec_from_file_location("slow_tests", Path(__file__).resolve().parents[1] / "tools"
+                                                  / "slow_tests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return tuple(node for _, node in module.entries())
+
+
+SLOW = _measured_slow() + (
     "tests/test_noxfile.py",  # a real nox per test
     "tests/test_bundle.py::test_a_wheel_bundle_is_built_with_an_interpreter_of_its_python",
     "tests/test_related.py::test_this_repository_offline",  # scans this repository against the shared mirrors
