@@ -166,15 +166,15 @@ def run_script(script: Path, python: str, plain: Path, patched: Path | None, sit
             runs.append((f"step {step.number}", os.pathsep.join(str(p) for p in [tree, *sites]), argv[1:]))
         # -I ignores PYTHON* variables: the bytecode goes to the harness's cache by option, never into the trees
         # (a .pyc beside the base's sources makes its cache entry differ from the pinned commit)
-        bytecode = ["-X", f"pycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else ["-B"]
+        prefix = sys.pycache_prefix
+        bytecode = ["-X", f"pycache_prefix={prefix}"] if prefix else ["-B"]
+        rank_bytecode = {"PYTHONPYCACHEPREFIX": prefix} if prefix else {"PYTHONDONTWRITEBYTECODE": "1"}
         for what, where, argv in runs:
             if argv[:2] == ["-m", "torch.distributed.run"]:
                 # the launcher starts the script's ranks as plain `python script`: they find the tree by PYTHONPATH
                 # (the launcher itself runs isolated)
                 cmd = [python, "-I", *bytecode, *argv]
-                step_env = dict(env, PYTHONPATH=where, OMP_NUM_THREADS="1",
-                                **({"PYTHONPYCACHEPREFIX": sys.pycache_prefix} if sys.pycache_prefix
-                                   else {"PYTHONDONTWRITEBYTECODE": "1"}))
+                step_env = dict(env, PYTHONPATH=where, OMP_NUM_THREADS="1", **rank_bytecode)
             else:
                 cmd = [python, "-I", *bytecode, str(wrapper), where, *argv]
                 step_env = env
