@@ -8,7 +8,7 @@ import json
 import sys
 
 from harness import __version__, errors
-from harness.base import settings, ui
+from harness.base import clock, settings, ui
 from harness.commands import _args
 from harness.commands.error_handler import handled
 
@@ -33,6 +33,8 @@ ENVIRONMENT = (
     ("PATCHLANE_GPU_LOCK_DIR", "where upstream-test lanes keep their one-process-per-GPU locks (default: the temp "
                                "directory; host-wide, so every store on the host shares them)"),
     ("PATCHLANE_SUITE_RERUN", "1: suite lanes forget their per-case progress and decide every case again"),
+    ("PATCHLANE_CLOCK_SHIFT", "move the date the harness reads and records (+365d, -2h, +90m, +30s), not time "
+                              "itself: durations and timeouts are unchanged (CI runs the tests a year ahead)"),
     ("PATCHLANE_PYPI_URL", "PyPI JSON API root for 'rebase --to-version' (default https://pypi.org/pypi)"),
     ("GITHUB_TOKEN, GH_TOKEN", "token for 'status --refresh', 'related', 'threads refresh' (sent only in the "
                                "request header)"),
@@ -111,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.export_bytecode_cache(getattr(args, "cache", None) or settings.cache_home())
     try:
         with handled(getattr(args, "cache", None)):
+            clock.shift()  # a $PATCHLANE_CLOCK_SHIFT it cannot read stops every command at once, in one line
             module = importlib.import_module(f"harness.commands.{args.command}")
             code = int(module.main(args))
     except SystemExit as exc:

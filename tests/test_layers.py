@@ -40,7 +40,8 @@ RANK = {name: rank for rank, names in LAYERS.items() for name in names}
 SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "base": {
         0: {"hashing", "interpreters", "ui", "store", "guard", "fingerprint", "tarsafe",
-            "regular"},  # files read from a tree: regular files inside it
+            "regular",  # files read from a tree: regular files inside it
+            "clock"},  # the one wall clock ($PATCHLANE_CLOCK_SHIFT)  # files read from a tree: regular files inside it
         1: {"settings",  # what the noxfile and the CLI both read (mirrors, cache, Python per target): + store
             "tomlutil",  # TOML read with located errors: + regular
             "pyimports"},  # static imports of an upstream tree (ast), its files read through regular

@@ -19,6 +19,7 @@ from urllib.parse import unquote_plus
 import pytest
 from conftest import CORE_BUGGY, REPO, cli, make_patch
 
+from harness.base import clock
 from harness.errors import ConfigError, Exit
 from harness.filing.readiness import ReasonCode
 from harness.lane.tracking import Tracking
@@ -205,12 +206,12 @@ def test_a_new_overlapping_pr_drops_readiness_and_a_later_decision_restores_it(l
     _decide(lane_repo, f"{SLUG}#41", "independent", "2026-01-05", "documentation only")
     assert ReasonCode.RELATED.value not in _codes(_status(lane_repo, upstream, capsys))
 
-    _record(rec, 42, date.today().isoformat() + "T00:00:00Z", SAME_LINES)
+    _record(rec, 42, clock.today().isoformat() + "T00:00:00Z", SAME_LINES)
     texts = _codes(_status(lane_repo, upstream, capsys))[ReasonCode.RELATED.value]
     assert len(texts) == 1 and f"{SLUG}#42" in texts[0] and "same hunk" in texts[0]
 
     # a decision dated after the PR, here about the PR itself, makes the pack pass this check again
-    _decide(lane_repo, f"{SLUG}#42", "we-extend", date.today().isoformat(), "ours keeps their map form")
+    _decide(lane_repo, f"{SLUG}#42", "we-extend", clock.today().isoformat(), "ours keeps their map form")
     assert ReasonCode.RELATED.value not in _codes(_status(lane_repo, upstream, capsys))
 
 
@@ -231,9 +232,9 @@ def test_an_issue_quoting_the_error_message_counts_and_gates(lane_repo, upstream
     rec = tmp_path / "recorded"
     (rec / "search" / "issues").mkdir(parents=True)
     items = [{"number": 77, "title": "scaling is off", "state": "open", "created_at": "2026-02-01T00:00:00Z",
-              "updated_at": date.today().isoformat(), "body": "I get: Wrong weight used for element 2"},
+              "updated_at": clock.today().isoformat(), "body": "I get: Wrong weight used for element 2"},
              {"number": 78, "title": "unrelated", "state": "open", "created_at": "2026-02-01T00:00:00Z",
-              "updated_at": date.today().isoformat(), "body": "docs typo"}]
+              "updated_at": clock.today().isoformat(), "body": "docs typo"}]
     (rec / "search" / "issues" / "acme+fake.json").write_text(json.dumps({"total_count": 2, "items": items}))
     monkeypatch.setenv(related.RECORDED_ENV, str(rec))
     pack = _status(lane_repo, upstream, capsys)
@@ -310,7 +311,7 @@ def test_an_issue_quoting_a_message_the_series_removes_is_found_without_an_error
     lane_repo.write_patch(make_patch(tmp_path, CORE_RAISES, CORE_RAISES_FIXED))
     rec = tmp_path / "recorded"
     (rec / "search" / "issues").mkdir(parents=True)
-    today = date.today().isoformat()
+    today = clock.today().isoformat()
     items = [{"number": 90, "title": "scale fails", "state": "open", "created_at": "2026-03-01T00:00:00Z",
               "updated_at": "2026-03-05T00:00:00Z", "body": "ValueError: scale takes one weight per call, got 3"},
              {"number": 91, "title": "total() of an empty list", "state": "open",
@@ -716,7 +717,7 @@ def _record_pull(d: Path, number: int, title: str, patch: str | None, filename: 
     listed = d / "repos" / "acme" / "fake" / "pulls.json"
     listed.parent.mkdir(parents=True, exist_ok=True)
     pulls = json.loads(listed.read_text()) if listed.is_file() else []
-    when = updated or date.today().isoformat() + "T00:00:00Z"
+    when = updated or clock.today().isoformat() + "T00:00:00Z"
     pulls.append({"number": number, "title": title, "state": state, "created_at": when, "updated_at": when,
                   "merged_at": None, "draft": False, "base": {"ref": "main"}, "body": "no words of ours"})
     listed.write_text(json.dumps(pulls))
@@ -792,7 +793,7 @@ def test_a_pr_in_the_same_def_elsewhere_ranks_same_function(lane_repo, upstream,
 
 def test_a_keyword_match_without_a_file_of_ours_is_no_overlap(lane_repo, upstream, tmp_path, capsys):
     rec = tmp_path / "recorded"
-    _record(rec, 71, date.today().isoformat() + "T00:00:00Z", None, title="make scale faster in core")
+    _record(rec, 71, clock.today().isoformat() + "T00:00:00Z", None, title="make scale faster in core")
     files = rec / "repos" / "acme" / "fake" / "pulls" / "71" / "files.json"
     files.write_text(json.dumps([{"filename": "docs/speed.md", "status": "modified", "patch": "@@ -1 +1 @@\n-a\n+b"}]))
     scan = _related_json(lane_repo, upstream, rec, capsys)
@@ -806,10 +807,10 @@ def test_the_conflict_check_reads_a_merge_ref_in_the_mirror(lane_repo, upstream,
     work = upstream.work
     _git(work, "checkout", "-q", "-b", "pr")
     (work / "src" / "fakepkg" / "core.py").write_text(CORE_BUGGY.replace("w[0] for x in xs", "w[0] for x in list(xs)"))
-    _git(work, "commit", "-q", "-am", "pr: copy", when=date.today().isoformat() + "T00:00:00+0000")
+    _git(work, "commit", "-q", "-am", "pr: copy", when=clock.today().isoformat() + "T00:00:00+0000")
     _git(work, "checkout", "-q", "main")
     _git(work, "merge", "-q", "--no-ff", "-m", "Merge pr into main", "pr",
-         when=date.today().isoformat() + "T00:00:00+0000")
+         when=clock.today().isoformat() + "T00:00:00+0000")
     merge = _git(work, "rev-parse", "HEAD").strip()
     _git(work, "reset", "-q", "--hard", "HEAD^")
     _git(work, "push", "-q", str(upstream.mirrors / "acme+fake.git"), f"{merge}:refs/pull/9/merge")

@@ -13,6 +13,7 @@ import test_export_policy as _policy
 from conftest import CORE_BUGGY, REPO, cli, git
 from test_export_policy import TESTER, _export
 
+from harness.base import clock
 from harness.errors import BuildError, Exit
 
 filed, person = _policy.filed, _policy.person  # the export tests' fixtures: an upstream with a [policy], a HOME
@@ -189,12 +190,12 @@ def _line_of(lane_repo, text: str, nth: int = 0) -> int:
 def test_a_decision_dated_after_today_is_refused(lane_repo, capsys):
     import datetime
 
-    later = (datetime.date.today() + datetime.timedelta(days=2)).isoformat()
+    later = (clock.today() + datetime.timedelta(days=2)).isoformat()
     lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", later))
     err = _refused(lane_repo, capsys)
     line = _line_of(lane_repo, 'ref = "fake-org/fakepkg#7"')
     assert f"tracking.toml:{line} [packs.01] related[0] (fake-org/fakepkg#7): key 'date' is {later}, after today" in err
-    lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", datetime.date.today().isoformat()))
+    lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", clock.today().isoformat()))
     assert cli("check", *lane_repo.args()) == Exit.OK
 
 

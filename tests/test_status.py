@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import cli
 
-from harness.base import ui
+from harness.base import clock, ui
 from harness.errors import Exit
 from harness.lane.tracking import Tracking
+from harness.watch import decisions
 
 FIXTURES = Path(__file__).parent / "fixtures" / "github"
 TOKEN = "ghp_" + "T" * 36
@@ -104,12 +105,14 @@ def test_refresh_updates_states_and_flags_transitions(lane_repo, github, capsys,
     text = (lane_repo.root / "tracking.toml").read_text()
     threads = Tracking.load(lane_repo.root).pack("01").threads
     assert [t.state for t in threads] == ["open", "merged", "closed", "unknown"]
-    assert threads[0].verified == date.today().isoformat() and threads[0].updated == "2026-11-20T08:00:00Z"
+    assert threads[0].verified == clock.today().isoformat() and threads[0].updated == "2026-11-20T08:00:00Z"
     assert threads[3].verified is None  # a commit is not a thread: left alone
     assert "# tracking for tests" in text and "# a pull request" in text
     assert "run `harness absorbed fake`" in out.err
     assert "draft -> open" in out.err and "issue closed" in out.err
-    assert "acme/fake#11 open +3" in out.out  # the overview follows on stdout
+    # the overview follows on stdout; the thread's last activity (2026-11-20) is "stale" once STALE_DAYS have passed
+    quiet = (clock.today() - date(2026, 11, 20)).days > decisions.STALE_DAYS
+    assert f"acme/fake#11 open {'stale ' if quiet else ''}+3" in out.out
     # the token went to the server, and nowhere else
     assert {auth for _, auth in gh.requests} == {f"Bearer {TOKEN}"}
     assert TOKEN not in text and TOKEN not in out.out + out.err

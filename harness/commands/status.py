@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import UTC, datetime
 
 from rich.text import Text
 
 from harness import errors
-from harness.base import ui
+from harness.base import clock, ui
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
@@ -221,7 +220,7 @@ def _cells(ctx, state, now) -> tuple[str, ...]:
 
 def overview_plain(ctx, states) -> list[str]:
     """One tab-separated line per pack, nothing cut: the first reason in full, and how many more there are."""
-    now = datetime.now(UTC)
+    now = clock.now()
     lines = ["\t".join([name for name, _ in COLUMNS] + ["ready / why not"])]
     for state in states:
         more = len(state.reasons) - 1
@@ -234,7 +233,7 @@ def overview_plain(ctx, states) -> list[str]:
 
 def overview(ctx, states, width: int | None = None) -> list[Text]:
     """One line per pack, cut to the console width: the first reason, and how many more there are."""
-    now = datetime.now(UTC)
+    now = clock.now()
     width = width or ui.out.width
     fixed = sum(w + 2 for _, w in COLUMNS)
     last = max(width - fixed, MIN_REASON)

@@ -28,9 +28,9 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.base import clock
 from harness.errors import ConfigError, Exit, HarnessError
 from harness.host.sweep_plan import Plan, Task
 
@@ -366,7 +366,7 @@ def submit(plan: Plan, indices: Sequence[int], round_dir: Path, slurm: Slurm, op
         except HarnessError:
             pass
         raise
-    rnd = Round(round_dir, tuple(arrays), gather, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    rnd = Round(round_dir, tuple(arrays), gather, clock.iso())
     rnd.save()
     return rnd
 

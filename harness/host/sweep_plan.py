@@ -15,9 +15,9 @@ from __future__ import annotations
 import fnmatch
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
+from harness.base import clock
 from harness.errors import ConfigError, Exit, HarnessError, UsageError
 from harness.filing import readiness
 from harness.host.sweep_schedule import Need, cpu_count
@@ -288,6 +288,6 @@ def _task(index: int, pack: Pack, group: list[Lane], chosen: set[str], current: 
 
 
 def _now() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return clock.iso()
 
 

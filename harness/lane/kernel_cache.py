@@ -57,7 +57,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.base import guard, tarsafe, ui
+from harness.base import clock, guard, tarsafe, ui
 from harness.base.hashing import SEAL, SEAL_SEEN, reseal, sealed, sealed_damage, verify_files
 from harness.base.store import Store, default_mode
 from harness.errors import ConfigError, WriteError
@@ -215,7 +215,7 @@ def _create(where: Path, facts: Facts) -> Path:
     try:
         os.chmod(tmp, default_mode(directory=True))
         meta = {"version": VERSION, "key": facts.key, "facts": facts.to_dict(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                "created": clock.iso()}
         (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
         reseal(tmp, entry_files(tmp))
         os.replace(tmp, final)

@@ -10,8 +10,9 @@ machinery.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 
+from harness.base import clock
 from harness.lane.tracking import Decision, Pack, Thread
 from harness.upstream.github import parse_thread
 
@@ -124,7 +125,7 @@ class TargetHealth:
 
 
 def target_health(pack: Pack, today: date | None = None, stale_days: int = STALE_DAYS) -> list[TargetHealth]:
-    today = today or datetime.now(UTC).date()
+    today = today or clock.today()
     out = []
     for url in targets(pack):
         t = thread_of(pack, url)

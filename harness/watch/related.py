@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from harness.base import clock
 from harness.errors import HarnessError, UpstreamError
 from harness.lane import series
 from harness.lane.tracking import RELATED_REF, Decision, Pack, Tracking
@@ -332,7 +333,7 @@ def github_candidates(get: Get, slug: str, fp: Footprint, source: str, today: da
     """PRs and issues of ``slug`` updated in the last ``days`` that change our files (every PR listed, its files
     read) or name our functions, files or error (the search). Open PRs that change our files are checked for
     textual conflicts with our series (``conflict``)."""
-    since = ((today or datetime.now(UTC).date()) - timedelta(days=days)).isoformat()
+    since = ((today or clock.today()) - timedelta(days=days)).isoformat()
     items: dict[int, dict] = {}
     terms = search_terms(fp)
     for i in range(0, len(terms), _TERMS_PER_QUERY):  # one query per few terms: the search limit is per minute
@@ -460,13 +461,28 @@ class Sources:
     recorded: Path | None = None  # set when ``get`` answers from recorded files (their age is read from them)
     check_decided: bool = True  # False (readiness): a decided PR is not checked for conflicts again
 
+    def until(self, slug: str) -> date:
+        """The last day of the search window: ``today`` when given; for recorded answers the day they were recorded
+        (else their newest activity), so a window over a frozen record does not empty as the calendar moves on;
+        else today."""
+        if self.today is not None:
+            return self.today
+        if self.recorded is not None:
+            seen = recorded_view(self.recorded, slug)
+            for text in (seen.recorded, seen.as_of):
+                try:
+                    return date.fromisoformat(text[:10])
+                except ValueError:
+                    continue
+        return clock.today()
+
     def view(self, slug: str) -> View | None:
         """How old the PR and issue answers for ``slug`` are."""
         if self.get is None:
             return None
         if self.recorded is not None:
             return recorded_view(self.recorded, slug)
-        return View("api", self.label, (self.today or datetime.now(UTC).date()).isoformat())
+        return View("api", self.label, (self.today or clock.today()).isoformat())
 
 
 RECORDED_META = "recorded.json"  # {"recorded": "YYYY-MM-DD", ...}: when the recorded answers were made
@@ -540,14 +556,15 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
         if h is not None:
             found += h.candidates
     terms: list[str] = []
-    since = ((sources.today or datetime.now(UTC).date()) - timedelta(days=sources.days)).isoformat()
+    until = sources.until(slug)
+    since = (until - timedelta(days=sources.days)).isoformat()
     if mirror is not None and fp.files and _has_pull_refs(mirror):
         found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict)
         notes.append(f"PRs of {slug} held in {mirror} as refs/pull/*/merge, their change read by git")
     if sources.get is None:
         notes.append("no GitHub answers (offline, no recorded answers): PRs and issues not searched")
     elif fp.files or fp.error_texts:
-        found += github_candidates(sources.get, slug, fp, sources.label, sources.today, sources.days, spans, conflict)
+        found += github_candidates(sources.get, slug, fp, sources.label, until, sources.days, spans, conflict)
         notes.append(f"PRs of {slug} listed and their files read, issues searched, from {sources.label}"
                      + ("" if conflict else "; open PRs not checked for conflicts (no mirror holding the base, or "
                                             "no series)"))

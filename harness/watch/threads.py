@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
+from harness.base import clock
 from harness.lane.tracking import Pack, Tracking
 from harness.upstream.github import ThreadNotFound, ThreadStatus, parse_thread, thread_state
 
@@ -82,7 +83,7 @@ def refresh(tracking: Tracking, client, today: date | None = None, me: str | Non
             packs: list[Pack] | None = None, write: bool = True) -> Refresh:
     """Read every thread of ``packs`` (all by default) through ``client`` (a ``GitHub`` or ``Recorded``);
     then, with ``write``, record states, dates and, with ``me``, what of ours is there."""
-    today_s = (today or date.today()).isoformat()
+    today_s = (today or clock.today()).isoformat()
     fetched: list[tuple[Pack, int, ThreadStatus, str | None, bool]] = []
     missing, skipped = [], []
     for pack in packs if packs is not None else tracking.packs.values():

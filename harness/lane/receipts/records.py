@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
-from harness.base import ui
+from harness.base import clock, ui
 from harness.errors import ConfigError
 
 SCHEMA = 2  # 2: the directory carries SHA256SUMS; 1: legacy, only the log is covered by a digest
@@ -19,7 +19,7 @@ RECEIPT = "receipt.json"
 
 
 def utc_now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
+    return clock.now()
 
 
 def stamp_time(t: datetime) -> str:

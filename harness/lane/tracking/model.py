@@ -12,6 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from harness.base import clock
 from harness.errors import ConfigError
 from harness.lane import suite, upstream_tests
 from harness.lane.tracking import layout
@@ -293,4 +294,4 @@ def shown_id(pid: str) -> str:
 
 def latest_today() -> datetime.date:
     """The latest date it is now anywhere on Earth (UTC+14): a date after it is in the future for everyone."""
-    return (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=14)).date()
+    return (clock.now() + datetime.timedelta(hours=14)).date()
