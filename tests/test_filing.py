@@ -362,10 +362,37 @@ def test_receipts_of_an_older_reproducer_are_not_current(ran):
     assert _lane_problems(_ready(ran)) == {"bug": LaneProblemCode.REPRODUCER, "fix": LaneProblemCode.REPRODUCER}
 
 
-@pytest.mark.parametrize("helper", ["repros/_lane.py", "repros/fake/_shared.py"], ids=["shared", "beside"])
-def test_receipts_that_ran_with_other_helper_modules_are_not_current(ran, helper):
+def _as_older_receipts(ran, *keys: str) -> None:
+    """Rewrite every receipt of pack 01 as one written before the harness recorded ``keys`` of its reproducer,
+    re-sealed (as such a receipt was: complete, only without them)."""
     for rec in receipts.find(ran.root, "fake", "01"):
-        assert "repros/_lane.py" in rec.reproducer.helpers
+        data = json.loads(rec.path.read_text())
+        for key in keys:
+            data["reproducer"].pop(key, None)
+        rec.path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        (rec.dir / "SHA256SUMS").unlink()
+        receipts.write_manifest(rec.dir)
+
+
+def test_receipts_that_imported_a_changed_helper_are_not_current(ran):
+    for rec in receipts.find(ran.root, "fake", "01"):
+        assert "repros/_lane.py" in rec.reproducer.loaded
+    assert _ready(ran).ready
+    beside = ran.root / "repros" / "fake" / "_shared.py"
+    beside.write_text("X = 1\n")  # a helper appears beside the reproducer, which never imports it
+    assert _ready(ran).ready
+    lane_py = ran.root / "repros" / "_lane.py"
+    lane_py.write_text(lane_py.read_text() + "# edited\n")  # one it imported changes
+    assert _lane_problems(_ready(ran)) == {"bug": LaneProblemCode.LOADED, "fix": LaneProblemCode.LOADED}
+    lane_py.unlink()  # and one it imported that goes away counts too
+    assert _lane_problems(_ready(ran)) == {"bug": LaneProblemCode.LOADED, "fix": LaneProblemCode.LOADED}
+
+
+@pytest.mark.parametrize("helper", ["repros/_lane.py", "repros/fake/_shared.py"], ids=["shared", "beside"])
+def test_receipts_without_a_record_of_imports_count_every_helper_they_could_import(ran, helper):
+    _as_older_receipts(ran, "loaded")
+    for rec in receipts.find(ran.root, "fake", "01"):
+        assert "repros/_lane.py" in rec.reproducer.helpers and rec.reproducer.loaded is None
     assert _ready(ran).ready
     path = ran.root / helper
     if path.exists():  # a helper the reproducer imports changes
@@ -381,11 +408,9 @@ def test_receipts_that_ran_with_other_helper_modules_are_not_current(ran, helper
 
 
 def test_receipts_without_helper_digests_compare_the_reproducer_file_only(ran):
-    for rec in receipts.find(ran.root, "fake", "01"):  # as receipts written before helpers were pinned
-        data = json.loads(rec.path.read_text())
-        del data["reproducer"]["helpers"]
-        rec.path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-        assert receipts.load(rec.path).reproducer.helpers is None
+    _as_older_receipts(ran, "loaded", "helpers")  # as receipts written before helpers were pinned
+    for rec in receipts.find(ran.root, "fake", "01"):
+        assert rec.reproducer.helpers is None and rec.reproducer.loaded is None
     lane_py = ran.root / "repros" / "_lane.py"
     lane_py.write_text(lane_py.read_text() + "# edited\n")
     assert _ready(ran).ready

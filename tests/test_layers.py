@@ -41,7 +41,7 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "base": {
         0: {"hashing", "interpreters", "ui", "store", "guard", "fingerprint", "tarsafe",
             "regular",  # files read from a tree: regular files inside it
-            "clock"},  # the one wall clock ($PATCHLANE_CLOCK_SHIFT)  # files read from a tree: regular files inside it
+            "clock"},  # the one wall clock ($PATCHLANE_CLOCK_SHIFT)
         1: {"settings",  # what the noxfile and the CLI both read (mirrors, cache, Python per target): + store
             "tomlutil",  # TOML read with located errors: + regular
             "pyimports"},  # static imports of an upstream tree (ast), its files read through regular
@@ -62,12 +62,14 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
     "lane": {
         0: {"stubs", "runs", "runtime", "suite", "upstream_tests", "sessions",
             "kernel_key",  # what a lane's compiled kernels depend on
-            "host_builds"},  # stdlib + base: the bootstrap compiles a host build with it
+            "host_builds",  # stdlib + base: the bootstrap compiles a host build with it
+            "loaded"},  # the repository files a lane's processes imported, recorded at their exit
         1: {"tracking", "builds", "receipts",  # the packs (with their suites); builds (with stubs); run records
             "kernel_cache",  # compiled kernels kept per key
             "suite_reasons",  # why a suite's cases failed, read from the lanes' pytest logs
             "suite_env"},  # the environment a suite ran in: pairing refused across two, the upstream CI's or not
-        2: {"series", "scaffold"},  # the one owner of patch files; a new pack's first files
+        2: {"series", "scaffold",  # the one owner of patch files; a new pack's first files
+            "declaration"},  # a lane's whole declaration as its receipt records it
         3: {"context",  # repository + frozen run options
             "series_write"},  # a series written back (format-patch normalized, swapped in)
         4: {"lanes"},  # base -> series -> build -> reproducer -> receipt

@@ -30,9 +30,9 @@ def register(sub) -> None:
     p.add_argument("--no-tracking", action="store_true", help="do not update tracking.toml")
     p.add_argument("--skip-current", action="store_true",
                    help="answer a lane by its latest receipt when that passed, is current (same pin, series, "
-                        "reproducer and helpers, as readiness and 'sweep' decide) for it and every lane it runs "
-                        "with, and was made on a host of this one's kind (GPU or none); its build is still made "
-                        "and import-checked (CI uses this)")
+                        "declaration, reproducer and what it imported, as readiness and 'sweep' decide) for it and "
+                        "every lane it runs with, and was made on a host of this one's kind (GPU or none); its "
+                        "build is still made and import-checked (CI uses this)")
     p.add_argument("--result-file", type=_args.path, default=None,
                    help="also write {\"exit\": N, \"lanes\": [...]} here (used by the nox sessions)")
     p.add_argument("--json", action="store_true",

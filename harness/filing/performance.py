@@ -70,7 +70,7 @@ def claims(ctx, pack: Pack) -> list[Claim]:
             if isinstance(patches, str):
                 stale = patches
             else:
-                found = readiness.lane_problem(root, pack, lane, rec, base, patches)
+                found = readiness.lane_problem(root, pack, lane, rec, base, patches, manifest)
                 stale = None if found is None else str(found)
         path = rec.path if rec is not None else None
         out.append(Claim(

@@ -29,6 +29,7 @@ Each unmet condition is one ``Reason`` with a stable ``code`` (documented in the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tempfile
@@ -41,10 +42,10 @@ from harness.base.hashing import sha256_file
 from harness.errors import ConfigError, HarnessError, PinError
 from harness.filing import body as filing_body
 from harness.filing import check as body_check
-from harness.lane import receipts, series, suite, suite_check, upstream_tests
+from harness.lane import declaration, loaded, receipts, series, suite, suite_check, upstream_tests
 from harness.lane.receipts import Sentinel, Verdict
 from harness.lane.suite_reasons import host_failures
-from harness.lane.tracking import Lane, Pack, Tracking
+from harness.lane.tracking import Lane, Pack, Tracking, sentinels
 from harness.lane.tracking import domain as domain_model
 from harness.upstream import git, pins
 from harness.upstream.github import thread_label
@@ -144,7 +145,10 @@ class LaneProblemCode(StrEnum):
     PIN = "pin"  # it ran on another artefact or commit than the one pinned today
     SERIES = "series"  # it applied other series files than the filing base's
     REPRODUCER = "reproducer"  # the reproducer file changed since
-    HELPERS = "helpers"  # a helper module the reproducer imports changed since
+    HELPERS = "helpers"  # a helper module the reproducer could import changed since (receipts without `loaded`)
+    LOADED = "loaded"  # a repository file the run imported changed since
+    DECLARATION = "declaration"  # the lane's declaration (expect, args, ranks, builds ...) changed since
+    UNVERIFIED = "unverified"  # the receipt directory does not verify (digests, or its JSON against its log)
     HOST = "host"  # a suite shard whose cases failed for want of the host's resources (GPU memory, a port)
     DOMAIN = "domain"  # a domain lane that swept another declaration, or ran on a device the claim is not for
     HOST_KIND = "host-kind"  # a lane that requires cuda, whose latest receipt came from a host without a GPU
@@ -339,10 +343,22 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | None, base,
-                 patches: list[series.Patch]) -> LaneProblem | None:
-    """Why ``rec`` is not ``lane``'s current passing receipt on ``base`` with ``patches``; None if it is."""
+                 patches: list[series.Patch], manifest: pins.Manifest | None = None) -> LaneProblem | None:
+    """Why ``rec`` is not ``lane``'s current passing receipt on ``base`` with ``patches``; None if it is.
+
+    A receipt counts only as a whole: its directory verifies (digests, and its JSON against its own log). It is
+    current while what decided the run is unchanged: the pin, the series, the lane's declaration (``manifest``
+    given: all of it, as ``harness.lane.declaration`` records it; else its expected sentinel and arguments), the
+    reproducer, and the repository files the run imported (``loaded``; a receipt without that record falls back
+    to every ``_*.py`` helper it could have imported, and says so)."""
     if rec is None:
         return LaneProblem(LaneProblemCode.NO_RECEIPT, "no receipt")
+    if rec.path is not None:
+        check = receipts.check_dir(rec.dir, _vocabulary(root))
+        if not check.ok:
+            return LaneProblem(LaneProblemCode.UNVERIFIED, f"latest receipt does not verify "
+                                                           f"({receipts.display_path(rec.dir, root)}: "
+                                                           f"{_short(check.problems[0])}): harness receipts verify")
     if rec.verdict != Verdict.PASS:
         return LaneProblem(LaneProblemCode.VERDICT, f"latest receipt is {rec.verdict}, not pass")
     if pack.lane_requires(lane) == "cuda" and (rec.host is None or not rec.host.gpu):
@@ -364,6 +380,9 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
         if upstream_tests.recorded_tree(rec.reproducer.args) != tree:
             return LaneProblem(LaneProblemCode.SERIES, "latest receipt ran the upstream tests of another series "
                                                        f"or another choice of ids than today's for {lane.base}")
+    found = declaration_problem(pack, lane, rec, manifest)
+    if found is not None:
+        return found
     if lane.domain and pack.domain is not None:
         found = domain_problem(pack, rec)
         if found is not None:
@@ -381,15 +400,58 @@ def lane_problem(root: Path, pack: Pack, lane: Lane, rec: receipts.Receipt | Non
         if path.is_file() and sha256_file(path) != rec.reproducer.sha256:
             return LaneProblem(LaneProblemCode.REPRODUCER,
                                f"latest receipt ran an older {script} (it changed since)")
-        if rec.reproducer.helpers is not None:  # receipts before helpers were pinned: the file alone, as above
+        if rec.reproducer.loaded is not None:  # what the run imported, as its processes recorded it
+            edited = loaded.changed(rec.reproducer.loaded, root)
+            if edited:
+                return LaneProblem(LaneProblemCode.LOADED,
+                                   f"latest receipt's run imported {_listed(edited)}, changed since")
+        elif rec.reproducer.helpers is not None:  # receipts before helpers were pinned: the file alone, as above
             now = receipts.helper_digests(root, pack.lane_runner(lane) or script)
             changed_helpers = sorted(name for name in set(now) | set(rec.reproducer.helpers)
                                      if now.get(name) != rec.reproducer.helpers.get(name))
             if changed_helpers:
                 return LaneProblem(LaneProblemCode.HELPERS,
                                    f"latest receipt ran {script} with other helper modules than today's "
-                                   f"({', '.join(changed_helpers)} changed, added or removed since)")
+                                   f"({_listed(changed_helpers)} changed, added or removed since; it has no record "
+                                   "of what it imported, so every _*.py it could import counts)")
     return None
+
+
+def _vocabulary(root: Path) -> set[str]:
+    """The sentinel names (``tracking.sentinels``), read once per content of ``repros/_lane.py``."""
+    path = root / "repros" / "_lane.py"
+    return _vocabulary_of(root, sha256_file(path) if path.is_file() else "")
+
+
+@functools.lru_cache(maxsize=8)
+def _vocabulary_of(root: Path, _digest: str) -> set[str]:
+    return set(sentinels(root))
+
+
+def declaration_problem(pack: Pack, lane: Lane, rec: receipts.Receipt,
+                        manifest: pins.Manifest | None) -> LaneProblem | None:
+    """Why ``rec`` ran another declaration of ``lane`` than today's, if it did. Every receipt records the sentinel
+    it expected and the arguments a plain lane was given; newer ones the whole declaration."""
+    if str(rec.expected) != lane.expect:
+        return LaneProblem(LaneProblemCode.DECLARATION, f"latest receipt expected {rec.expected}; the lane now "
+                                                        f"expects {lane.expect} ({pack.declared_in})")
+    if not (lane.upstream_tests or lane.domain) and tuple(rec.reproducer.args) != tuple(lane.args):
+        return LaneProblem(LaneProblemCode.DECLARATION, f"latest receipt ran with args {list(rec.reproducer.args)}; "
+                                                        f"the lane now declares {list(lane.args)}")
+    if manifest is not None and rec.declaration is not None:
+        changed = declaration.differences(rec.declaration, declaration.of(pack, lane, manifest))
+        if changed:
+            return LaneProblem(LaneProblemCode.DECLARATION, f"latest receipt ran another declaration of the lane "
+                                                            f"({', '.join(changed)} changed since)")
+    return None
+
+
+def _listed(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _short(text: str, most: int = 160) -> str:
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def domain_problem(pack: Pack, rec: receipts.Receipt) -> LaneProblem | None:
@@ -473,7 +535,7 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     for lane in pack.lanes:
         rec = latest.get(lane.name)
         on = lane.base == fbase
-        problem = lane_problem(root, pack, lane, rec, base, patches) if on and base is not None else None
+        problem = lane_problem(root, pack, lane, rec, base, patches, manifest) if on and base is not None else None
         lanes.append(LaneEvidence(lane, rec, problem, on))
     if not pack.lanes:
         reasons.append(Reason(ReasonCode.NO_LANES, "no lanes, so no receipts"))
@@ -498,9 +560,9 @@ def readiness(ctx, pack: Pack, allow_download: bool = True, _memo: dict | None =
     if pack.state not in NOT_FILED and pack.kind in FILED_KINDS:
         scan, found = _related(ctx, pack)
         reasons += found
-    for e in lanes:
-        if e.on_filing_base and not e.lane.patched and e.lane.expect == Sentinel.BUG_ABSENT \
-                and e.receipt is not None and e.receipt.verdict == Verdict.PASS:
+    for e in lanes:  # only a current receipt that printed it says the bug is gone
+        if e.on_filing_base and not e.lane.patched and e.lane.expect == Sentinel.BUG_ABSENT and e.problem is None \
+                and e.receipt is not None and Sentinel.BUG_ABSENT in e.receipt.sentinels:
             reasons.append(Reason(ReasonCode.ABSORBED, f"the bug no longer shows on {fbase}: lane {e.lane.name} saw "
                                               "BUG_ABSENT (superseded upstream)"))
     fileable = not any(r.code in NOT_FILEABLE for r in reasons)

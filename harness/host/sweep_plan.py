@@ -6,7 +6,7 @@ what its baseline lane left in the run's ``HARNESS_RUN_DIR`` (the mamba equivale
 it needs (``sweep_schedule.Need``): GPUs (a cuda lane's ``nproc``), whether its GPUs must be its own (a time or
 memory figure: ``exclusive``; no ``gpu_memory_gib`` declared), the memory it declares when it may share, and
 CPU slots. A task whose lanes all have a current passing receipt (readiness's test: same pin, series,
-reproducer and helpers) is not run again unless asked. The plan is also data (``Plan.as_json``, schema
+reproducer and what it imported) is not run again unless asked. The plan is also data (``Plan.as_json``, schema
 ``PLAN_SCHEMA``) so that another engine (a CI matrix, a Slurm array) can run the tasks instead (docs/sweep.md).
 """
 
@@ -235,7 +235,7 @@ def current_lanes(root: Path, tracking: Tracking, pack: Pack, manifest,
         patches = series_at[lane.base]
         if patches is None and (lane.patched or lane.upstream_tests):
             continue
-        if readiness.lane_problem(root, pack, lane, latest[lane.name], base, patches or []) is None:
+        if readiness.lane_problem(root, pack, lane, latest[lane.name], base, patches or [], manifest) is None:
             out[lane.name] = latest[lane.name]
     return out
 

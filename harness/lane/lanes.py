@@ -24,9 +24,11 @@ from harness.base.hashing import sha256_file
 from harness.errors import BuildError, ConfigError, Exit, WriteError
 from harness.lane import (
     builds,
+    declaration,
     host_builds,
     kernel_cache,
     kernel_key,
+    loaded,
     receipts,
     runs,
     runtime,
@@ -412,9 +414,13 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     os.close(fd)
     try:
         env["TMPDIR"] = lane_tmp = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-{lane.name}-")
+        # every Python process of the lane records the repository files it imported (harness/lane/loaded.py)
+        hook_env, hook_site = loaded.install(Path(lane_tmp), ctx.root)
     except OSError as exc:
         Path(tmp_log).unlink(missing_ok=True)
         raise WriteError.of(exc, "the reproducer's temporary directory", tempfile.gettempdir()) from None
+    env.update(hook_env)
+    env["PYTHONPATH"] = os.pathsep.join([str(hook_site), env["PYTHONPATH"]])
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:
@@ -466,7 +472,8 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
                                                  # an upstream-test lane's ids and test tree are its arguments
                                                  # and a domain lane's, the declaration it swept
                                                  tuple(args if lane.upstream_tests or lane.domain else lane.args),
-                                                 receipts.helper_digests(ctx.root, launched)),
+                                                 receipts.helper_digests(ctx.root, launched),
+                                                 loaded.collect(Path(hook_env[loaded.DIR_ENV]), ctx.root, runner)),
             harness=receipts.HarnessRecord(version=__version__, **_repo_state(ctx.root)),
             host=receipts.Host(outcome.stamp) if outcome.stamp is not None else None,
             expected=receipts.Sentinel(lane.expect),
@@ -483,6 +490,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
             visible_devices=env.get("CUDA_VISIBLE_DEVICES") if requires == "cuda" else None,
             nccl=nccl,
             kernel_cache=receipts.KernelCacheRecord.from_dict(kcache.describe(), f"{where} kernel cache"),
+            declaration=declaration.of(pack, lane, prep.manifest),
         )
         out_dir = ctx.receipts_dir or receipts.receipts_root(ctx.root)
         written = receipts.write(out_dir, receipt, started, Path(tmp_log), outcome.omitted_bytes)
@@ -548,8 +556,9 @@ def run_pack(ctx: Context, pack: Pack, lane_names: list[str] | None = None,
             rec = (current or {}).get(prep.lane.name)
             if rec is not None:
                 where = receipts.display_path(rec.path, ctx.root) if rec.path is not None else "?"
-                results.append(LaneResult(pack.id, prep.lane.name, Verdict.PASS, f"current: {where} passed on "
-                                          "this pin, series, reproducer and helpers; not run again", Exit.OK, rec))
+                results.append(LaneResult(pack.id, prep.lane.name, Verdict.PASS,
+                                          f"current: {where} passed on this pin, series, declaration, reproducer "
+                                          "and what it imported; not run again", Exit.OK, rec))
                 continue
             result = execute(ctx, prep, run_dir)
             results.append(result)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from harness.lane.receipts.model import Receipt, load
+from harness.lane.receipts.model import Receipt, load, misplaced
 from harness.lane.receipts.records import LOG, utc_now
 
 
@@ -47,7 +47,9 @@ def find(root: Path, target: str | None = None, pack: str | None = None,
     given (a run's ``--receipts-dir``), else the repository's ``receipts/``."""
     base = receipts_dir or receipts_root(root)
     pattern = f"{target or '*'}/{pack or '*'}/*/receipt.json"
-    return _by_start(load(p) for p in base.glob(pattern))
+    # a receipt copied under another pack's or lane's directory is nobody's evidence (receipts verify names it)
+    return _by_start(r for r in (load(p) for p in base.glob(pattern))
+                     if misplaced(r.dir, r.target, r.pack, r.lane) is None)
 
 
 _NEVER = datetime.min.replace(tzinfo=UTC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import ClassVar
 
 from harness.errors import ConfigError
 from harness.lane.receipts.records import (
+    RECEIPT,
     SCHEMA,
     BaseRecord,
     BuildRecord,
@@ -72,8 +74,11 @@ class Receipt(_Record):
     visible_devices: str | None = None
     nccl: str | None = None  # a multi-rank cuda lane: the NCCL version of the lane's torch
     kernel_cache: KernelCacheRecord | None = None  # the kernel-compile cache the lane ran with (since issue 28)
+    # the lane's whole declaration when it ran (harness/lane/declaration.py); None: written before it was recorded
+    declaration: dict | None = None
     path: Path | None = field(default=None, kw_only=True, compare=False, metadata={"json": False})
-    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log", "visible_devices", "nccl", "kernel_cache"})
+    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"log", "visible_devices", "nccl", "kernel_cache",
+                                                      "declaration"})
 
     @property
     def dir(self) -> Path:
@@ -156,8 +161,31 @@ class Receipt(_Record):
             visible_devices=t("visible_devices", "str", required=False),
             nccl=t("nccl", "str", required=False),
             kernel_cache=None if kcache is None else KernelCacheRecord.from_dict(kcache, sub("kernel_cache")),
+            declaration=t("declaration", "dict", required=False),
             path=path, _keys=cls._present(data, where),
         )
+
+
+_STAMP = re.compile(r"\d{8}T\d{6}Z-")
+
+
+def misplaced(directory: Path, target: str, pack: str, lane: str) -> str | None:
+    """What about a receipt's directory (``<target>/<pack>/<stamp>-<lane>``, as ``writer.write`` makes it)
+    disagrees with what its receipt.json says; None when they agree. A receipt counts only where it was written:
+    copied under another pack or lane, it would stand as that one's evidence."""
+    m = _STAMP.match(directory.name)
+    rest = directory.name[m.end():] if m else None  # the lane, or the lane and ".N" for a second run that second
+    said = []
+    if directory.parent.parent.name != target:
+        said.append(f"target {target}")
+    if directory.parent.name != pack:
+        said.append(f"pack {pack}")
+    if rest is None or not (rest == lane or re.fullmatch(re.escape(lane) + r"\.\d+", rest)):
+        said.append(f"lane {lane}")
+    if not said:
+        return None
+    return (f"{RECEIPT} says {', '.join(said)}, but its directory is "
+            f"{directory.parent.parent.name}/{directory.parent.name}/{directory.name}")
 
 
 def _verdict(value: str, where: str) -> Verdict:

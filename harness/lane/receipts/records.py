@@ -217,16 +217,21 @@ class ReproducerRecord(_Record):
     # repository-relative path -> sha256 of each ``_*.py`` in repros/ and beside the reproducer (sorted);
     # receipts written before helpers were pinned have none
     helpers: dict[str, str] | None = None
-    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"helpers"})
+    # repository-relative path -> sha256 of every repository file the lane's processes imported, read from their
+    # module tables at exit (harness/lane/loaded.py); None: not recorded (older receipts, or a run cut short)
+    loaded: dict[str, str] | None = None
+    _OMIT_NONE: ClassVar[frozenset[str]] = frozenset({"helpers", "loaded"})
 
     @classmethod
     def from_dict(cls, data: dict, where: str) -> ReproducerRecord:
-        helpers = _take(data, "helpers", "dict", where, required=False)
-        if helpers is not None and not all(isinstance(v, str) for v in helpers.values()):
-            raise ConfigError(f"{where}: key 'helpers' must map each helper file to its sha256")
+        digests = {}
+        for key in ("helpers", "loaded"):
+            digests[key] = found = _take(data, key, "dict", where, required=False)
+            if found is not None and not all(isinstance(v, str) for v in found.values()):
+                raise ConfigError(f"{where}: key '{key}' must map each file to its sha256")
         return cls(path=_take(data, "path", "str", where), sha256=_take(data, "sha256", "str", where),
-                   args=_strings(_take(data, "args", "list", where), "args", where), helpers=helpers,
-                   _keys=cls._present(data, where))
+                   args=_strings(_take(data, "args", "list", where), "args", where), helpers=digests["helpers"],
+                   loaded=digests["loaded"], _keys=cls._present(data, where))
 
 
 @dataclass(frozen=True)

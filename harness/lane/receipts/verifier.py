@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.base.hashing import sha256_file
 from harness.errors import ConfigError
 from harness.lane import runs
-from harness.lane.receipts.model import Receipt
+from harness.lane.receipts.model import Receipt, misplaced
 from harness.lane.receipts.records import LOG, MANIFEST, RECEIPT
 
 _SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
@@ -57,9 +57,13 @@ def check_dir(directory: Path, vocabulary: set[str] | None = None) -> Check:
     # each part is checked even when another could not be read: an unreadable file is one problem among the rest
     problems = [] if legacy else _readable(_check_manifest, directory)
     try:
-        Receipt.from_dict(data, directory / RECEIPT)
+        rec = Receipt.from_dict(data, directory / RECEIPT)
     except ConfigError as exc:
         problems.append(f"{RECEIPT} does not fit the receipt schema: {exc}")
+    else:
+        wrong = misplaced(directory, rec.target, rec.pack, rec.lane)
+        if wrong is not None:
+            problems.append(wrong)
     problems += _readable(_check_log, directory, data)
     if vocabulary is not None and not problems:
         problems += _readable(_check_against_log, directory, data, vocabulary)
