@@ -179,7 +179,7 @@ def test_status_of_one_pack_tells_the_whole_story(two_packs, capsys):
 
 STATUS_KEYS = {"id", "title", "target", "kind", "class", "state", "base", "filing_base", "default_base", "depends_on",
                "threads", "lanes", "latest_receipt", "apply", "mitigation", "ready", "reasons", "related", "targets",
-               "suite"}
+               "suite", "to_ready"}
 
 
 def test_status_json_schema(two_packs, capsys):

@@ -119,8 +119,9 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
             "sweep_plan"},  # lanes into tasks (readiness says which are current)
         2: {"sweep_estimate",  # the scheduler replayed over recorded durations
             "slurm"},  # the plan as Slurm array jobs, and their state
-        3: {"sweep"},  # the runner
-        4: {""},
+        3: {"ready_plan"},  # what to run to make packs ready, fitted to a device budget
+        4: {"sweep"},  # the runner
+        5: {""},
     },
     "commands": {
         0: {"_args", "_context", "error_handler"},  # what the verbs share

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 
 from rich.text import Text
 
@@ -18,6 +19,7 @@ from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import Exit
 from harness.filing import readiness
+from harness.host import ready_plan
 from harness.lane import receipts
 from harness.lane.tracking import Tracking
 from harness.upstream.github import thread_label
@@ -145,6 +147,8 @@ def pack_json(ctx, state: readiness.Readiness) -> dict:
         "targets": [h.as_json() for h in decisions.target_health(pack)],
         # the upstream suite at the filing base: N of M cases run, patched-only failures (None: none declared)
         "suite": None if state.suite is None else {k: v for k, v in state.suite.as_json().items() if k != "cases"},
+        # what would make it ready: the lane runs it lacks, their minutes, what runs cannot clear (harness plan)
+        "to_ready": ready_plan.pack_plan(ctx, state).as_json(),
     }
 
 
@@ -295,7 +299,8 @@ def story(ctx, state: readiness.Readiness) -> None:
                 f"{_host(rec)} at {rec.started}, {rec.dir.relative_to(ctx.root)}")
             where = "" if e.on_filing_base else f" [not on {state.filing_base}]"
             lines.append(f"    {e.lane.name} ({e.lane.base}, {'patched' if e.lane.patched else 'baseline'}, expects "
-                         f"{e.lane.expect}){where}: {seen}" + (f" -- {e.problem}" if e.problem else ""))
+                         f"{e.lane.expect}){where}: {seen}" + (f" -- {e.problem}" if e.problem and rec is not None
+                                                                else ""))
     else:
         lines.append("  lanes: none")
     if state.suite is not None:
@@ -305,8 +310,33 @@ def story(ctx, state: readiness.Readiness) -> None:
         lines.append(f"  mitigation ({m.get('status', 'active')}): {m.get('what')}")
         lines.append(f"    retire when: {m.get('retire_when')}")
     lines += verdict_lines(state.filing_base, [(str(r.code), r.text) for r in state.reasons], indent="  ")
+    if not state.ready:
+        lines += to_ready_lines(ready_plan.pack_plan(ctx, state), indent="  ")
     for line in lines:
         ui.data(line)
+
+
+def to_ready_lines(plan: ready_plan.PackPlan, indent: str = "") -> list[str]:
+    """What would make the pack ready: each task with its host and minutes, the commands, and what runs cannot
+    clear (harness plan does it for every pack, fitted to a device budget)."""
+    if not plan.steps and not plan.blockers and not plan.depends_on:
+        return []
+    out = [f"{indent}what would make it ready:"]
+    for s in plan.steps:
+        lanes = ",".join(lane for lane in s.task.lanes if lane not in s.task.current)
+        where = f"GPU x{s.task.need.gpus}" if s.gpu else "CPU"
+        guess = f"; guessed: {', '.join(s.guessed)} never ran" if s.guessed else ""
+        out.append(f"{indent}  run {lanes} on {s.base} [{where}, {s.seconds / 60:.1f} min{guess}]")
+    for b in ready_plan.bundles(list(plan.steps)):
+        out += [f"{indent}  here:     {shlex.join(b['bundle'])}",
+                f"{indent}  GPU host: {shlex.join(b['bootstrap'])}",
+                f"{indent}  back:     {shlex.join(b['import'])}"]
+    cpu = [s for s in plan.steps if not s.gpu]
+    if cpu:
+        out.append(f"{indent}  here: " + "; ".join(shlex.join(["harness", *s.task.command()]) for s in cpu))
+    out += [f"{indent}  and first: {d} (a dependency) ready" for d in plan.depends_on]
+    out += [f"{indent}  runs cannot clear: {b}" for b in plan.blockers]
+    return out
 
 
 def verdict_lines(filing_base: str, reasons: list[tuple[str, str]], indent: str = "") -> list[str]:

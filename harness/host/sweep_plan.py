@@ -60,7 +60,7 @@ def lane_gpus(pack: Pack, lane: Lane) -> int:
 def pairs(pack: Pack) -> list[list[Lane]]:
     """The pack's lanes grouped into what runs as one task: a patched lane with every unpatched lane of the same
     base, args and script (its baseline, whose results it may read from the shared run directory), in declaration
-    order. Upstream-test lanes run alone."""
+    order. Upstream-test lanes run alone, and lanes of different ranks never pair."""
     parent = {lane.name: lane.name for lane in pack.lanes}
 
     def root(name: str) -> str:
@@ -68,8 +68,9 @@ def pairs(pack: Pack) -> list[list[Lane]]:
             name = parent[name]
         return name
 
-    def reproducer(lane: Lane) -> tuple:  # what a baseline lane must share with its patched lane
-        return (lane.base, lane.args, lane.minimal, lane.domain)
+    def reproducer(lane: Lane) -> tuple:  # what a baseline lane must share with its patched lane (its ranks too:
+        # a two-rank patched lane and a one-process baseline share no run, and would hold two GPUs together)
+        return (lane.base, lane.args, lane.minimal, lane.domain, lane.nproc)
 
     for lane in pack.lanes:
         if lane.patched and not lane.upstream_tests:  # upstream tests are pytest runs: no run directory between them
