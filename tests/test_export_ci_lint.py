@@ -128,6 +128,36 @@ def test_whole_files_tells_the_bases_findings_from_the_series(tmp_path):
     assert got.base_fails == ("m.py",) and repo.is_clean()
 
 
+ISORT = pins.Check(name="isort", package="isort==5.13.2", module="isort", args=(), files=r"\.py$", kind="format",
+                   scope="files")
+
+
+@pytest.mark.network
+def test_whole_files_lints_the_real_tree_where_isort_tells_first_party_by_what_it_holds(tmp_path):
+    """isort calls a module first-party when the tree holds it. Linted in a copy of the changed files and the config
+    files alone, ``helpers`` (a module at the tree's top) read as third-party and both revisions "failed"; the
+    upstream's CI lints its checkout, where the file is clean (pack 12's isort finding at Megatron main)."""
+    work = tmp_path / "w"
+    (work / "tests").mkdir(parents=True)
+    (work / "helpers.py").write_text("THING = 1\n")
+    clean = "import os\n\nimport requests\n\nimport helpers\n\n\ndef f():\n    return os, requests, helpers\n"
+    (work / "tests" / "test_x.py").write_text(clean)
+    git.init_snapshot(work, "base")
+    repo = git.repo(work)
+    (work / "tests" / "test_x.py").write_text(clean + "\n\ndef g():\n    return 2\n")
+    repo.run("commit", "-q", "-am", "add g")
+    env = linters.tool_env(ISORT, Store(tmp_path / "store"))
+    got = linters.whole_files(ISORT, env, repo, "pristine", ["tests/test_x.py"],
+                              linters.touched_lines(repo, "pristine"))
+    assert (got.findings, got.at_base, got.base_fails) == ((), (), ())
+    assert repo.is_clean() and len(repo.run("worktree", "list").splitlines()) == 1  # the base's is gone
+    (work / "helpers.py").unlink()  # without the module in the tree, isort's grouping differs: the check can fail
+    repo.run("commit", "-q", "-am", "drop helpers")
+    got = linters.whole_files(ISORT, env, repo, "pristine", ["tests/test_x.py"],
+                              linters.touched_lines(repo, "pristine"))
+    assert got.findings and got.findings[0].tool == "isort"
+
+
 # --------------------------------------------------------------------------- offline: the data and the body
 
 def test_base_lines_map_around_the_series_hunks():

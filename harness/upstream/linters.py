@@ -22,6 +22,7 @@ the store's lock, so an interrupted install leaves nothing that looks complete. 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -283,11 +284,6 @@ def _relative(path: str, root: Path) -> str:
 
 # --------------------------------------------------------------------------- whole changed files, as the CI does
 
-# The files a tool reads its configuration from, copied from the tree beside the files it checks
-CONFIG_FILES = ("pyproject.toml", "setup.cfg", "tox.ini", ".pylintrc", "pylintrc", ".isort.cfg", "ruff.toml",
-                ".ruff.toml", ".flake8")
-
-
 def whole_files(check: Check, env: Path, repo: git.Repo, base: str, files: list[str],
                 touched: dict[str, set[int]]) -> Report:
     """``check`` on every line of ``files`` at HEAD, as the upstream's CI runs it on whole changed files, and on
@@ -295,12 +291,16 @@ def whole_files(check: Check, env: Path, repo: git.Repo, base: str, files: list[
     adds or changes, or the base has no finding of that tool on the same line (a lint finding: the same message);
     else the base has it too (``at_base``). ``base_fails``: the files that fail the check at the base.
 
-    Both runs see a small tree of their own: the files and the config files (``CONFIG_FILES``) as that revision
-    has them, so neither reads the other's."""
-    with tempfile.TemporaryDirectory(prefix="patchlane-lint-") as tmp:
-        now = run_check(check, env, *_snapshot(repo, "HEAD", files, Path(tmp) / "head"))
-        old_files = [f for f in files if repo.call("cat-file", "-e", f"{base}:{f}").ok]
-        then = run_check(check, env, *_snapshot(repo, base, old_files, Path(tmp) / "base")) if old_files else []
+    Both runs see the whole tree of their revision, as the CI's checkout is: the patched checkout itself, and a
+    worktree of ``base`` beside it. A tool that classifies by what else the tree holds (isort's first-party
+    modules, pylint's imports) needs it: a copy of the changed files and the config files alone once made isort
+    report findings at the base that the real checkout does not have."""
+    now = run_check(check, env, repo, _every_line(repo, files))
+    old_files = [f for f in files if repo.call("cat-file", "-e", f"{base}:{f}").ok]
+    then: list[Finding] = []
+    if old_files:
+        with _worktree(repo, base) as old:
+            then = run_check(check, env, old, _every_line(old, old_files))
     hunks: dict[str, list[_Hunk]] = {}
     for h in _hunks(_diff(repo, base, "HEAD", *files)):
         if h.new_path:
@@ -309,23 +309,28 @@ def whole_files(check: Check, env: Path, repo: git.Repo, base: str, files: list[
     ours: list[Finding] = []
     theirs: list[Finding] = []
     for f in now:
-        old = None if f.line in touched.get(f.path, set()) else _base_line(hunks.get(f.path, []), f.line)
-        key = (f.path, f.tool, old, f.message if check.kind == "lint" else "")
-        (theirs if old is not None and f.path in old_files and key in seen else ours).append(f)
+        old_line = None if f.line in touched.get(f.path, set()) else _base_line(hunks.get(f.path, []), f.line)
+        key = (f.path, f.tool, old_line, f.message if check.kind == "lint" else "")
+        (theirs if old_line is not None and f.path in old_files and key in seen else ours).append(f)
     return Report(tuple(ours), (), tuple(theirs), tuple(sorted({f.path for f in then})))
 
 
-def _snapshot(repo: git.Repo, rev: str, files: list[str], dest: Path) -> tuple[git.Repo, dict[str, set[int]]]:
-    """A one-commit repository of ``files`` and the config files at ``rev``, and every line of each file."""
-    every: dict[str, set[int]] = {}
-    for rel in (*[c for c in CONFIG_FILES if repo.call("cat-file", "-e", f"{rev}:{c}").ok], *files):
-        text = repo.run("show", f"{rev}:{rel}")
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_text(text, encoding="utf-8")
-        if rel in files:
-            every[rel] = set(range(0, text.count("\n") + 2))
-    git.init_snapshot(dest, f"{rev} as the upstream's CI lints it")
-    return git.repo(dest), every
+def _every_line(repo: git.Repo, files: list[str]) -> dict[str, set[int]]:
+    """Every line of each of ``files`` as HEAD of ``repo`` has it (a whole-file check's "touched" lines)."""
+    return {rel: set(range(0, repo.run("show", f"HEAD:{rel}").count("\n") + 2)) for rel in files}
+
+
+@contextlib.contextmanager
+def _worktree(repo: git.Repo, rev: str):
+    """A detached worktree of ``rev`` beside ``repo`` (the same objects, its own files), removed on the way out."""
+    with tempfile.TemporaryDirectory(prefix="patchlane-lint-") as tmp:
+        path = Path(tmp) / "base"
+        repo.run("worktree", "add", "-q", "--detach", str(path), rev)
+        try:
+            yield git.repo(path)
+        finally:
+            repo.call("worktree", "remove", "--force", str(path))
+            repo.call("worktree", "prune")
 
 
 def _base_line(hunks: list[_Hunk], line: int) -> int | None:
