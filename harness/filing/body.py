@@ -18,6 +18,7 @@ from harness.filing.reproducer import (
     minimal_problems,
     minimal_section,
     reproducer_script,
+    script_needs,
 )
 from harness.lane import receipts, series
 from harness.lane.tracking import Pack, Tracking
@@ -118,16 +119,18 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
     problems += [f"evidence row {i} ({row.lane}): the lane runs on {lane_base[row.lane]}, not on the filing base "
                  f"{base_name}" for i, row in enumerate(pack.evidence, 1)
                  if not row.bench and lane_base[row.lane] != base_name]
-    script = reproducer_script(root, manifest, pack, base_name, title, change_name)
+    # the script's steps with the change build it on what it is stacked on: they say so, naming each by its filing
+    script = reproducer_script(root, manifest, pack, base_name, title,
+                               f"{change_name} and, under it, {' and '.join(dep_names)}" if dep_names else change_name)
     inline = script is not None and len(script[1].encode()) <= INLINE_LIMIT
-    needs_gpu = any(pack.lane_requires(lane) == "cuda" for lane in pack.lanes if lane.base == base_name)
+    needs = script_needs(root, manifest, pack, base_name) if script is not None else []
     diff = ""
     if own and pack.kind != "pr":
         text = "".join(patch_diff(p.path) for p in own)
         if len(text) <= DIFF_LIMIT:
             diff = (f"<details><summary>The change, as a diff against {base_label(manifest, base)}</summary>\n\n"
                     f"```diff\n{text.rstrip()}\n```\n\n</details>")
-    reproducer_text = _reproducer_section(script, inline, needs_gpu)
+    reproducer_text = _reproducer_section(script, inline, needs)
     if script is not None and not inline:  # as an attachment under the minimal one
         reproducer_text = (f"The script behind the measurements in this report: [`{script[0]}`]({PLACEHOLDER}) "
                            f"({len(script[1].splitlines())} lines).")
@@ -136,7 +139,7 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
         problems += [f"minimal reproducer: {text}" for _, text in minimal_problems(root, pack, manifest.import_names)]
         reproducer_text = minimal
     else:
-        reproducer_text = _reproducer_section(script, inline, needs_gpu)
+        reproducer_text = _reproducer_section(script, inline, needs)
     dep_subjects = tuple(d.title for d in under_packs)
     if dep_subjects and any(rec.patched and any(r.file not in {_rel(root, p.path) for p in own} for r in rec.patches)
                             for rec in ev.receipts):

@@ -110,24 +110,15 @@ def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name
     path = root / pack.reproducer
     name = script_name(pack)
     original = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-    needs = [f"{manifest.distribution} (the package under test) importable"]
-    if re.search(r"^\s*(?:import|from) torch\b", path.read_text(encoding="utf-8"), re.M):
-        needs.append("torch")
     lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
              and not lane.domain]
-    if any(pack.lane_requires(lane) == "cuda" for lane in lanes):
-        needs.append("a CUDA GPU")
-    for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):
-        other = pins.load_manifest(root, target)
-        needs.append(f"{other.distribution} {other.base(extra).version}")
-    # the base's runtime requirements that the script's own code names (04's Triton script needs no TileLang)
-    code = standalone.amalgamate(path, [root / "repros"], "")
-    runtime = [r for r in manifest.bases[base_name].runtime_requires if _mentions(r, code)]
+    needs = [f"{manifest.distribution} (the package under test) importable", *script_needs(root, manifest, pack,
+                                                                                          base_name)]
     runs = _runs(manifest, pack, base_name, name, change_name)
     wrap = textwrap.TextWrapper(width=100)
     header = [f"{title}: a self-contained reproducer.", "",
-              *wrap.wrap("Needs " + ", ".join(needs) + (f", with {', '.join(runtime)}" if runtime else "")
-                         + ". Nothing else: every helper it uses is copied in below."), ""]
+              *wrap.wrap("Needs " + ", ".join(needs) + ". Nothing else: every helper it uses is copied in below."),
+              ""]
     if runs:
         header += ["Run it once per build, from one directory:", "", *[f"  {r}" for r in runs], ""]
         if any(lane.with_baseline for lane in lanes):
@@ -210,12 +201,35 @@ def public_dialect(text: str, pack_id: str, name: str) -> str:
     return out
 
 
-def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs_gpu: bool) -> str:
+def script_needs(root: Path, manifest: pins.Manifest, pack: Pack, base_name: str) -> list[str]:
+    """What the attached script needs besides the package under test, for its header and the body alike: torch,
+    a CUDA GPU, the builds its lanes put beside the package (each with the runtime pins its base installs), and
+    the base's runtime pins that the script's own code names (04's Triton script needs no TileLang)."""
+    if not pack.reproducer:
+        return []
+    path = root / pack.reproducer
+    needs = []
+    if re.search(r"^\s*(?:import|from) torch\b", path.read_text(encoding="utf-8"), re.M):
+        needs.append("torch")
+    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
+             and not lane.domain]
+    if any(pack.lane_requires(lane) == "cuda" for lane in lanes):
+        needs.append("a CUDA GPU")
+    for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):
+        other = pins.load_manifest(root, target)
+        xbase = other.base(extra)
+        with_pins = f" (with {', '.join(xbase.runtime_requires)})" if xbase.runtime_requires else ""
+        needs.append(f"{other.distribution} {xbase.version}{with_pins}")
+    code = standalone.amalgamate(path, [root / "repros"], "")
+    needs += [r for r in manifest.bases[base_name].runtime_requires if _mentions(r, code)]
+    return needs
+
+
+def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs: list[str]) -> str:
     if script is None:
         return "No reproducer yet."
     name, text = script
-    needs = ["the package under test"] + (["torch"] if re.search(r"^\s*(?:import|from) torch\b", text, re.M) else []) \
-        + (["a CUDA GPU"] if needs_gpu else [])
+    needs = ["the package under test", *needs]
     needs_text = ", ".join(needs[:-1]) + " and " + needs[-1] if len(needs) > 1 else needs[0]
     rest = f"is a single file needing only {needs_text}; its docstring gives the commands to run it."
     if inline:

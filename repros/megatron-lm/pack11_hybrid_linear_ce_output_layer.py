@@ -54,7 +54,7 @@ import sys
 import traceback
 import warnings
 
-from _lane import figure, lane, parser, patched, require_cuda, start, verdict
+from _lane import figure, lane, parser, patched, require_cuda, skip, start, verdict
 from _numerics import K_NOISE, rel_fro, tolerance
 
 IGNORE = -100
@@ -342,7 +342,13 @@ def main() -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with simulated_gpu(torch, (9, 0), simulate):
-            platform = mod_flce._get_platform()
+            try:
+                platform = mod_flce._get_platform()
+            except ValueError as exc:  # this change alone: the dispatcher has no entry for this GPU and no fallback
+                dist.destroy_process_group()
+                skip(f"the fused linear cross entropy dispatcher has no entry for this GPU ({exc}): this build needs "
+                     "the unfused fallback (Megatron-LM PR 'Fused linear cross entropy: warn and fall back on GPUs "
+                     "without a kernel') applied under this change")
         figure("flce_platform", None, None, has_native_kernel=getattr(platform, "has_native_kernel", None),
                simulated_capability="9.0" if simulate else None,
                compute_capability=None if simulate else ".".join(map(str, torch.cuda.get_device_capability())))
