@@ -534,7 +534,7 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
 
     # a table: a maintainer reads it point by point, and it is not prose (the body's word budget)
     head = (f"What {change_name} admits ({', '.join(domain.axes)}; {len(points)} points on {gpu}, {device}, "
-            "each in a process of its own)")
+            "each in a process of its own" + (f"; {domain.method}" if domain.method else "") + ")")
     rows = [f"| {table_cell(head)} | points | result |", "| --- | --- | --- |"]
     if admitted:
         err = ("" if not errors or not tols else f"largest error {shown(max(errors))} (tolerance {shown(tols[0])})"

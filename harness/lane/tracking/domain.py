@@ -9,6 +9,8 @@ domain here, and a *domain lane* (``domain = true`` in one of its lanes, docs/do
     not_shown = ["sm_80", "sm_100"]                 # where it is not (a body says so)
     point = "repros/megatron-lm/pack02_domain_point.py"   # runs one point in a process of its own
     summary = "..."                                 # what the change admits, in words (no figures)
+    method = "..."                                  # how the points ran, where that is not plain (a body says so):
+                                                    # e.g. on the CPU with a GPU's capability query simulated
 
     [[domain.admits]]                      # points the change must admit (run and match a reference)
     heads = [16, 64, 128]                           # every axis, each a list: the grid is their product
@@ -35,7 +37,7 @@ from pathlib import Path
 from harness.base.tomlutil import field, str_list
 from harness.errors import ConfigError
 
-DOMAIN_KEYS = frozenset({"axes", "devices", "not_shown", "point", "summary", "admits", "declines", "note"})
+DOMAIN_KEYS = frozenset({"axes", "devices", "not_shown", "point", "summary", "method", "admits", "declines", "note"})
 GRID_KEYS_EXTRA = frozenset({"note"})  # besides the axes
 EXPECTATIONS = ("admit", "decline")
 # a device: a CUDA architecture (sm_90, sm_90a, sm_100) or "cpu" (a config-level domain needs no GPU)
@@ -81,6 +83,7 @@ class Domain:
     not_shown: tuple[str, ...]
     point: str  # repository-relative path of the script that runs one point
     summary: str = ""
+    method: str = ""  # how the points ran, where it is not plain; the body's table says it
 
     def points(self) -> list[Point]:
         """Every point, admitted ones first, in declaration order; each once."""
@@ -163,7 +166,7 @@ def load_domain(root: Path, t, where: str) -> Domain:
     if not grids["admits"]:
         raise ConfigError(f"{where}: key 'admits' must hold at least one grid: what the change newly admits")
     domain = Domain(axes, grids["admits"], grids["declines"], devices, not_shown, point,
-                    field(t, "summary", str, where, default=""))
+                    field(t, "summary", str, where, default=""), field(t, "method", str, where, default=""))
     admitted = {tuple(p.values) for g in domain.admits for p in _as_points(g, axes)}
     clash = [p for g in domain.declines for p in _as_points(g, axes) if tuple(p.values) in admitted]
     if clash:
