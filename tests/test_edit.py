@@ -247,3 +247,26 @@ def test_two_clones_sharing_a_cache_keep_their_own_edit_checkouts(lane_repo, tmp
     assert "first clone" not in (other / patch).read_text()
     assert cli("regen", "01", "--root", str(lane_repo.root), *cache) == Exit.OK
     assert "the first clone's edit" in (lane_repo.root / patch).read_text()
+
+
+def test_regen_refuses_a_fifo_in_the_series_instead_of_hanging(lane_repo, tmp_path, capsys):
+    """A FIFO named like a patch blocked regen's read of the series it replaces forever (every other verb refused
+    it). The read runs in a thread here so that a hang fails the test instead of the suite."""
+    import os
+    import threading
+
+    d = _edit(lane_repo, tmp_path)
+    fifo = lane_repo.root / "patches" / "fake" / "01" / "0002-stray.patch"
+    os.mkfifo(fifo)
+    got: list[int] = []
+    worker = threading.Thread(target=lambda: got.append(cli("regen", "01", "--dir", str(d), *lane_repo.args())),
+                              daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # unblock the reader so the thread can end, then fail
+        with open(fifo, "wb"):
+            pass
+        raise AssertionError("regen blocked on the FIFO")
+    assert got == [Exit.USAGE]
+    assert "0002-stray.patch: a FIFO, not a patch file" in capsys.readouterr().err
+    assert fifo.exists() and (lane_repo.root / "patches" / "fake" / "01" / "0001-use-own-weight.patch").is_file()

@@ -30,7 +30,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from harness.base import ui
+from harness.base import regular, ui
 from harness.base.hashing import sha256_file, sha256_text
 from harness.errors import ConfigError, EditError, SeriesError
 from harness.lane import series, series_write
@@ -194,7 +194,13 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
     dest = series.write_dir(ctx.root, pack, state.base, ctx.manifest(pack.target).default_base)
     _recover(pack, dest, dry_run)
     source = series.series_dir(ctx.root, pack.target, pack.id, state.base)  # what the checkout was made from
-    current = {p.name: sha256_file(p) for p in sorted(source.glob("*.patch"))} if source.is_dir() else {}
+    current = {}
+    for p in sorted(source.glob("*.patch")) if source.is_dir() else ():
+        what = regular.kind(p)  # a FIFO named like a patch would block the read forever
+        if what is not None:
+            raise EditError(f"{p}: {what}, not a patch file; regen reads the series it replaces",
+                            hint="remove it (a series holds regular NNNN-slug.patch files)")
+        current[p.name] = sha256_file(p)
     dest.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".regen-{pack.id}-{os.getpid()}-", dir=dest.parent))
     leftover: Path | None = scratch  # removed on the way out unless it became the series
