@@ -288,3 +288,14 @@ def test_the_proposal_derives_the_suite_again_and_names_the_threads_whose_state_
     assert "Threads whose state changed:" in message and "pull/7 open -> merged" in message
     assert "tests/test_core.py" in git(moved.root, "show", f"{branch}:suites/01/main.toml")
     assert "tests/test_core.py" not in (moved.root / "suites" / "01" / "main.toml").read_text()  # checkout as it was
+
+
+def test_a_misspelt_target_is_a_usage_error_naming_the_targets(lane_repo, capsys):
+    """refresh --target mamab exited 0 with an empty table: a typo read as "nothing to refresh"."""
+    from conftest import cli
+
+    from harness.errors import Exit
+
+    assert cli("refresh", "--target", "fak", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "--target fak: no pack has that target; did you mean fake?" in err and "(targets: fake)" in err

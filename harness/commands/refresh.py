@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import shutil
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import ConfigError, Exit, SeriesError
+from harness.errors import ConfigError, Exit, SeriesError, UsageError
 from harness.host import sweep_plan
 from harness.lane import lanes, series, suite
 from harness.lane.context import Context
@@ -62,6 +63,12 @@ _INACTIVE = ("absorbed", "retired")
 def main(args) -> int:
     ctx = context(args)
     chosen = {ctx.tracking.pack(p).id for p in args.packs}
+    known = sorted({p.target for p in ctx.tracking.packs.values()})
+    stray = [t for t in args.target if t not in known]
+    if stray:  # a typo is not "nothing to refresh"
+        close = difflib.get_close_matches(stray[0], known, n=1)
+        guess = f"; did you mean {close[0]}?" if close else ""
+        raise UsageError(f"--target {stray[0]}: no pack has that target{guess} (targets: {', '.join(known)})")
     targets = sorted({p.target for p in ctx.tracking.packs.values()
                       if (not args.target or p.target in args.target) and (not chosen or p.id in chosen)})
     thread_changes = _thread_changes(ctx, [p for p in ctx.tracking.packs.values()
