@@ -471,3 +471,23 @@ def test_a_finding_about_the_whole_file_does_not_point_at_line_0():
 
     assert Finding(0, "budget", "412 words").describe("02-pr.md") == "02-pr.md (the whole file): budget: '412 words'"
     assert Finding(7, "layout", "x").describe("02-pr.md") == "02-pr.md:7: layout: 'x'"
+
+
+def test_evidence_from_an_older_version_of_a_patch_says_so_once():
+    """A receipt that applied a patch of the same name with other content measured an older version of it: said
+    so, not as "with X applied and without X" (issue 56 item 10)."""
+    from pathlib import Path
+    from types import SimpleNamespace as NS
+
+    from harness.filing.body import _evidence_builds
+
+    root = Path("/r")
+    filed = [NS(path=root / "p/01/0001-a.patch", sha256="new"), NS(path=root / "p/01/0002-b.patch", sha256="b")]
+    rec = NS(patched=True, lane="fix", patches=[NS(file="p/01/0001-a.patch", sha256="old"),
+                                                NS(file="p/00/0001-dep.patch", sha256="d")])
+    (line,) = _evidence_builds(root, [rec], filed, "01")
+    assert line.startswith("evidence build: fix was measured with an older version of p/01/0001-a.patch; "
+                           "p/00/0001-dep.patch applied; without p/01/0002-b.patch of the series filed for pack 01")
+    assert _evidence_builds(root, [NS(patched=True, lane="fix", patches=[NS(file="p/01/0001-a.patch", sha256="new"),
+                                                                         NS(file="p/01/0002-b.patch", sha256="b")])],
+                            filed, "01") == []

@@ -262,11 +262,14 @@ def _evidence_builds(root: Path, used: list[receipts.Receipt], patches: list, pa
         applied = {(r.file, r.sha256) for r in rec.patches}
         if applied == filed:
             continue
-        extra = sorted(f for f, _ in applied - filed)
-        missing = sorted(f for f, _ in filed - applied)
-        out.append(f"evidence build: {rec.lane} was measured with {', '.join(extra) or 'nothing more'} applied and "
-                   f"without {', '.join(missing) or 'nothing'} of the series filed for pack {pack_id}; measure the "
-                   "exported series, or stack what it ran on under it")
+        extra = {f for f, _ in applied - filed}
+        missing = {f for f, _ in filed - applied}
+        older = sorted(extra & missing)  # the same file name, other content: an earlier version of that patch
+        parts = ([f"an older version of {', '.join(older)}"] if older else []) \
+            + ([f"{', '.join(sorted(extra - missing))} applied"] if extra - missing else []) \
+            + ([f"without {', '.join(sorted(missing - extra))}"] if missing - extra else [])
+        out.append(f"evidence build: {rec.lane} was measured with {'; '.join(parts)} of the series filed for pack "
+                   f"{pack_id}; measure the exported series, or stack what it ran on under it")
     return out
 
 

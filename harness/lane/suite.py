@@ -747,7 +747,10 @@ def merge(lanes: Iterable[tuple[str, bool]], details: Mapping[str, Mapping | Non
 def summary_line(merged: Merged, comparison: Comparison) -> str:
     """The suite's result in one line, as the body's evidence row and ``harness status`` state it."""
     counts = comparison.counts()
-    total = merged.collected if merged.collected is not None else "?"
+    if merged.collected is None and not merged.ran:  # no shard has reported: there is nothing to count yet
+        n = len(merged.missing)
+        return f"not run yet ({n} shard run{'' if n == 1 else 's'} missing)" if n else "not run yet"
+    total = merged.collected if merged.collected is not None else "an unknown number of"
     both = counts.get("base-only failure", 0) + counts.get("fails on both", 0)
     here = comparison.not_here_reasons()
     return (f"{merged.ran} of {total} cases run ({merged.skipped} skipped); {len(comparison.patched_only)} fail only "
