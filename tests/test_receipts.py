@@ -180,3 +180,19 @@ def test_import_refuses_a_tampered_receipt_and_imports_nothing(lane_repo, remote
     assert cli("receipts", "import", str(_archive(tmp_path, remote)), *lane_repo.args()) == Exit.TAMPERED
     assert "nothing was imported" in capsys.readouterr().err
     assert _nothing_imported(lane_repo)
+
+
+def test_verify_says_in_one_line_where_a_receipt_parts_from_its_log(remote):
+    """A receipt whose figures part from its log at one entry: verify names the entry and the log line it stands
+    on, and does not print both lists whole (a committed receipt once printed two ~4 KB lists and no line)."""
+    d = remote[0]
+    data = json.loads((d / "receipt.json").read_text())
+    assert data["figures"], "the fake reproducer prints a figure"
+    figures = [dict(data["figures"][0], value="x" * 4000), *data["figures"][1:]]
+    _forge(d, figures=figures)
+    (problem,) = receipts.check_dir(d, {"BUG_REPRODUCED", "FIX_VALIDATED"}).problems
+    first = next(n for n, line in enumerate((d / "output.log").read_text().splitlines(), 1)
+                 if line.startswith("FIGURE "))
+    assert problem.startswith(f"receipt.json: 'figures' has {len(figures)} entries, the log {len(figures)}; they "
+                              f"part at entry 1 (log line {first}): receipt ")
+    assert len(problem) < 600

@@ -366,7 +366,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
 def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
     """Read the protocol lines. The host stamp is the first valid ``HOST_STAMP`` printed before any
     sentinel; a stamp that is empty or not a JSON object, anywhere, is recorded as a problem."""
-    for no, line in _protocol_lines(text, sentinels):
+    for no, line in protocol_lines(text, sentinels):
         tag, _, rest = line.partition(" ")
         if tag == "HOST_STAMP":
             stamp = _stamp(rest)
@@ -388,7 +388,7 @@ def parse_log(text: str, outcome: Outcome, sentinels: set[str]) -> None:
             outcome.sentinels.append((tag, _json(rest)))
 
 
-def _protocol_lines(text: str, sentinels: set[str]):
+def protocol_lines(text: str, sentinels: set[str]):
     """(line number, line) of the log, with protocol lines that concurrent ranks glued together split apart.
 
     Ranks of one lane share the output pipe, and with ``PYTHONUNBUFFERED`` a ``print`` writes its text and its

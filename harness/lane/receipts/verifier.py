@@ -137,8 +137,47 @@ def _check_against_log(directory: Path, data: dict, vocabulary: set[str]) -> lis
         said["ranks"] = outcome.stamps
     if data.get("expected") is not None:
         said["verdict"] = outcome.verdict(data["expected"])[0]
-    return [f"{RECEIPT}: '{key}' is {data.get(key)!r}, but the log says {value!r}"
+    return [_disagreement(key, data.get(key), value, text, vocabulary)
             for key, value in said.items() if _canonical(data.get(key)) != _canonical(value)]
+
+
+_SHOWN = 160  # characters of a value a verify line shows
+
+
+def _disagreement(key: str, recorded, logged, text: str, vocabulary: set[str]) -> str:
+    """One line: which key, and where its recorded and logged values first part (a list's first differing entry
+    and, for figures and sentinels, the log line it stands on), never the whole of two long lists."""
+    if isinstance(recorded, list) and isinstance(logged, list):
+        pairs = zip(recorded, logged, strict=False)
+        i = next((n for n, (a, b) in enumerate(pairs) if _canonical(a) != _canonical(b)),
+                 min(len(recorded), len(logged)))
+        where = _log_line(text, vocabulary, key, i)
+        return (f"{RECEIPT}: '{key}' has {len(recorded)} entries, the log {len(logged)}; they part at entry {i + 1}"
+                + (f" (log line {where})" if where else "")
+                + f": receipt {_short(recorded, i)}, log {_short(logged, i)}")
+    return f"{RECEIPT}: '{key}' is {_cut(repr(recorded))}, but the log says {_cut(repr(logged))}"
+
+
+def _short(values: list, i: int) -> str:
+    return _cut(json.dumps(values[i], sort_keys=True, default=str)) if i < len(values) else "(none)"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
+
+
+def _log_line(text: str, vocabulary: set[str], key: str, index: int) -> int | None:
+    """The log line of the ``index``-th figure (key 'figures') or sentinel ('sentinels'), as parse_log reads them."""
+    tags = {"figures": {"FIGURE"}, "sentinels": vocabulary}.get(key)
+    if tags is None:
+        return None
+    seen = 0
+    for no, line in runs.protocol_lines(text, vocabulary):
+        if line.partition(" ")[0] in tags:
+            if seen == index:
+                return no
+            seen += 1
+    return None
 
 
 def _canonical(value) -> str:
