@@ -154,3 +154,37 @@ def test_new_writes_the_standing_entry_and_the_pack_file_beside_the_series(lane_
     assert [lane["name"] for lane in declared["lanes"]] == ["bug-1.0", "fix-1.0"]
     assert declared["reproducer"].startswith("repros/fake/pack24_") and declared["requires"] == "cpu"
     assert [lane.name for lane in Tracking.load(lane_repo.root).pack("24").lanes] == ["bug-1.0", "fix-1.0"]
+
+
+@pytest.mark.parametrize("where", ["outside", "dangling"])
+def test_a_pack_file_that_is_a_link_is_refused_naming_it(lane_repo, tmp_path, capsys, where):
+    """A pack.toml linking out of the repository was read as the pack's declarations; a dangling one was taken
+    for no file at all (issue 55 item 7)."""
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root.joinpath(*PACK_FILE)
+    elsewhere = tmp_path / "elsewhere.toml"
+    if where == "outside":
+        elsewhere.write_text(path.read_text())
+    path.unlink()
+    path.symlink_to(elsewhere)
+    capsys.readouterr()
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert f"patches/fake/01/pack.toml: a symbolic link (to {elsewhere})" in err
+
+
+def test_a_recorded_template_directory_that_is_a_link_is_refused(tmp_path):
+    """templates/upstream/<target> linked elsewhere put another tree's template into a body (issue 55 item 7)."""
+    from types import SimpleNamespace
+
+    from harness.filing import pr_template
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "SOURCE.toml").write_text('commit = "abc"\n')
+    (tmp_path / "repo" / "upstream").mkdir(parents=True)
+    (tmp_path / "repo" / "templates" / "upstream").mkdir(parents=True)
+    (tmp_path / "repo" / "templates" / "upstream" / "fake").symlink_to(other)
+    manifest = SimpleNamespace(path=tmp_path / "repo" / "upstream" / "fake.toml", target="fake")
+    with pytest.raises(ConfigError, match="templates/upstream/fake: a symbolic link"):
+        pr_template.recorded_dir(manifest)

@@ -39,7 +39,14 @@ def recorded_dir(manifest: pins.Manifest) -> Path | None:
     path = getattr(manifest, "path", None)
     if path is None:
         return None
-    d = Path(path).parent.parent / RECORDED / manifest.target
+    top = Path(path).parent.parent
+    d = top / RECORDED / manifest.target
+    here = top
+    for part in Path(RECORDED, manifest.target).parts:  # a link on the way would put another tree's text in a body
+        here = here / part
+        if here.is_symlink():
+            raise ConfigError(f"{here}: a symbolic link (to {os.readlink(here)}); recorded templates are the "
+                              "repository's own files")
     return d if (d / "SOURCE.toml").is_file() else None
 
 

@@ -16,6 +16,7 @@ loader sees the same keys either way.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,9 @@ def load_declarations(root: Path, target: str, pid: str, schema: int) -> Declara
     """The pack's ``pack.toml``, checked for keys that are not its own: a standing key is a ConfigError (it belongs
     in tracking.toml), a schema other than ``schema`` too. Unknown keys are returned by ``unknown_in_pack_file``."""
     path = pack_file(root, target, pid)
+    if path.is_symlink():  # its text would live wherever the link points, outside what a review of the pack sees
+        raise ConfigError(f"{shown(root, path)}: a symbolic link (to {os.readlink(path)}); a pack's declarations are "
+                          "a regular file beside its series", hint="replace the link with the file it points to")
     if not path.exists():
         return Declarations(path, tomlkit.document(), False)
     doc = load_document(path)
