@@ -124,7 +124,7 @@ def test_a_receipt_whose_log_contradicts_its_json_never_counts(repo):
     (rec.dir / "SHA256SUMS").unlink()
     receipts.write_manifest(rec.dir)
     found = _problems(repo)
-    assert found["fix"].startswith("unverified: ") and "the log says" in found["fix"]
+    assert found["fix"].startswith("unverified: ") and 'receipt "FIX_VALIDATED", log "FIX_FAILED"' in found["fix"]
     assert cli("run", "01", "--skip-current", "--quiet", *repo.args()) == Exit.OK
     assert receipts.latest_by_lane(repo.root, "fake", "01")["fix"].dir != rec.dir  # ran again, not answered
 

@@ -47,7 +47,9 @@ def _story_verdict(lane_repo, capsys) -> list[str]:
     cli("status", "01", "--no-apply", *lane_repo.args())
     out = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(out) if "ready to file against" in line.lower())
-    return [line.strip() for line in out[start:]]
+    # the verdict ends where what would make the pack ready begins (status only: a page names no run to make)
+    end = next((i for i, line in enumerate(out) if line.strip() == "what would make it ready:"), len(out))
+    return [line.strip() for line in out[start:end]]
 
 
 def test_a_page_says_what_status_says_and_check_fails_once_status_changes(pages, lane_repo, capsys, monkeypatch):

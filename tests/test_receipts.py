@@ -112,7 +112,7 @@ def test_committed_legacy_receipts_verify_as_log_only_and_an_edit_still_shows(la
     data["sentinels"] = ["FIX_VALIDATED"] if data["sentinels"] != ["FIX_VALIDATED"] else ["BUG_REPRODUCED"]
     (first / "receipt.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     code, out = _verify(lane_repo, capsys)
-    assert code == Exit.TAMPERED and "receipt.json: 'sentinels' is" in out
+    assert code == Exit.TAMPERED and "receipt.json: 'sentinels' has 1 entries, the log 1; they part at entry 1" in out
     assert cli("receipts", "verify", "--json", *lane_repo.args()) == Exit.TAMPERED
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is False and [b["path"] for b in doc["bad"]] == [str(first.relative_to(lane_repo.root))]
