@@ -518,9 +518,9 @@ def test_body_lines_name_kind_state_repository_and_the_recorded_reason(lane_repo
     # the thread commented on is not listed; no fixed phrase: another repository is never "the same code"
     assert lines == [
         "- acme/fake@bbbbbbbbbb (commit): this change builds on it; adds the helper the change calls",
-        "- acme/fake#4 (merged pull request): the merge that dropped the wiring: the regression's origin",
+        "- #4 (merged pull request): the merge that dropped the wiring: the regression's origin",
         "- other/down#5 (merged pull request in another repository): a downstream opt-out for the same need",
-        "- acme/fake#6 (open issue): an open report of spills in this kernel",
+        "- #6 (open issue): an open report of spills in this kernel",
     ]
     assert problems == [] and not any("separate change" in line or "same code" in line for line in lines)
     # the filing base's own commit is what the body's "Where" names: not a related line
@@ -861,8 +861,8 @@ def test_body_lines_leave_out_defs_in_common_and_group_open_conflicts(lane_repo)
     lines, problems = decisions.body_lines(Tracking.load(lane_repo.root).pack("01"), "acme/fake")
     assert problems == []
     assert lines == [
-        "- acme/fake#14 (merged pull request): touches acme/fake#14",  # merged: the change is rebased onto it
-        "- acme/fake#15 (open pull request): touches acme/fake#15",  # the same lines: its own line
+        "- #14 (merged pull request): touches acme/fake#14",  # merged: the change is rebased onto it
+        "- #15 (open pull request): touches acme/fake#15",  # the same lines: its own line
         "- Open pull requests that edit the same lines (textual conflicts only; whichever lands second is "
-        "rebased): acme/fake#12, acme/fake#13",
+        "rebased): #12, #13",
     ]  # #11 shares only a def: decided, not in the body

@@ -71,15 +71,22 @@ _QUIET = ("same function", "same file", "mention")  # an independent decision at
 
 
 def describe(d: Decision, home: str) -> str:
-    """``d`` as a maintainer of ``home`` (owner/repo) reads it: 'NVIDIA/Megatron-LM#3574 (merged pull request)'."""
+    """``d`` as a maintainer of ``home`` (owner/repo) reads it: '#3574 (merged pull request)' in its own repository
+    (GitHub links a bare number there), 'tile-ai/tilelang#348 (open issue in another repository)' elsewhere."""
     assert d.kind is not None and d.state is not None
     what = _KIND_WORDS[d.kind] if d.kind == "commit" else f"{d.state} {_KIND_WORDS[d.kind]}"
     if d.kind == "commit":
         what = "commit" if d.state == "merged" else f"{d.state} commit"
     if d.slug.lower() != home.lower():
         what += " in another repository"
-    label = d.ref if d.kind != "commit" else f"{d.slug}@{d.ref.split('@', 1)[1][:10]}"
+    label = short_ref(d.ref, home) if d.kind != "commit" else f"{d.slug}@{d.ref.split('@', 1)[1][:10]}"
     return f"{label} ({what})"
+
+
+def short_ref(ref: str, home: str) -> str:
+    """``owner/repo#N`` as written in ``home``'s own threads: ``#N`` there, the whole reference elsewhere."""
+    slug, sep, number = ref.partition("#")
+    return f"#{number}" if sep and slug.lower() == home.lower() else ref
 
 
 def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str], list[str]]:
@@ -106,7 +113,7 @@ def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str],
         lines.append(f"- {describe(d, home)}: " + (f"{lead}; " if lead else "") + d.reason.rstrip("."))
     if conflicting:
         lines.append("- Open pull requests that edit the same lines (textual conflicts only; whichever lands second "
-                     "is rebased): " + ", ".join(conflicting))
+                     "is rebased): " + ", ".join(short_ref(r, home) for r in conflicting))
     return lines, problems
 
 
