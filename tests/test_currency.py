@@ -26,7 +26,10 @@ def ran(tmp_path_factory):
     """Pack 01 run once, its reproducer importing ``_kit`` (and not ``_unused``): a template to copy."""
     with isolated_env():
         repo = make_lane_repo(tmp_path_factory.mktemp("currency"))
-        (repo.root / KIT).write_text("OFFSET = 0.0\n")
+        # a module whose __file__ is a bare name (torch does this for torch._ops): no file of ours, never recorded
+        (repo.root / KIT).write_text("import sys, types\nm = types.ModuleType('fake_ops')\nm.__file__ = '_ops.py'\n"
+                                     "sys.modules['fake_ops'] = m\nOFFSET = 0.0\n")
+        (repo.root / "_ops.py").write_text("# a file at the repository's top, named like that module\n")
         (repo.root / UNUSED).write_text("NOTHING = 1\n")
         (repo.root / "repros/fake/pack01.py").write_text(
             REPRO.replace("import _lane\n", "import _lane\nimport _kit\n"))
@@ -61,7 +64,7 @@ def test_a_helper_the_run_never_imported_changes_and_the_lanes_stay_current(repo
 
 
 def test_a_helper_the_run_imported_changes_and_the_lanes_go_stale(repo):
-    (repo.root / KIT).write_text("OFFSET = 1.0\n")
+    (repo.root / KIT).write_text((repo.root / KIT).read_text().replace("OFFSET = 0.0", "OFFSET = 1.0"))
     found = _problems(repo)
     assert found["bug"].startswith("loaded: ") and KIT in found["bug"] and found["fix"].startswith("loaded: ")
 

@@ -863,6 +863,6 @@ def test_body_lines_leave_out_defs_in_common_and_group_open_conflicts(lane_repo)
     assert lines == [
         "- #14 (merged pull request): touches acme/fake#14",  # merged: the change is rebased onto it
         "- #15 (open pull request): touches acme/fake#15",  # the same lines: its own line
-        "- Open pull requests that edit the same lines (textual conflicts only; whichever lands second is "
+        "- Open pull requests editing the same lines (textual conflicts; whichever lands second is "
         "rebased): #12, #13",
     ]  # #11 shares only a def: decided, not in the body

@@ -39,7 +39,7 @@ def _patchlane_record_loaded():
     files = set()
     for module in list(_sys.modules.values()):
         name = getattr(module, "__file__", None)
-        if isinstance(name, str):
+        if isinstance(name, str) and _os.path.isabs(name):  # torch names some modules "_ops.py": no file of ours
             path = _os.path.realpath(name)
             if path.startswith(root + _os.sep):
                 files.add(_os.path.relpath(path, root))
@@ -103,14 +103,10 @@ def collect(records: Path, root: Path, runner: Path) -> dict[str, str] | None:
         if not isinstance(data, dict) or not isinstance(data.get("files"), list):
             continue
         whole = whole or data.get("main") == want
-        files.update(f for f in data["files"] if isinstance(f, str) and not f.startswith(".."))
+        files.update(f for f in data["files"] if isinstance(f, str) and not f.startswith("..") and (root / f).is_file())
     if not whole:
         return None
-    out = {}
-    for rel in sorted(files):
-        path = root / rel
-        out[rel] = sha256_file(path) if path.is_file() else ""
-    return out
+    return {rel: sha256_file(root / rel) for rel in sorted(files)}
 
 
 def changed(recorded: dict[str, str], root: Path) -> list[str]:

@@ -112,8 +112,8 @@ def body_lines(pack: Pack, home: str, base_commit: str = "") -> tuple[list[str],
         lead = _LEADS[d.relation]
         lines.append(f"- {describe(d, home)}: " + (f"{lead}; " if lead else "") + d.reason.rstrip("."))
     if conflicting:
-        lines.append("- Open pull requests that edit the same lines (textual conflicts only; whichever lands second "
-                     "is rebased): " + ", ".join(short_ref(r, home) for r in conflicting))
+        lines.append("- Open pull requests editing the same lines (textual conflicts; whichever lands second is "
+                     "rebased): " + ", ".join(short_ref(r, home) for r in conflicting))
     return lines, problems
 
 
