@@ -1,17 +1,19 @@
 """HybridModel ignores the fused linear-CE output path (and its loss breaks with the option on): a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch, a CUDA GPU, mamba-ssm 2.3.2.post1.
-Nothing else: every helper it uses is copied in below.
+Needs megatron-core (the package under test) importable, torch, a CUDA GPU, mamba-ssm 2.3.2.post1
+(with tilelang==0.1.8, apache-tvm-ffi==0.1.9, z3-solver==4.15.4.0, einops==0.8.2, psutil==7.2.2,
+tqdm==4.67.3, cloudpickle==3.1.2, packaging==26.0). Nothing else: every helper it uses is copied in
+below.
 
 Run it once per build, from one directory:
 
   1. NVIDIA/Megatron-LM dev at d48bd6be0a unchanged (CPU is enough):
        python repro_hybrid_linear_ce_output_layer.py --unpatched --device cpu
-  2. NVIDIA/Megatron-LM dev at d48bd6be0a with the change (CPU is enough):
+  2. NVIDIA/Megatron-LM dev at d48bd6be0a with the change and, under it, the pull request "Fused linear cross entropy: warn and fall back on GPUs without a kernel" (CPU is enough):
        python repro_hybrid_linear_ce_output_layer.py --patched --device cpu
   3. NVIDIA/Megatron-LM dev at d48bd6be0a unchanged (CUDA GPU):
        python repro_hybrid_linear_ce_output_layer.py --unpatched --device cuda --pattern 'M*-'
-  4. NVIDIA/Megatron-LM dev at d48bd6be0a with the change (CUDA GPU):
+  4. NVIDIA/Megatron-LM dev at d48bd6be0a with the change and, under it, the pull request "Fused linear cross entropy: warn and fall back on GPUs without a kernel" (CUDA GPU):
        python repro_hybrid_linear_ce_output_layer.py --patched --device cuda --pattern 'M*-'
 
 Each run prints one JSON line per measurement and ends with a line naming what it observed.
@@ -573,7 +575,13 @@ def main() -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with simulated_gpu(torch, (9, 0), simulate):
-            platform = mod_flce._get_platform()
+            try:
+                platform = mod_flce._get_platform()
+            except ValueError as exc:  # this change alone: the dispatcher has no entry for this GPU and no fallback
+                dist.destroy_process_group()
+                skip(f"the fused linear cross entropy dispatcher has no entry for this GPU ({exc}): this build needs "
+                     "the unfused fallback (Megatron-LM PR 'Fused linear cross entropy: warn and fall back on GPUs "
+                     "without a kernel') applied under this change")
         figure("flce_platform", None, None, has_native_kernel=getattr(platform, "has_native_kernel", None),
                simulated_capability="9.0" if simulate else None,
                compute_capability=None if simulate else ".".join(map(str, torch.cuda.get_device_capability())))

@@ -18,37 +18,30 @@ Each run prints one JSON line per measurement and ends with a line naming what i
 
 Method notes:
 
-This change: Mamba-3 SISO backward computes V @ dO^T once per chunk -- equivalence check.
+Mamba-3 SISO backward: V @ dO^T computed once per chunk -- equivalence check.
 
-The patch is a cleanup of ``mamba3_siso_bwd_kernel_dqkv`` (Triton): the masked V @ dO^T product is
+The change is a cleanup of ``mamba3_siso_bwd_kernel_dqkv`` (Triton): the masked V @ dO^T product is
 computed once instead of three times. Claim: every output of ``compute_dqkv`` -- dQ, dK, dV, dADT,
-dQK_dot, dD, d_issm_state -- is bitwise identical to the baseline build's, dense and varlen.
+dQK_dot, dD, d_issm_state -- is bitwise identical to the unchanged kernel's, dense and varlen.
 
-One build per process, so the check spans two jobs sharing ``$REPRO_RUN_DIR`` (see mamba3_kit.py):
+Each process holds one build, so the check takes two runs sharing one run directory:
 
-* baseline job (pristine 2.3.2.post1): runs ``compute_dqkv`` twice on fixed inputs; the kernel
-  must be deterministic run to run (a bitwise comparison means nothing otherwise) ->
-  contract-held (else contract-broken). Saves the outputs, prints their sha256 as FIGUREs, and
-  the timing of ``compute_dqkv`` (``timing_kit``: kernel time from the profiler, wall time, spreads).
-* equivalence job (04 series): same inputs, same launch config; every output bitwise equal to
-  the baseline's -> equivalence-verified, else equivalence-broken. Figures: sha256 per output.
-  Timing: when the runner also hands the job the unpatched build (``REPRO_BASELINE_SITE``,
-  the job's ``with_baseline``), the baseline's ``mamba3_siso_bwd.py`` is loaded beside the
-  patched one and both ``compute_dqkv`` are timed in this one process, calls interleaved
-  (``timing_kit.compare``): kernel time and wall time of each and their ratios, so the ratio never
-  spans two processes.
+* the unchanged build runs ``compute_dqkv`` twice on fixed inputs. The kernel must be deterministic
+  from run to run (a bitwise comparison means nothing otherwise) -> contract-held, else
+  contract-broken. It saves the outputs, prints their sha256, and times ``compute_dqkv`` (kernel
+  time from the profiler, wall time, spreads).
+* the changed build takes the same inputs and launch config; every output bitwise equal to the
+  unchanged run's -> equivalence-verified, else equivalence-broken. Given the unchanged build as
+  well, it loads that ``mamba3_siso_bwd.py`` beside the changed one and times both
+  ``compute_dqkv`` in this one process, calls interleaved, so a time ratio never spans two processes.
 
-Works unchanged at 2.3.2.post1 and at main (e9594ce): ``compute_dqkv`` and its Triton kernel differ
-there only in whitespace, and this change series applies to both. Compile cost: one Triton variant
-of the kernel per job (the pinned config), about a minute cold; the varlen case is another
-specialisation of the same kernel.
+``compute_dqkv`` and its kernel differ between 2.3.2.post1 and main (e9594ce) only in whitespace,
+and the change applies to both. The kernel compiles once per run (one pinned launch config), about
+a minute cold; varlen is another specialisation of it.
 
-Autotuning is bounded: the kernel's autotuner is given one launch config (``--config``) in both
-jobs, so both compile exactly one variant and compare the same schedule. (With autotuning the
-two jobs could pick different configs, and a different warp count may change the reduction
-order; that would not be the patch's doing.)
-
-    python repro_siso_bwd_vdo_once.py --unpatched --run-dir /tmp/r04  # then --patched
+Autotuning is bounded: the autotuner gets one launch config (``--config``) in both runs, so both
+compile the same variant and follow the same schedule (another warp count could change the order
+of the reductions, which would not be the change's doing).
 """
 
 from __future__ import annotations

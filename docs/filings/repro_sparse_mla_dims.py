@@ -1,7 +1,8 @@
 """SparseMLA: admit MLA shapes other than DeepSeek-V3.2 (576/512): a self-contained reproducer.
 
-Needs megatron-core (the package under test) importable, torch, a CUDA GPU, tilelang 0.1.8. Nothing
-else: every helper it uses is copied in below.
+Needs megatron-core (the package under test) importable, torch, a CUDA GPU, tilelang 0.1.8 (with
+apache-tvm-ffi==0.1.9, z3-solver==4.15.4.0, cloudpickle==3.1.2, ml-dtypes==0.6.0, psutil==7.2.2,
+tqdm==4.70.1). Nothing else: every helper it uses is copied in below.
 
 Run it once per build, from one directory:
 
