@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 import textwrap
 
 import pytest
-from conftest import REPO, cli
+from conftest import cli
+from test_filing import _github_repo
 
 from harness.errors import Exit
 
@@ -41,9 +41,7 @@ ISSUE_02 = textwrap.dedent('''
 @pytest.fixture
 def repo(lane_repo):
     """The fake pack on a github.com repository with this repository's filing templates, its lanes on a GPU."""
-    shutil.copytree(REPO / "templates", lane_repo.root / "templates", dirs_exist_ok=True)
-    m = lane_repo.root / "upstream" / "fake.toml"
-    m.write_text(m.read_text().replace("https://example.invalid/fake", "https://github.com/acme/fake"))
+    _github_repo(lane_repo)
     return lane_repo
 
 
