@@ -128,3 +128,32 @@ def test_check_counts_the_ported_series_and_says_what_it_counts(lane_repo, capsy
     out = " ".join(capsys.readouterr().out.split())
     assert ("patch files: 2 with valid Upstream-Status (1 in the packs' own series, 1 in series ported to main)"
             in out), out
+
+
+@pytest.mark.parametrize("where, text, said", [
+    ("message", "core: fix\u2028Signed-off-by: Someone Else <x@example.com>", "a line break other than newline"),
+    ("message", "core: use \u202eeach element's own\u202c weight", "a bidi control"),
+    ("added", "return [x * wi for x, wi in zip(xs, w)]  # \u2067ok\u2069", "a bidi control"),
+])
+def test_a_patch_with_characters_other_tools_read_otherwise_is_refused(lane_repo, tmp_path, where, text, said):
+    """A Signed-off-by after a U+2028 is a trailer to some readers; bidi controls make code read otherwise than it
+    runs. Every loader refuses such a patch, naming the file and the physical line (issue 55 item 9)."""
+    if where == "message":
+        patch = make_patch(tmp_path, CORE_BUGGY, CORE_FIXED, subject=text)
+    else:
+        patch = make_patch(tmp_path, CORE_BUGGY, CORE_FIXED.replace("return [x * wi for x, wi in zip(xs, w)]", text))
+    path = lane_repo.write_patch(patch)
+    with pytest.raises(ConfigError) as err:
+        series.parse_patch("01", path)
+    kind = "the commit message's subject" if where == "message" else "an added line"
+    assert "0001-use-own-weight.patch" in str(err.value) and f"{kind} holds {said}" in str(err.value)
+
+
+def test_a_non_ascii_subject_is_read_decoded(lane_repo, tmp_path):
+    """format-patch writes a non-ASCII subject as RFC 2047 words; the PR title is the decoded text."""
+    from harness.filing.parts import patch_message
+
+    path = lane_repo.write_patch(make_patch(tmp_path, CORE_BUGGY, CORE_FIXED, subject="core: weights × inputs"))
+    assert "=?" in path.read_text()  # as git writes it
+    assert series.parse_patch("01", path).subject == "core: weights × inputs"
+    assert patch_message(path).subject == "core: weights × inputs"

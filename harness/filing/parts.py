@@ -26,16 +26,12 @@ ITEM = re.compile(r"^(?:[-*]|\d+[.)])\s")  # a list item
 
 def patch_message(path: Path) -> Message:
     """Subject and unwrapped paragraphs of a format-patch's message, our trailers dropped."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    subject, in_subject, i = "", False, 0
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines()
+    # the header as a mail reader takes it: folded lines joined, RFC 2047 words (a non-ASCII subject) decoded
+    subject = series.subject_of(text)
+    i = 0
     while i < len(lines) and lines[i] != "":
-        line = lines[i]
-        if line.startswith("Subject:"):
-            subject, in_subject = re.sub(r"^\[PATCH[^\]]*\]\s*", "", line[len("Subject:"):].strip()), True
-        elif in_subject and line[:1] in (" ", "\t"):
-            subject += " " + line.strip()
-        else:
-            in_subject = False
         i += 1
     body: list[str] = []
     for line in lines[i + 1:]:

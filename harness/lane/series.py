@@ -34,6 +34,7 @@ import os
 import posixpath
 import re
 import shutil
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -151,12 +152,52 @@ def load_series(root: Path, target: str, pack: str, base: str | None = None) -> 
     return patches
 
 
+# Characters another tool reads differently from git: line and paragraph separators (a trailer "on its own line"
+# to one reader, inside a subject line to another) and bidi controls (code that reads otherwise than it runs).
+_BIDI = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def _odd_character(text: str, in_message: bool) -> str | None:
+    """What in ``text`` (one physical line) another tool would read otherwise: None when nothing."""
+    for ch in text:
+        kind = unicodedata.category(ch)
+        if ch in _BIDI:
+            return f"a bidi control ({ascii(ch)})"
+        if kind in ("Zl", "Zp") or ch in "\x85\x0b\x0c":
+            return f"a line break other than newline ({ascii(ch)})"
+        if in_message and ((kind == "Cf" and ch not in _JOINERS) or (kind == "Cc" and ch not in "\t\r")):
+            return f"an invisible control or format character ({ascii(ch)})"
+    return None
+
+
+def _refuse_odd_characters(path: Path, text: str) -> None:
+    """A patch whose message or added lines hold characters other tools split or reorder on is refused: a
+    ``Signed-off-by`` after a U+2028 reads as a trailer to some readers, bidi controls make code read otherwise."""
+    in_message = True
+    for no, line in enumerate(text.split("\n"), 1):
+        if in_message and (line == "---" or line.startswith("diff --git ")):
+            in_message = False
+        if not in_message and not line.startswith("+"):
+            continue
+        found = _odd_character(line, in_message)
+        if found:
+            where = "the commit message" if in_message else "an added line"
+            raise ConfigError(f"{path}:{no}: {where} holds {found}; other tools read it otherwise than git does",
+                              hint="remove it from the commit (harness edit, then harness regen)")
+
+
 def parse_patch(pack: str, path: Path) -> Patch:
     text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    _refuse_odd_characters(path, text)
     lines = text.splitlines()
     if not lines or not lines[0].startswith("From "):
         raise ConfigError(f"{path}:1: not a git format-patch file (expected a 'From <sha> ...' first line)")
-    subject = _subject(text)
+    subject = subject_of(text)
+    found = _odd_character(subject, True)  # git writes a non-ASCII subject as RFC 2047 words: read it decoded
+    if found:
+        raise ConfigError(f"{path}: the commit message's subject holds {found}; other tools read it otherwise than "
+                          "git does", hint="remove it from the commit (harness edit, then harness regen)")
     status = detail = None
     files: list[str] = []
     hunks: list[Hunk] = []
@@ -243,7 +284,7 @@ def dependency_chain(tracking: Tracking, pack: Pack, base: str | None) -> list[P
             if p.target == pack.target and (p.id == pack.id or not absorbed_at(p, base))]
 
 
-def _subject(text: str) -> str:
+def subject_of(text: str) -> str:
     """The patch's subject as a person wrote it: the mail header parsed by the stdlib (folded lines joined,
     RFC 2047 ``=?UTF-8?q?...?=`` words decoded), without git's ``[PATCH ...]`` prefix."""
     header = text.split("\n", 1)[1] if text.startswith("From ") else text  # the mbox "From <sha>" line
