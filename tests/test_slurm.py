@@ -256,3 +256,26 @@ def test_the_slurm_script_is_shell_that_bash_accepts(tmp_path):
     path.write_text(text)
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     assert text.startswith("#!/bin/bash") and "'/r o'" in text and shutil.which("bash")
+
+
+def test_the_gather_summary_reads_each_lane_from_the_receipt_it_brought_back(tmp_path):
+    """A task's result said pass while it brought back no receipt of that pack's lane, or a receipt whose verdict
+    is a mismatch: the summary said pass (issue 55 item 5). It now goes by the receipt, keyed by pack and lane."""
+    from types import SimpleNamespace as NS
+
+    from harness.commands._sweep_slurm import _as_its_receipt_says
+    from harness.lane.receipts import Verdict
+
+    end = NS(task=NS(pack="01", index=3, target="fake"))
+    rnd = NS(receipts_dir=lambda i: tmp_path / f"task-{i}")
+    ctx = NS(root=tmp_path)
+    said = {"pack": "01", "lane": "fix", "verdict": "pass", "exit": 0, "exit_name": "OK", "receipt": None}
+    missing = _as_its_receipt_says(ctx, rnd, end, "fix", said, None)
+    assert missing["verdict"] == "error" and missing["exit"] == Exit.TAMPERED
+    assert "no receipt of pack 01 lane fix" in missing["reason"]
+    mismatch = _as_its_receipt_says(ctx, rnd, end, "fix", said, NS(verdict=Verdict.MISMATCH, reason="printed X"))
+    assert mismatch["verdict"] == "mismatch" and mismatch["exit"] == Exit.MISMATCH
+    agrees = _as_its_receipt_says(ctx, rnd, end, "fix", said, NS(verdict=Verdict.PASS, reason="ok"))
+    assert agrees["verdict"] == "pass" and agrees["exit"] == 0
+    skipped = _as_its_receipt_says(ctx, rnd, end, "fix", dict(said, verdict="skipped", exit=3), None)
+    assert skipped["verdict"] == "skipped"

@@ -21,7 +21,7 @@ from harness.commands._context import context
 from harness.errors import Exit, HarnessError, UsageError, worst
 from harness.host import slurm, sweep_plan
 from harness.host.sweep_plan import Plan
-from harness.lane import receipts
+from harness.lane import receipts, runs
 
 SUMMARY_SCHEMA = 1
 DEFAULT_DIR = ".slurm-sweep"  # under the checkout: shared storage on a cluster, where the array tasks find it
@@ -225,14 +225,15 @@ def gather(args, ctx) -> int:
     lanes: list[dict] = []
     for end in ends:
         if end.result is not None:
-            by_lane = {o.get("lane"): o for o in end.result["lanes"] if isinstance(o, dict)}
+            # keyed by pack and lane: two packs of one round may both have a lane named fix-dev
+            by_lane = {(o.get("pack"), o.get("lane")): o for o in end.result["lanes"] if isinstance(o, dict)}
+            made = _task_receipts(rnd.receipts_dir(end.task.index), end.task)
             for lane in end.task.lanes:
-                got = by_lane.get(lane)
+                got = by_lane.get((end.task.pack, lane))
                 if got is None:
                     lanes.append(_lane_row(end, lane, "error", end.exit(), "the task's sweep reported no such lane"))
                 else:
-                    lanes.append({**got, "task": end.task.index,
-                                  "receipt": _imported(ctx, rnd.receipts_dir(end.task.index), got.get("receipt"))})
+                    lanes.append(_as_its_receipt_says(ctx, rnd, end, lane, got, made.get(lane)))
             continue
         if end.state is not None and end.state.active:
             verdict = "not-run"
@@ -271,6 +272,35 @@ def _imported(ctx, task_dir: Path, shown: str | None) -> str | None:
     except ValueError:
         return shown
     return receipts.display_path(receipts.receipts_root(ctx.root) / rel, ctx.root)
+
+
+def _task_receipts(task_dir: Path, task) -> dict[str, receipts.Receipt]:
+    """The latest receipt of each of the task's pack's lanes that the task wrote in its own directory."""
+    if not task_dir.is_dir():
+        return {}
+    try:
+        return receipts.latest_per_lane(receipts.find(task_dir.parent, task.target, task.pack, receipts_dir=task_dir))
+    except HarnessError:
+        return {}
+
+
+def _as_its_receipt_says(ctx, rnd, end: slurm.TaskEnd, lane: str, got: dict, rec) -> dict:
+    """A lane's summary row from the receipt the task brought back, not from the task's own word: a result that
+    says it ran but left no receipt of this pack's lane is an error, and a receipt whose verdict differs wins."""
+    row = {**got, "pack": end.task.pack, "lane": lane, "task": end.task.index,
+           "receipt": _imported(ctx, rnd.receipts_dir(end.task.index), got.get("receipt"))}
+    said = str(got.get("verdict"))
+    if rec is None:
+        if said in ("skipped", "current"):
+            return row  # nothing ran, so nothing was written: the word of the task stands
+        return {**row, "verdict": "error", "exit": int(Exit.TAMPERED), "exit_name": Exit.TAMPERED.name,
+                "reason": f"its result says {said}, but the task brought back no receipt of pack {end.task.pack} "
+                          f"lane {lane}"}
+    if str(rec.verdict) != said:
+        code = runs.VERDICT_EXIT.get(rec.verdict, Exit.MISMATCH)
+        return {**row, "verdict": str(rec.verdict), "exit": int(code), "exit_name": Exit(int(code)).name,
+                "reason": f"its receipt says {rec.verdict} ({rec.reason}); the task's result said {said}"}
+    return row
 
 
 def _lane_row(end: slurm.TaskEnd, lane: str, verdict: str, code: Exit, reason: str) -> dict:
