@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.filing import readiness
 from harness.filing.readiness import Readiness, ReasonCode
 from harness.host.sweep_estimate import estimate
 from harness.host.sweep_plan import Plan, Task, _task, pairs
-from harness.host.sweep_schedule import Gpu, Host
+from harness.host.sweep_schedule import Gpu, Host, cpu_count
 from harness.lane import receipts
 
 PLAN_SCHEMA = 1
@@ -94,7 +94,7 @@ def pack_plan(ctx, state: Readiness) -> PackPlan:
         if not names & stale:
             continue
         current = {lane.name for lane in group if lane.name not in stale}
-        task = _task(0, pack, group, names, current, ctx_jobs())
+        task = _task(0, pack, group, names, current, cpu_count())
         seconds, guessed = 0.0, []
         for lane in group:
             if lane.name in current:
@@ -110,12 +110,6 @@ def pack_plan(ctx, state: Readiness) -> PackPlan:
     waits = tuple(d for d in pack.depends_on
                   if any(r.code == ReasonCode.DEPENDENCY and f"depends on {d}," in r.text for r in state.reasons))
     return PackPlan(pack.id, pack.target, state.ready, tuple(steps), blockers, waits)
-
-
-def ctx_jobs() -> int:
-    from harness.host.sweep_schedule import cpu_count
-
-    return cpu_count()
 
 
 def _durations(ctx, pack) -> dict[str, float]:
@@ -160,17 +154,11 @@ def device_seconds(steps: list[Step], host: Host) -> float:
     gpu = [s for s in steps if s.gpu]
     if not gpu:
         return 0.0
-    tasks = tuple(_renumber(s.task, i) for i, s in enumerate(gpu))
+    tasks = tuple(replace(s.task, index=i) for i, s in enumerate(gpu))
     est = estimate(Plan(tasks), {i: s.seconds for i, s in enumerate(gpu)}, host)
     if est.too_big:
         return float("inf")
     return est.makespan_s + START_S * len({(s.task.target, s.base) for s in gpu})
-
-
-def _renumber(task: Task, index: int) -> Task:
-    from dataclasses import replace
-
-    return replace(task, index=index)
 
 
 NOT_FILED = ("[state] ", "[kind] ")  # blockers of packs that are not to be filed at all
