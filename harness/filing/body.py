@@ -120,10 +120,11 @@ def render(root: Path, tracking: Tracking, pack: Pack) -> Rendered:
                  f"{base_name}" for i, row in enumerate(pack.evidence, 1)
                  if not row.bench and lane_base[row.lane] != base_name]
     # the script's steps with the change build it on what it is stacked on: they say so, naming each by its filing
+    needs = script_needs(root, manifest, pack, base_name)
     script = reproducer_script(root, manifest, pack, base_name, title,
-                               f"{change_name} and, under it, {' and '.join(dep_names)}" if dep_names else change_name)
+                               f"{change_name} and, under it, {' and '.join(dep_names)}" if dep_names else change_name,
+                               needs)
     inline = script is not None and len(script[1].encode()) <= INLINE_LIMIT
-    needs = script_needs(root, manifest, pack, base_name) if script is not None else []
     diff = ""
     if own and pack.kind != "pr":
         text = "".join(patch_diff(p.path) for p in own)

@@ -103,17 +103,16 @@ def _runs(manifest: pins.Manifest, pack: Pack, base_name: str, name: str, change
 
 
 def reproducer_script(root: Path, manifest: pins.Manifest, pack: Pack, base_name: str, title: str,
-                      change_name: str) -> tuple[str, str] | None:
-    """(file name, text) of the self-contained reproducer, or None for a pack without one."""
+                      change_name: str, needs: list[str]) -> tuple[str, str] | None:
+    """(file name, text) of the self-contained reproducer, or None for a pack without one. ``needs``:
+    ``script_needs``, which the body states too."""
     if not pack.reproducer:
         return None
     path = root / pack.reproducer
     name = script_name(pack)
     original = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
-             and not lane.domain]
-    needs = [f"{manifest.distribution} (the package under test) importable", *script_needs(root, manifest, pack,
-                                                                                          base_name)]
+    lanes = _script_lanes(pack, base_name)
+    needs = [f"{manifest.distribution} (the package under test) importable", *needs]
     runs = _runs(manifest, pack, base_name, name, change_name)
     wrap = textwrap.TextWrapper(width=100)
     header = [f"{title}: a self-contained reproducer.", "",
@@ -211,8 +210,7 @@ def script_needs(root: Path, manifest: pins.Manifest, pack: Pack, base_name: str
     needs = []
     if re.search(r"^\s*(?:import|from) torch\b", path.read_text(encoding="utf-8"), re.M):
         needs.append("torch")
-    lanes = [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
-             and not lane.domain]
+    lanes = _script_lanes(pack, base_name)
     if any(pack.lane_requires(lane) == "cuda" for lane in lanes):
         needs.append("a CUDA GPU")
     for target, extra in sorted({b for lane in lanes for b in lane.extra_builds}):
@@ -223,6 +221,12 @@ def script_needs(root: Path, manifest: pins.Manifest, pack: Pack, base_name: str
     code = standalone.amalgamate(path, [root / "repros"], "")
     needs += [r for r in manifest.bases[base_name].runtime_requires if _mentions(r, code)]
     return needs
+
+
+def _script_lanes(pack: Pack, base_name: str) -> list:
+    """The lanes on ``base_name`` that run the pack's own reproducer (not a minimal, suite or domain lane)."""
+    return [lane for lane in pack.lanes if lane.base == base_name and not lane.minimal and not lane.suite
+            and not lane.domain]
 
 
 def _reproducer_section(script: tuple[str, str] | None, inline: bool, needs: list[str]) -> str:
