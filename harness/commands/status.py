@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
 
 from rich.text import Text
 
@@ -321,19 +320,7 @@ def to_ready_lines(plan: ready_plan.PackPlan, indent: str = "") -> list[str]:
     clear (harness plan does it for every pack, fitted to a device budget)."""
     if not plan.steps and not plan.blockers and not plan.depends_on:
         return []
-    out = [f"{indent}what would make it ready:"]
-    for s in plan.steps:
-        lanes = ",".join(lane for lane in s.task.lanes if lane not in s.task.current)
-        where = f"GPU x{s.task.need.gpus}" if s.gpu else "CPU"
-        guess = f"; guessed: {', '.join(s.guessed)} never ran" if s.guessed else ""
-        out.append(f"{indent}  run {lanes} on {s.base} [{where}, {s.seconds / 60:.1f} min{guess}]")
-    for b in ready_plan.bundles(list(plan.steps)):
-        out += [f"{indent}  here:     {shlex.join(b['bundle'])}",
-                f"{indent}  GPU host: {shlex.join(b['bootstrap'])}",
-                f"{indent}  back:     {shlex.join(b['import'])}"]
-    cpu = [s for s in plan.steps if not s.gpu]
-    if cpu:
-        out.append(f"{indent}  here: " + "; ".join(shlex.join(["harness", *s.task.command()]) for s in cpu))
+    out = [f"{indent}what would make it ready:", *ready_plan.step_lines(list(plan.steps), indent + "  ")]
     out += [f"{indent}  and first: {d} (a dependency) ready" for d in plan.depends_on]
     out += [f"{indent}  runs cannot clear: {b}" for b in plan.blockers]
     return out

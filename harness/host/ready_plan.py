@@ -247,25 +247,34 @@ def render(fit_result: Fit, by_pack: dict[str, PackPlan]) -> list[str]:
     budget = "no budget" if f.budget_s is None else f"a budget of {f.budget_s / 60:g} device minutes"
     lines.append(f"ready-making plan on a host with {gpus}, {budget}: {len(f.chosen)} pack(s) made ready "
                  f"({', '.join(f.chosen) or 'none'}), {f.device_s / 60:.1f} device minutes estimated")
-    for s in sorted(f.steps, key=lambda s: (not s.gpu, s.task.pack, s.task.lanes)):
-        where = f"GPU x{s.task.need.gpus}" if s.gpu else "CPU (here)"
-        guess = f" (guessed: {', '.join(s.guessed)} never ran)" if s.guessed else ""
-        lanes = ",".join(lane for lane in s.task.lanes if lane not in s.task.current)
-        lines.append(f"  {s.task.pack} {s.base}: {lanes}  [{where}, {s.seconds / 60:.1f} min{guess}]")
-    for b in bundles(f.steps):
-        lines.append(f"bundle {b['target']} {b['base']} ({b['minutes']} min of lanes):")
-        lines += [f"  here:     {shlex.join(b['bundle'])}",
-                  f"  GPU host: {shlex.join(b['bootstrap'])}",
-                  f"  back:     {shlex.join(b['import'])}"]
-    cpu = [s for s in f.steps if not s.gpu]
-    if cpu:
-        lines.append("here (no GPU): " + "; ".join(shlex.join(["harness", *s.task.command()]) for s in cpu))
+    lines += step_lines(sorted(f.steps, key=lambda s: (not s.gpu, s.task.pack, s.task.lanes)), "  ", name_pack=True)
     for pack, why in f.left_out:
         lines.append(f"not made ready: {pack}: {why}")
     idle = sorted(p for p, plan in by_pack.items() if not plan.ready and not filed(plan))
     if idle:
         lines.append(f"not to be filed (their state or kind), not planned: {', '.join(idle)}")
     return lines
+
+
+def step_lines(steps: list[Step], indent: str = "", name_pack: bool = False) -> list[str]:
+    """Each task with its host and minutes, then the commands: one bundle per target and base for the GPU tasks
+    (made here, run on the GPU host, brought back), and the CPU tasks to run here. ``plan`` and ``status PACK``."""
+    out = []
+    for s in steps:
+        lanes = ",".join(lane for lane in s.task.lanes if lane not in s.task.current)
+        where = f"GPU x{s.task.need.gpus}" if s.gpu else "CPU (here)"
+        guess = f"; guessed: {', '.join(s.guessed)} never ran" if s.guessed else ""
+        who = f"{s.task.pack} " if name_pack else ""
+        out.append(f"{indent}run {who}{lanes} on {s.base} [{where}, {s.seconds / 60:.1f} min{guess}]")
+    for b in bundles(steps):
+        out += [f"{indent}bundle {b['target']} {b['base']} ({b['minutes']} min of lanes):",
+                f"{indent}  here:     {shlex.join(b['bundle'])}",
+                f"{indent}  GPU host: {shlex.join(b['bootstrap'])}",
+                f"{indent}  back:     {shlex.join(b['import'])}"]
+    cpu = [s for s in steps if not s.gpu]
+    if cpu:
+        out.append(f"{indent}here (no GPU): " + "; ".join(shlex.join(["harness", *s.task.command()]) for s in cpu))
+    return out
 
 
 def as_json(f: Fit, by_pack: dict[str, PackPlan]) -> dict:
