@@ -38,9 +38,15 @@ POINT = textwrap.dedent('''\
     p = argparse.ArgumentParser()
     p.add_argument("--point")
     p.add_argument("--expect")
+    p.add_argument("--probe", action="store_true")
     a = p.parse_args()
     pt = json.loads(a.point)
     mode = pt["mode"]
+    if a.probe:  # the bound lifted: what the fake kernel does beyond it
+        mode = {"decline": "launch", "wide": "ok", "nolift": "nolift"}.get(mode, mode)
+    if mode == "nolift":
+        print("PROBE_UNAVAILABLE no bound to lift", flush=True)
+        raise SystemExit(3)
 
     def emit(**kw):
         print("DOMAIN_POINT " + json.dumps(kw), flush=True)
@@ -67,19 +73,22 @@ POINT = textwrap.dedent('''\
 ''')
 
 
-def declaration(points: list[tuple[str, str]]) -> str:
+def declaration(points: list[tuple[str, str]], bound: bool = False) -> str:
     return json.dumps({"axes": ["mode", "size"], "devices": ["cpu"],
-                       "points": [{"values": {"mode": m, "size": i}, "expect": e, "note": ""}
+                       "points": [{"values": {"mode": m, "size": i}, "expect": e, "note": "",
+                                   **({"bound": True} if bound and e == "decline" else {})}
                                   for i, (m, e) in enumerate(points)]})
 
 
-def run_kit(tmp_path: Path, points: list[tuple[str, str]], patched: bool = True, jobs: int = 3):
+def run_kit(tmp_path: Path, points: list[tuple[str, str]], patched: bool = True, jobs: int = 3,
+            probe: bool = False):
     script = tmp_path / "point.py"
     script.write_text(POINT)
     env = dict(os.environ, HARNESS_PATCHED="1" if patched else "0", PYTHONPATH=str(ROOT / "repros"))
     env.pop("HARNESS_LANE", None)
     done = subprocess.run([sys.executable, str(KIT), "--distribution", "pytest", "--module", "json",
-                           "--point-script", str(script), "--domain", declaration(points), "--jobs", str(jobs)],
+                           "--point-script", str(script), "--domain", declaration(points, bound=probe),
+                           "--jobs", str(jobs), *(["--probe-declines"] if probe else [])],
                           capture_output=True, text=True, env=env, timeout=120)
     tags: dict[str, list[dict]] = {}
     for line in done.stdout.splitlines():
@@ -158,6 +167,60 @@ def test_a_crash_on_the_base_fails_its_lane_too(tmp_path):
 
 # ------------------------------------------------------------------------------------------ the declaration
 
+def probes(tags: dict) -> dict[str, dict]:
+    return {f["point"]["mode"]: f for f in tags.get("FIGURE", []) if f["name"] == "domain_probe"}
+
+
+def test_a_bound_decline_that_fails_beyond_the_bound_is_backed(tmp_path):
+    done, tags, _ = run_kit(tmp_path, [("ok", "admit"), ("decline", "decline")], probe=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FIX_VALIDATED" in tags and "FIX_FAILED" not in tags
+    got = probes(tags)["decline"]
+    assert got["value"] == "crashed" and got["backed"] is True
+    assert "dynamic shared memory size to 245760" in got["why"]  # the real error, recorded
+    control = next(f for f in tags["FIGURE"] if f["name"] == "domain_probe_control")
+    assert control["value"] == "matched" and control["point"] == {"mode": "ok", "size": 0}
+    summary = next(f for f in tags["FIGURE"] if f["name"] == "domain_probe_summary")
+    assert (summary["points"], summary["backed"], summary["crashed"]) == (1, 1, 1)
+
+
+@pytest.mark.parametrize("mode,why", [
+    ("wide", "ran and matched its reference without the bound"),  # the bound refuses what the code handles
+    ("nolift", "could not lift the bound"),  # a crash that proves nothing
+])
+def test_a_bound_decline_the_code_handles_or_cannot_probe_is_not_backed(tmp_path, mode, why):
+    done, tags, _ = run_kit(tmp_path, [("ok", "admit"), (mode, "decline")], probe=True)
+    assert done.returncode == 0
+    assert "FIX_VALIDATED" not in tags
+    assert probes(tags)[mode]["backed"] is False
+    (failure,) = tags["FIX_FAILED"][0]["failures"]
+    assert failure.startswith(f"mode={mode},size=1: ") and why in failure
+
+
+def test_a_probe_whose_control_fails_proves_nothing(tmp_path):
+    done, tags, _ = run_kit(tmp_path, [("abort", "admit"), ("decline", "decline")], probe=True)
+    assert done.returncode == 0
+    assert "FIX_VALIDATED" not in tags and "domain_probe" not in {f["name"] for f in tags.get("FIGURE", [])}
+    assert "control mode=abort,size=0 did not match" in tags["FIX_FAILED"][0]["failures"][0]
+
+
+def test_a_probe_without_bound_declines_or_on_the_base_is_refused(tmp_path):
+    done, tags, _ = run_kit(tmp_path, [("ok", "admit"), ("decline", "decline")], probe=False)
+    assert "domain_probe" not in {f["name"] for f in tags.get("FIGURE", [])}  # a plain sweep probes nothing
+    script = tmp_path / "point.py"
+    env = dict(os.environ, HARNESS_PATCHED="1", PYTHONPATH=str(ROOT / "repros"))
+    env.pop("HARNESS_LANE", None)
+    plain = subprocess.run([sys.executable, str(KIT), "--distribution", "pytest", "--module", "json",
+                            "--point-script", str(script), "--domain", declaration([("ok", "admit")]),
+                            "--probe-declines"], capture_output=True, text=True, env=env, timeout=120)
+    assert "no decline grid says bound = true" in plain.stdout
+    base = subprocess.run([sys.executable, str(KIT), "--distribution", "pytest", "--module", "json",
+                           "--point-script", str(script), "--domain", declaration([("ok", "admit")]),
+                           "--probe-declines"], capture_output=True, text=True, timeout=120,
+                          env=dict(env, HARNESS_PATCHED="0"))
+    assert base.returncode != 0 and "run it on the patched build" in base.stderr
+
+
 DOMAIN = '''
 [packs.01.domain]
 axes = ["mode", "size"]
@@ -202,7 +265,11 @@ REPO_POINT = textwrap.dedent('''\
     p = argparse.ArgumentParser()
     p.add_argument("--point")
     p.add_argument("--expect")
-    pt = json.loads(p.parse_args().point)
+    p.add_argument("--probe", action="store_true")
+    a = p.parse_args()
+    pt = json.loads(a.point)
+    if a.probe and pt["mode"] == "decline":
+        raise RuntimeError("launch failed: too much shared memory")
     from fakepkg.core import scale
     fixed = scale([1.0, 2.0], [1.0, 0.0]) == [1.0, 0.0]
     if pt["mode"] == "ok" and fixed:
@@ -367,3 +434,51 @@ def test_harness_check_names_the_file_and_key_of_a_bad_declaration(lane_repo, ca
     assert cli("check", *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
     assert "tracking.toml [packs.01] .domain: keys 'devices' and 'not_shown' both name cpu" in err
+
+
+PROBE_LANE = '''
+[[packs.01.lanes]]
+name = "probe-fix"
+base = "1.0"
+patched = true
+domain = true
+expect = "FIX_VALIDATED"
+args = ["--distribution", "fakepkg", "--module", "fakepkg", "--probe-declines"]
+timeout = 60
+'''
+
+
+def test_a_bound_decline_needs_a_probe_lane_and_the_body_says_what_it_showed(domain_ran):
+    bound = DOMAIN.replace('note = "beyond the bound"', 'note = "beyond the bound"\nbound = true')
+    domain_repo(domain_ran, bound)
+    (domain_ran.root / "repros" / "fake" / "domain_point.py").write_text(REPO_POINT_FAULTY)
+    r = _ready(domain_ran)
+    assert any("declines 1 point(s) by the change's own bound (bound = true), and no patched domain lane with "
+               "--probe-declines runs on 1.0" in t for t in _domain_reasons(r))
+    domain_repo(domain_ran, bound, DOMAIN_LANES + PROBE_LANE)
+    (domain_ran.root / "repros" / "fake" / "domain_point.py").write_text(REPO_POINT_FAULTY)
+    assert cli("run", "01", "--quiet", *domain_ran.args()) == Exit.OK
+    probe = next(rec for rec in find(domain_ran.root, "fake", "01") if rec.lane == "probe-fix")
+    assert str(probe.verdict) == "pass"
+    (backed,) = [f.data for f in probe.figures if f.data["name"] == "domain_probe"]
+    assert backed["point"] == {"mode": "decline", "size": 3} and backed["backed"] is True
+    assert "too much shared memory" in backed["why"]
+    r = _ready(domain_ran)
+    assert r.ready, r.why()
+    body = filing_body.render(domain_ran.root, Tracking.load(domain_ran.root),
+                              Tracking.load(domain_ran.root).pack("01")).body
+    assert ("| declined, as without this PR: beyond the bound | 1: (decline, 3) | declined (1 of 1 declined "
+            "without this PR too); with the bound lifted: 1 failed to run |") in body
+
+
+def test_bound_belongs_to_a_decline_grid(lane_repo):
+    domain_repo(lane_repo, DOMAIN.replace("size = [1, 2]", "size = [1, 2]\nbound = true"))
+    with pytest.raises(ConfigError, match=r"admits\[0\]: key 'bound' belongs to a decline grid"):
+        Tracking.load(lane_repo.root)
+
+
+def test_a_declaration_without_bound_reads_as_before(lane_repo):
+    """Adding the key changed no receipt's declaration: a pack that sets no bound sweeps the same JSON."""
+    domain_repo(lane_repo)
+    decl = json.loads(Tracking.load(lane_repo.root).packs["01"].domain.declaration())
+    assert all("bound" not in p for p in decl["points"])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.lane import receipts, suite, suite_env, suite_reasons
 from harness.lane.tracking import EvidenceRow, Pack
+from harness.lane.tracking import domain as domain_model
 from harness.upstream import pins
 from harness.upstream.github import repo_slug
 
@@ -499,7 +500,8 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
     domain = pack.domain
     if domain is None:
         return "", []
-    lanes = [lane for lane in pack.lanes if lane.domain and lane.patched and lane.base == base_name]
+    lanes = [lane for lane in pack.lanes if lane.domain and lane.patched and lane.base == base_name
+             and not domain_model.is_probe(lane.args)]
     if not lanes:
         return "", [f"domain: [domain] of {pack.declared_in} is declared but no patched domain lane runs on "
                     f"{base_name}"]
@@ -543,11 +545,48 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
                     f"{table_cell(err) or 'matched'}"
                     + (f"; {len(newly)} of them declined without {change_name}"
                        if any(p.get("base") for p in admitted) else "") + " |")
+    probed, problems = _probed(root, pack, base_name, latest)
     for note, group in groups.items():
         before = sum(1 for p in group if p.get("base") in ("declined", None))
+        beyond = [probed[key] for p in group if (key := _key(p["point"])) in probed]
         rows.append(f"| declined, as without {change_name}: {table_cell(note)} | {len(group)}: "
                     f"{', '.join(named(p) for p in group)} | declined ({before} of {len(group)} declined without "
-                    f"{change_name} too) |")
+                    f"{change_name} too)" + (f"; {_beyond(beyond)}" if beyond else "") + " |")
     rows.append(f"| devices | shown on {', '.join(domain.devices)} | not shown on "
                 f"{', '.join(domain.not_shown) or 'any other'} |")
-    return "\n".join(rows), []
+    return "\n".join(rows), problems
+
+
+def _key(point: dict) -> str:
+    return ",".join(f"{k}={point[k]}" for k in sorted(point))
+
+
+def _beyond(outcomes: list[str]) -> str:
+    """What the probe lane saw at a group's points with the bound lifted: "without the bound: 2 crashed"."""
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome] = counts.get(outcome, 0) + 1
+    words = {"crashed": "failed to run", "mismatch": "missed the reference", "declined": "declined by a rule kept",
+             "matched": "ran and matched"}
+    return "with the bound lifted: " + ", ".join(f"{n} {words.get(k, k)}" for k, n in sorted(counts.items()))
+
+
+def _probed(root: Path, pack: Pack, base_name: str, latest: dict) -> tuple[dict[str, str], list[str]]:
+    """The outcome of each bound decline in the latest passing receipt of the pack's probe lane on ``base_name``
+    ({point key: outcome}); with the problems that keep it out of the body."""
+    domain = pack.domain
+    if domain is None or not domain.bound_declines:
+        return {}, []
+    lane = next((ln for ln in pack.lanes if ln.domain and ln.patched and ln.base == base_name
+                 and domain_model.is_probe(ln.args)), None)
+    if lane is None:
+        return {}, [f"domain: {len(domain.bound_declines)} bound decline(s) and no probe lane "
+                    f"({domain_model.PROBE_FLAG}) on {base_name}; the body does not say what happens beyond them"]
+    rec = latest.get(lane.name)
+    if rec is None or rec.verdict != receipts.Verdict.PASS:
+        why = "no receipt" if rec is None else f"its latest receipt is {rec.verdict}"
+        return {}, [f"domain: probe lane {lane.name} has {why}; the body does not say what happens beyond the bound"]
+    if domain_model.declared(rec.reproducer.args) != domain.declaration():
+        return {}, [f"domain: probe lane {lane.name}'s latest receipt probed another declaration than today's"]
+    return {_key(f.data["point"]): str(f.data.get("value")) for f in rec.figures
+            if f.data.get("name") == "domain_probe" and isinstance(f.data.get("point"), dict)}, []

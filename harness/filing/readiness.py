@@ -462,7 +462,8 @@ def domain_problem(pack: Pack, rec: receipts.Receipt) -> LaneProblem | None:
         return LaneProblem(LaneProblemCode.DOMAIN, f"latest receipt swept another declaration than today's "
                                                    f"[domain] of {pack.declared_in} (its points or devices changed "
                                                    "since)")
-    summary = next((f.data for f in rec.figures if f.data.get("name") == "domain_summary"), None)
+    summary = next((f.data for f in rec.figures if f.data.get("name") in ("domain_summary", "domain_probe_summary")),
+                   None)
     device = summary.get("device") if summary else None
     if device not in pack.domain.devices:
         return LaneProblem(LaneProblemCode.DOMAIN, f"latest receipt ran on {device or 'an unrecorded device'}; "
@@ -476,10 +477,17 @@ def domain_reasons(pack: Pack, fbase: str, lanes: list[LaneEvidence]) -> list[Re
     if pack.domain is None:
         return []
     on = [e for e in lanes if e.lane.domain and e.on_filing_base]
-    if not any(e.lane.patched for e in on):
+    if not any(e.lane.patched and not domain_model.is_probe(e.lane.args) for e in on):
         return [Reason(ReasonCode.DOMAIN, f"[domain] of {pack.declared_in} is declared but no patched domain lane "
                                           f"(domain = true) runs on the filing base {fbase}")]
-    return [Reason(ReasonCode.DOMAIN, f"domain lane {e.lane.name}: {e.problem}") for e in on if e.problem]
+    out = [Reason(ReasonCode.DOMAIN, f"domain lane {e.lane.name}: {e.problem}") for e in on if e.problem]
+    bound = pack.domain.bound_declines
+    if bound and not any(e.lane.patched and domain_model.is_probe(e.lane.args) for e in on):
+        out.append(Reason(ReasonCode.DOMAIN, f"[domain] of {pack.declared_in} declines {len(bound)} point(s) by the "
+                                             "change's own bound (bound = true), and no patched domain lane with "
+                                             f"{domain_model.PROBE_FLAG} runs on {fbase}: nothing shows the code "
+                                             "fails beyond the bound"))
+    return out
 
 
 def suite_reasons(ctx, pack: Pack, fbase: str) -> tuple[list[Reason], suite_check.SuiteResult | None]:

@@ -33,6 +33,13 @@ and at least one point to admit declined -> BUG_REPRODUCED (the change is needed
 BUG_ABSENT. One ``domain_point`` figure per point (the point, what was expected, what happened, the error figure
 or the crash reason) and one ``domain_summary`` figure go into the receipt, so a body can quote it.
 
+``--probe-declines`` (a patched lane): what happens beyond the change's own bounds. Only the points of a
+``bound = true`` decline grid run, each with ``--probe`` (the point script lifts the guards the change adds and
+lets the code run). A decline is *backed* when the code then fails there: it crashes (the crash is the finding,
+not a lane failure), misses its reference, or is still declined by a rule the change keeps. A point that runs
+and matches is not backed: the bound refuses a shape the code handles. Every bound decline backed ->
+FIX_VALIDATED, else FIX_FAILED; one ``domain_probe`` figure per point, one ``domain_probe_summary``.
+
     HARNESS_PATCHED=1 python repros/kit/_domain.py --distribution megatron-core --module megatron.core \\
         --point-script repros/megatron-lm/pack02_domain_point.py --domain "$(cat decl.json)"
 """
@@ -81,10 +88,11 @@ def crash_reason(returncode: int | None, stderr: str, stdout: str) -> str:
     return f"{sig}: {last[:300]}" if last else sig
 
 
-def run_point(script: Path, point: dict, expect: str, timeout: float) -> dict:
+def run_point(script: Path, point: dict, expect: str, timeout: float, probe: bool = False) -> dict:
     """Run one point in a child process; its parsed DOMAIN_POINT result, or a crash."""
     t0 = time.monotonic()
     cmd = [sys.executable, str(script), "--point", json.dumps(point["values"], sort_keys=True), "--expect", expect]
+    cmd += ["--probe"] if probe else []
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired as exc:
@@ -124,6 +132,81 @@ def judge(expect: str, res: dict, is_patched: bool) -> tuple[bool, str]:
     return True, ""
 
 
+UNPROBED = "PROBE_UNAVAILABLE"  # a point script's line: it could not lift the bound on this build
+
+
+def judge_probe(res: dict) -> tuple[bool, str]:
+    """Whether a bound decline is backed by what the code does with the change's guards lifted, and how."""
+    if UNPROBED in res.get("stdout", "") + res.get("stderr", ""):
+        return False, "the point script could not lift the bound on this build"
+    if res["crashed"]:
+        return True, f"crashed without the bound ({res['reason']})"
+    if res["outcome"] == "mismatch":
+        return True, f"ran without the bound and missed its reference ({_errors(res)})"
+    if res["outcome"] == "declined":
+        return True, "still declined with the change's guards lifted (a rule the change keeps)"
+    return False, f"ran and matched its reference without the bound ({_errors(res)}): the bound refuses a shape " \
+                  "the code handles"
+
+
+def probe(script: Path, points: list[dict], jobs: int, timeout: float, device: str, gpu) -> int:
+    """``--probe-declines``: run every bound decline with the change's guards lifted; FIX_VALIDATED when each one
+    fails there."""
+    chosen = [pt for pt in points if pt["expect"] == "decline" and pt.get("bound")]
+    control = next((pt for pt in points if pt["expect"] == "admit"), None)
+    print(f"probe: {len(chosen)} bound decline(s) of {len(points)} point(s), the change's guards lifted, "
+          f"{jobs} at a time", flush=True)
+    if not chosen or control is None:
+        verdict("FIX_FAILED", failures=["no decline grid says bound = true: nothing to probe" if not chosen else
+                                        "no admitted point to run as the control"], points=0)
+        return 0
+    results: dict[int, dict] = {}
+    t0 = time.monotonic()
+    # the control: an admitted point run the same way must match, or a failure beyond the bound could be the
+    # host's (a missing library, a busy GPU) rather than the code's
+    ctl = run_point(script, control, "admit", timeout, True)
+    ctl_ok = not ctl["crashed"] and ctl["outcome"] == "matched"
+    figure("domain_probe_control", "matched" if ctl_ok else ("crashed" if ctl["crashed"] else ctl["outcome"]), None,
+           point=control["values"], ok=ctl_ok, reason=ctl.get("reason"), seconds=ctl["seconds"])
+    said = "matched" if ctl_ok else f"FAILED: {ctl.get('reason') or ctl.get('outcome')}"
+    print(f"probe control {_name(control)}: {said}", flush=True)
+    if not ctl_ok:
+        tail = (ctl.get("stdout", "") + "\n" + ctl.get("stderr", "")).strip().splitlines()[-25:]
+        print("\n".join(f"    {ln}" for ln in tail), flush=True)
+        verdict("FIX_FAILED", failures=[f"control {_name(control)} did not match with the guards lifted: a failure "
+                                        "beyond the bound would prove nothing"], points=0)
+        return 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_point, script, pt, "decline", timeout, True): i for i, pt in enumerate(chosen)}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = res = fut.result()
+            what = "crashed" if res["crashed"] else res["outcome"]
+            print(f"[{len(results)}/{len(chosen)}] {_name(chosen[i])}: {what} ({res['seconds']} s, "
+                  f"{time.monotonic() - t0:.0f} s in)", file=sys.stderr, flush=True)
+    unbacked, counts = [], {"crashed": 0, "mismatch": 0, "declined": 0, "matched": 0}
+    for i, pt in enumerate(chosen):
+        res = results[i]
+        backed, why = judge_probe(res)
+        status = "crashed" if res["crashed"] else res["outcome"]
+        counts[status] += 1
+        errs = {k: v for k, v in (res.get("errors") or {}).items() if isinstance(v, (int, float))}
+        figure("domain_probe", status, None, point=pt["values"], backed=backed, why=why, errors=errs or None,
+               tol=res.get("tol"), detail=res.get("detail"), note=pt.get("note") or None, seconds=res["seconds"])
+        print(f"  {_name(pt)}: {'backed' if backed else 'NOT BACKED'}: {why}", flush=True)
+        if not backed:
+            unbacked.append(f"{_name(pt)}: {why}")
+    figure("domain_probe_summary", len(chosen), None, device=device, gpu=gpu, points=len(chosen),
+           backed=len(chosen) - len(unbacked),
+           unbacked=len(unbacked), seconds=round(time.monotonic() - t0, 1), **counts)
+    verdict("FIX_FAILED" if unbacked else "FIX_VALIDATED", failures=unbacked, points=len(chosen), **counts)
+    return 0
+
+
+def _name(pt: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in pt["values"].items())
+
+
 def _errors(res: dict) -> str:
     errs = res.get("errors") or {}
     text = ", ".join(f"{k} {v:.3g}" for k, v in errs.items() if isinstance(v, (int, float)))
@@ -148,6 +231,8 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=default_jobs(), help="points run at once (PATCHLANE_DOMAIN_JOBS)")
     p.add_argument("--point-timeout", type=float, default=float(os.environ.get("PATCHLANE_DOMAIN_POINT_TIMEOUT",
                                                                                   420)))
+    p.add_argument("--probe-declines", action="store_true",
+                   help="run only the bound declines, with the change's guards lifted (a patched lane)")
     args = p.parse_args()
     facts = start(args, args.distribution, args.module)
     is_patched = patched()
@@ -159,6 +244,10 @@ def main() -> int:
     print(f"domain: {len(points)} point(s) over {', '.join(decl['axes'])}, {args.jobs} at a time, "
           f"{'patched' if is_patched else 'unpatched'} build, device {device or 'unknown'} "
           f"(claim made for {', '.join(decl.get('devices', []))})", flush=True)
+    if args.probe_declines:
+        if not is_patched:
+            raise SystemExit("--probe-declines probes the change's bounds: run it on the patched build")
+        return probe(script, points, args.jobs, args.point_timeout, device, facts.get("gpu"))
     results: dict[int, dict] = {}
     t0 = time.monotonic()
 

@@ -22,6 +22,8 @@ domain here, and a *domain lane* (``domain = true`` in one of its lanes, docs/do
     v_channels = [512]
     rope = [128]
     note = "needs more shared memory than a block may use on sm_90"
+    bound = true                                    # declined by a guard the change adds: a probe lane
+                                                    # (--probe-declines) must show the code fails beyond it
 
 Every key is declared (a closed schema); a value that does not fit names the file, the pack and the key.
 """
@@ -38,7 +40,7 @@ from harness.base.tomlutil import field, str_list
 from harness.errors import ConfigError
 
 DOMAIN_KEYS = frozenset({"axes", "devices", "not_shown", "point", "summary", "method", "admits", "declines", "note"})
-GRID_KEYS_EXTRA = frozenset({"note"})  # besides the axes
+GRID_KEYS_EXTRA = frozenset({"note", "bound"})  # besides the axes
 EXPECTATIONS = ("admit", "decline")
 # a device: a CUDA architecture (sm_90, sm_90a, sm_100) or "cpu" (a config-level domain needs no GPU)
 DEVICE = re.compile(r"^(sm_[0-9]{2,3}a?|cpu)$")
@@ -52,6 +54,7 @@ class Grid:
 
     values: tuple[tuple[str, tuple[Scalar, ...]], ...]  # (axis, values), in the domain's axis order
     note: str = ""
+    bound: bool = False  # a decline grid refused by a guard the change adds (a probe lane must back it)
 
     def points(self) -> list[dict[str, Scalar]]:
         names = [a for a, _ in self.values]
@@ -65,6 +68,7 @@ class Point:
     values: tuple[tuple[str, Scalar], ...]
     expect: str  # "admit" or "decline"
     note: str = ""
+    bound: bool = False
 
     @property
     def name(self) -> str:
@@ -92,13 +96,19 @@ class Domain:
             for grid in grids:
                 for p in grid.points():
                     key = tuple(p[a] for a in self.axes)
-                    out.setdefault(key, Point(tuple((a, p[a]) for a in self.axes), expect, grid.note))
+                    out.setdefault(key, Point(tuple((a, p[a]) for a in self.axes), expect, grid.note, grid.bound))
         return list(out.values())
+
+    @property
+    def bound_declines(self) -> list[Point]:
+        """The declines a guard of the change decides: what a probe lane must back."""
+        return [p for p in self.points() if p.bound]
 
     def declaration(self) -> str:
         """The declaration as one JSON line (what a domain lane is given, and what its receipt records)."""
         return json.dumps({"axes": list(self.axes), "devices": list(self.devices),
-                           "points": [{"values": p.as_dict(), "expect": p.expect, "note": p.note}
+                           "points": [{"values": p.as_dict(), "expect": p.expect, "note": p.note,
+                                       **({"bound": True} if p.bound else {})}
                                       for p in self.points()]}, sort_keys=True, separators=(",", ":"))
 
 
@@ -124,7 +134,8 @@ def _grid(t, axes: tuple[str, ...], where: str) -> Grid:
     missing = [a for a in axes if a not in t]
     if missing:
         raise ConfigError(f"{where}: missing key '{missing[0]}' (every axis needs its values)")
-    return Grid(tuple((a, _scalar_list(t, a, where)) for a in axes), field(t, "note", str, where, default=""))
+    return Grid(tuple((a, _scalar_list(t, a, where)) for a in axes), field(t, "note", str, where, default=""),
+                field(t, "bound", bool, where, default=False))
 
 
 def load_domain(root: Path, t, where: str) -> Domain:
@@ -163,6 +174,10 @@ def load_domain(root: Path, t, where: str) -> Domain:
         if not isinstance(items, list):
             raise ConfigError(f"{where}: key '{key}' must be an array of tables ([[domain.{key}]])")
         grids[key] = tuple(_grid(g, axes, f"{where} {key}[{i}]") for i, g in enumerate(items))
+    bound_admit = next((i for i, g in enumerate(grids["admits"]) if g.bound), None)
+    if bound_admit is not None:
+        raise ConfigError(f"{where} admits[{bound_admit}]: key 'bound' belongs to a decline grid (a point the "
+                          "change's own guard refuses)")
     if not grids["admits"]:
         raise ConfigError(f"{where}: key 'admits' must hold at least one grid: what the change newly admits")
     domain = Domain(axes, grids["admits"], grids["declines"], devices, not_shown, point,
@@ -176,6 +191,14 @@ def load_domain(root: Path, t, where: str) -> Domain:
 
 def _as_points(grid: Grid, axes: tuple[str, ...]) -> list[Point]:
     return [Point(tuple((a, p[a]) for a in axes), "admit") for p in grid.points()]
+
+
+PROBE_FLAG = "--probe-declines"  # a domain lane's argument: run the bound declines with the change's guards lifted
+
+
+def is_probe(args: tuple[str, ...] | list[str]) -> bool:
+    """Whether a domain lane (its declared ``args``) probes the bound declines instead of sweeping the domain."""
+    return PROBE_FLAG in args
 
 
 def declared(args: tuple[str, ...] | list[str]) -> str | None:
