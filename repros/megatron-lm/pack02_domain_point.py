@@ -17,6 +17,12 @@ the unfused path when it returns None).
 * Anything that raises (a compile, launch or shared-memory error, an illegal address) is left uncaught: the
   kit records the point as crashed, with the error line.
 
+``--probe`` (the kit's ``--probe-declines``): the change's own guards lifted -- its dims rule
+(``_is_supported_sparse_mla_dims``) and its shared-memory bound (``_sparse_mla_shared_memory_limit``) -- so the
+kernels build and launch at a point the change declines; what they then do (a build or launch error, a wrong
+result, a match) is what backs the decline or refutes it. The rules the unchanged dispatcher already had (head
+count, dtypes, top-k) stay.
+
 ``base``: what the unchanged dispatcher does at the point, asked of the baseline build
 (``HARNESS_BASELINE_SITE``, a ``with_baseline`` lane) with its kernel replaced by a recorder -- its shape checks
 only, nothing launched. On the unpatched build it is the build's own answer.
@@ -99,10 +105,23 @@ def decision(torch, dsa, query, key, idx2, scale: float, d_v: int) -> str:
     return "declined" if out is None else "admitted"
 
 
+def lift(dsa) -> None:
+    """Lift the guards the change adds (a probe): every width passes the dims rule and no device limit is read."""
+    missing = [name for name in ("_is_supported_sparse_mla_dims", "_sparse_mla_shared_memory_limit")
+               if not hasattr(dsa, name)]
+    if missing:  # the kit reads this line: a crash here backs nothing
+        print(f"PROBE_UNAVAILABLE this build has no {', '.join(missing)} (an unpatched build has no bound to lift)",
+              flush=True)
+        raise SystemExit(3)
+    dsa._is_supported_sparse_mla_dims = lambda dim_plus_tail_dim, v_channels: True
+    dsa._sparse_mla_shared_memory_limit = lambda device: None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--point", required=True, help='{"heads": H, "v_channels": D, "rope": R}')
     p.add_argument("--expect", choices=["admit", "decline"], help="what the declaration says (for the log only)")
+    p.add_argument("--probe", action="store_true", help="lift the change's dims rule and shared-memory bound")
     args = p.parse_args()
     point = json.loads(args.point)
     heads, d_v, rope = int(point["heads"]), int(point["v_channels"]), int(point["rope"])
@@ -126,6 +145,8 @@ def main() -> int:
     if need is not None:  # the change's own estimate, next to what this device lets a block use
         detail["shared_memory_bytes"] = need(max(heads, 16), d_v, rope)
         detail["shared_memory_limit"] = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    if args.probe:
+        lift(dsa)
     out = dsa.fused_sparse_mla_absorbed(query, key, idx2, scale, d_v)
     if out is None:
         emit(outcome="declined", base=base or "declined", detail=detail or None)
