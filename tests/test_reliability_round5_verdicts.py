@@ -145,6 +145,30 @@ def test_a_linter_that_crashes_after_one_finding_is_a_failure_not_zero_findings(
     assert "RuntimeError: the checker fell over" in err and not out.exists()
 
 
+USAGE = (  # one finding, then a complaint about its own command line, exit 2: pylint would read 2 as "an error"
+    "import sys\n"
+    "for path in sys.argv[1:]:\n"
+    "    print(f'{path}:1:0: W0611: Unused import os (unused-import)', flush=True)\n"
+    "print('usage: fakeusage [options] files', file=sys.stderr)\n"
+    "print('fakeusage: error: unrecognized arguments: --rcfile-typo', file=sys.stderr)\n"
+    "raise SystemExit(2)\n")
+
+
+def test_a_linter_that_stops_on_a_usage_error_after_a_finding_is_a_failure(filed, tmp_path, capsys):  # noqa: F811
+    """Round 6, item 10: exit 2 after one finding read as a report of that one finding."""
+    from test_export_policy import TESTER, _check, _export, _policy, _set_policy
+
+    _tool_wheel(filed.wheels, "fakeusage", USAGE)
+    _set_policy(filed, _policy(checks=_check("pylint", "fakeusage", "lint").replace("fakelint==1.0",
+                                                                                     "fakeusage==1.0")))
+    out = tmp_path / "filed"
+    assert _export(filed, out, "--identity", TESTER, "--report-only") == Exit.LINT
+    err = capsys.readouterr().err
+    assert "pylint (fakeusage==1.0) stopped on a usage error (exit 2)" in err
+    assert "after reporting 1 finding(s): fakeusage: error: unrecognized arguments: --rcfile-typo" in err
+    assert not out.exists()
+
+
 # --------------------------------------------------------------------------- 8. templates: links and a mirror's state
 
 BUG_MD = "---\nname: Bug report\nlabels: bug\n---\n\n**Describe the bug**\n\nWhat happened.\n"

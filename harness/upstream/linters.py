@@ -238,6 +238,10 @@ def run_check(check: Check, env: Path, repo: git.Repo, touched: dict[str, set[in
     if proc.returncode != 0 and _crashed(proc):  # findings printed before a crash are not all there were
         raise CheckError(f"{check.name} ({check.package}) crashed (exit {proc.returncode}) on {', '.join(files)} "
                          f"after reporting {len(said)} finding(s): {_last_line(proc.stderr) or 'no output'}")
+    usage = _usage_error(proc)
+    if proc.returncode != 0 and usage:  # it stopped on its command line: what it printed before is not a report
+        raise CheckError(f"{check.name} ({check.package}) stopped on a usage error (exit {proc.returncode}) on "
+                         f"{', '.join(files)} after reporting {len(said)} finding(s): {usage}")
     if proc.returncode != 0 and (check.kind == "format" or not said):
         lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
         raise CheckError(f"{check.name} ({check.package}) failed (exit {proc.returncode}) on "
@@ -249,6 +253,20 @@ def run_check(check: Check, env: Path, repo: git.Repo, touched: dict[str, set[in
 def _crashed(proc: subprocess.CompletedProcess) -> bool:
     """The tool died instead of finishing its report: killed by a signal, or a Python traceback on stderr."""
     return proc.returncode < 0 or "Traceback (most recent call last):" in proc.stderr
+
+
+_USAGE = re.compile(r"^(?:usage:|[\w.-]+: error: |error: (?:unexpected|unrecognized|invalid|the argument|a value))",
+                    re.I)
+
+
+def _usage_error(proc: subprocess.CompletedProcess) -> str:
+    """The tool's usage complaint, if it printed one (argparse's ``prog: error: ...``, clap's ``error: unexpected
+    argument``): a finding printed before it is no full report, whatever the exit status means for that tool."""
+    lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
+    hits = [ln for ln in lines if _USAGE.match(ln)]
+    if not hits:
+        return ""
+    return next((ln for ln in hits if not ln.lower().startswith("usage:")), hits[0])
 
 
 def _last_line(text: str) -> str:
