@@ -205,6 +205,36 @@ def test_bisect_finds_the_commit_that_changed_the_bug_lane(moved, capsys):
     assert len(doc["steps"]) <= 3  # four commits: a binary search, not a walk
 
 
+def test_bisect_names_the_fix_inside_a_merged_branch_not_the_merge(moved, capsys):
+    """Round 6, item 5: a binary search over date order named the merge; the search follows first parents,
+    then goes down the branch the merge brought in."""
+    up = moved.up
+    git(up.work, "checkout", "-q", "-B", "side", up.pin)
+    up.commit("core: total starts from zero", lambda t: t.replace("return sum(xs)", "return sum(xs, 0)"))
+    fix = up.commit("core: scale each element by its own weight",
+                    lambda t: t.replace("return [x * w[0] for x in xs]", "return [a * b for a, b in zip(xs, w)]"))
+    up.commit("core: a blank line", lambda t: t + "\n")
+    git(up.work, "checkout", "-q", "-B", "merged", up.pin)
+    for i in range(3):  # mainline work dated after the branch's commits
+        (up.work / f"notes{i}.txt").write_text(f"note {i}\n")
+        git(up.work, "add", "-A")
+        git(up.work, "commit", "-q", "-m", f"docs: note {i}")
+    git(up.work, "merge", "-q", "--no-ff", "-m", "Merge branch 'side'", "side")
+    merge = up.head()
+    (up.work / "after.txt").write_text("after\n")
+    git(up.work, "add", "-A")
+    git(up.work, "commit", "-q", "-m", "docs: after the merge")
+    up.push("merged")
+    capsys.readouterr()
+    code = cli("bisect", "01", "--lane", "bug-main", "--bad", "merged", "--json",
+               "--git-mirrors", str(up.mirrors), *moved.args())
+    doc = json.loads(capsys.readouterr().out)
+    assert code == Exit.OK and doc["first"]["sha"] == fix != merge, doc
+    assert doc["first"]["merge"] is False and doc["first"]["sentinel"] == "BUG_ABSENT"
+    ran = [s["sha"] for s in doc["steps"]]
+    assert len(ran) == len(set(ran))  # no commit run twice
+
+
 MITIGATION = textwrap.dedent('''
     [packs.01.mitigation]
     what = "a local workaround until upstream's tinydep pin reaches 1.2"

@@ -16,6 +16,29 @@ from harness.lane.tracking import Tracking
 from harness.watch import refresh
 
 
+def _first_change(hist: refresh.History, good: str, bad: str, good_said, said_at) -> refresh.Commit:
+    """The first commit of good..bad whose lane prints another sentinel than ``good_said``: a binary search over
+    the first-parent chain (one branch, in order), then, where that lands on a merge whose brought-in branch
+    changed the verdict already, the same search down that branch; the merge itself when its branch did not."""
+    while True:
+        chain = hist.mainline(good, bad)
+        lo, hi = 0, len(chain) - 1  # chain[hi] is bad: find the first that differs from good
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if said_at(chain[mid].sha) == good_said:
+                lo = mid + 1
+            else:
+                hi = mid
+        first = chain[lo]
+        parents = hist.parents(first.sha)
+        if len(parents) < 2:
+            return first
+        side = parents[1]  # the tip of the branch the merge brought in, seen from its first parent
+        if said_at(side) == good_said:
+            return first  # the branch alone did not change it: the merge did
+        good, bad = parents[0], side
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "bisect", help="find the upstream commit that changed a lane's verdict between the pin and a new head",
@@ -57,6 +80,9 @@ def main(args) -> int:
         steps: list[dict] = []
 
         def verdict_at(sha: str) -> tuple[str | None, bool]:
+            ran = next((s for s in steps if s["sha"] == sha), None)
+            if ran is not None:  # a merge's parent may be asked again: one run per commit
+                return ran["sentinel"], False
             tree = scratch / f"tree-{sha[:12]}"
             root = refresh.moved_tree(ctx.root, pack.target, base.name, sha, hist, tree, propose=False)
             moved = Context(root=root, tracking=Tracking.load(root), store=ctx.store, options=ctx.options)
@@ -76,17 +102,10 @@ def main(args) -> int:
                "first": None, "steps": steps}
         found = None
         if good_said != bad_said:
-            lo, hi = 0, len(commits) - 1  # commits[hi] is bad; find the first that differs from good
-            while lo < hi:
-                mid = (lo + hi) // 2
-                said, _ = verdict_at(commits[mid].sha)
-                if said == good_said:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            first = commits[lo]
+            first = _first_change(hist, good, bad, good_said, lambda sha: verdict_at(sha)[0])
             said = next((s["sentinel"] for s in steps if s["sha"] == first.sha), bad_said)
-            doc["first"] = {"sha": first.sha, "subject": first.subject, "sentinel": said}
+            doc["first"] = {"sha": first.sha, "subject": first.subject, "sentinel": said,
+                            "merge": len(hist.parents(first.sha)) > 1}
         found = doc["first"]
         doc["steps"] = steps[2:]  # the midpoints (good and bad are named above)
         if args.json:

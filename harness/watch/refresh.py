@@ -76,6 +76,15 @@ class History:
     known: bool  # False: the source holds no path from the pin to the head (a shallow mirror)
     why_unknown: str = ""
 
+    def mainline(self, old: str, new: str) -> list[Commit]:
+        """The first-parent chain of old..new, oldest first: the commits ``new``'s branch itself went through
+        (a merge stands for the branch it brought in), where ``commits`` mixes every branch by date."""
+        log = git.run(self.repo.path, "log", "--reverse", "--first-parent", "--format=%H%x09%s", f"{old}..{new}")
+        return [Commit(*line.split("\t", 1)) for line in log.splitlines() if "\t" in line]
+
+    def parents(self, sha: str) -> list[str]:
+        return git.run(self.repo.path, "rev-list", "--parents", "-n", "1", sha).split()[1:]
+
     def touching(self, path: str, first: int, last: int) -> list[Commit]:
         """The commits of old..new that changed lines ``first``..``last`` of ``path`` as it was at the pin, the
         range followed through every earlier commit's hunks (lines added above it move it down)."""
