@@ -509,8 +509,8 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
     lane = lanes[0]
     rec = latest.get(lane.name)
     if rec is None or rec.verdict != receipts.Verdict.PASS:
-        why = "no receipt" if rec is None else f"its latest receipt is {rec.verdict}"
-        return "", [f"domain: lane {lane.name} has {why}; the body does not claim the domain"]
+        why = "has no receipt" if rec is None else f"ended {rec.verdict} in its latest receipt"
+        return "", [f"domain: lane {lane.name} {why}; the body does not claim the domain"]
     swept = next((rec.reproducer.args[i + 1] for i, a in enumerate(rec.reproducer.args[:-1]) if a == "--domain"),
                  None)
     if swept != domain.declaration():
@@ -584,8 +584,8 @@ def _probed(root: Path, pack: Pack, base_name: str, latest: dict) -> tuple[dict[
                     f"({domain_model.PROBE_FLAG}) on {base_name}; the body does not say what happens beyond them"]
     rec = latest.get(lane.name)
     if rec is None or rec.verdict != receipts.Verdict.PASS:
-        why = "no receipt" if rec is None else f"its latest receipt is {rec.verdict}"
-        return {}, [f"domain: probe lane {lane.name} has {why}; the body does not say what happens beyond the bound"]
+        why = "no receipt" if rec is None else f"its latest receipt is {rec.verdict}, not pass"
+        return {}, [f"domain: probe lane {lane.name}: {why}; the body does not say what happens beyond the bound"]
     if domain_model.declared(rec.reproducer.args) != domain.declaration():
         return {}, [f"domain: probe lane {lane.name}'s latest receipt probed another declaration than today's"]
     return {_key(f.data["point"]): str(f.data.get("value")) for f in rec.figures
