@@ -462,3 +462,34 @@ def test_a_progress_line_edited_by_hand_is_not_resumed(suite_repo, capsys):  # n
     again = _shard_run(suite_repo, lane)
     assert again["resumed"] == 0 and again["cases"][case] == "failed"
     assert "is not as its last run sealed it" in capsys.readouterr().err
+
+
+def test_receipts_import_takes_the_directory_a_host_wrote_and_names_a_missing_path(lane_repo, remote, tmp_path,
+                                                                                   capsys):
+    """A newcomer's round 4, item 3: a directory was refused with "Is a directory" and no hint."""
+    args = lane_repo.args()
+    out = remote["bug"].parent.parent.parent  # the --receipts-dir of the host: <target>/<pack>/<run>/ below it
+    assert cli("receipts", "import", str(out), *args) == Exit.OK
+    assert sorted(d.name for d in (lane_repo.root / "receipts" / "fake" / "01").iterdir()) == sorted(
+        d.name for d in remote.values())
+    assert out.is_dir() and all(d.is_dir() for d in remote.values())  # the source is read, never moved
+    capsys.readouterr()
+    assert cli("receipts", "import", str(tmp_path / "nope.tar"), *args) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "nope.tar: no such file or directory" in err and "receipts.tar" in err
+
+
+def test_a_bundle_of_chosen_lanes_prints_a_host_command_that_names_them():
+    """A newcomer's round 4, item 3: a bundle made with --lane printed '-- run PACK', which asks for lanes it lacks."""
+    from pathlib import Path
+
+    from harness.commands.bundle import host_command
+
+    index = {"packs": ["02", "11"], "lanes": {"02": ["bug-main", "fix-main"], "11": ["fix-dev"]}}
+    cmd = host_command(Path("dist/b.tar.xz"), index, selected=True)
+    assert cmd == ("python3 -m harness.bootstrap dist/b.tar.xz -- sweep 02 11 --lane 02:bug-main --lane 02:fix-main "
+                   "--lane 11:fix-dev")
+    whole = host_command(Path("dist/b.tar.xz"), {"packs": ["09"], "lanes": {"09": ["bug"]}}, selected=False)
+    assert whole == "python3 -m harness.bootstrap dist/b.tar.xz -- run 09"
+    staged = host_command(Path("dist/b.tar.xz"), {"packs": ["03"], "lanes": {}, "payloads": [{}]}, selected=False)
+    assert staged == "python3 -m harness.bootstrap dist/b.tar.xz --stage dist/b.tar.xz.parts -- run 03"

@@ -37,6 +37,18 @@ def register(sub) -> None:
     _args.common(p)
 
 
+def host_command(output, index: dict, selected: bool) -> str:
+    """The bootstrap command that runs what the bundle holds: ``run PACK`` for one whole pack, else a sweep of its
+    packs with every lane the bundle carries named (``--lane PACK:LANE``), so no lane it lacks is asked for."""
+    packs = index["packs"]
+    staged = f" --stage {bundle.parts_dir(output)}" if index.get("payloads") else ""
+    head = f"python3 -m harness.bootstrap {output}{staged} --"
+    if len(packs) == 1 and not selected:
+        return f"{head} run {packs[0]}"
+    lanes = [f"--lane {pid}:{lane}" for pid in packs for lane in index.get("lanes", {}).get(pid, [])]
+    return f"{head} sweep {' '.join(packs)} {' '.join(lanes)}".rstrip()
+
+
 def main(args) -> int:
     ctx = context(args)
     only: dict[str, list[str]] | None = None
@@ -63,9 +75,11 @@ def main(args) -> int:
     for entry in index.get("payloads", []):
         ui.info(f"payload {entry['name']}: {entry['size']} bytes, packed {entry['packed']['size']}, "
                 f"{len(entry['parts'])} part(s) in {bundle.parts_dir(args.output)}; carry each with the bundle and "
-                f"stage it: python3 -m harness.bootstrap {args.output} --parts DIR --stage PARTS_DIR --")
-    ui.info(f"on the GPU host: python3 -m harness.bootstrap {args.output}"
-            f"{' --parts DIR' if index.get('payloads') else ''} -- run {' '.join(index['packs'][:1])}")
+                f"stage the ones a call brings: python3 -m harness.bootstrap {args.output} --stage "
+                f"{bundle.parts_dir(args.output)} --")
+    ui.info(f"on the GPU host: {host_command(args.output, index, bool(only))}")
+    ui.info("back here: harness receipts import receipts.tar (the receipts directory the host wrote, as a tar or "
+            "as a directory)")
     limit = f"{bundle.CARRY_LIMIT / 2**20:.0f} MiB"
     if checkout is None or carry is None:
         ui.warn(f"cannot measure the checkout {ctx.root} (no git, or not a checkout): the bundle alone is "

@@ -29,7 +29,8 @@ def register(sub) -> None:
                                      "legacy receipts: log only) and its pack and lane against tracking.toml, "
                                      f"then copy them into receipts/ and update tracking.toml (exit "
                                      f"{int(Exit.TAMPERED)}: a receipt fails, nothing imported)")
-    q.add_argument("archive", type=_args.path)
+    q.add_argument("archive", type=_args.path, metavar="ARCHIVE_OR_DIR",
+                   help="the tar a GPU host sent back (receipts.tar), or a directory holding <target>/<pack>/<run>/")
     _args.common(q)
     q = rs.add_parser("verify", help="check every receipt directory against its digests and its log "
                                      f"(exit {int(Exit.TAMPERED)} when one fails); legacy (log-only) receipts are "
@@ -117,12 +118,20 @@ def _import(ctx, args) -> int:
     planned: list[tuple[Path, Path]] = []
     lanes: set[tuple[str, str, str]] = set()  # (target, pack, lane) of every receipt of the archive
     added = []
+    source = Path(args.archive)
+    if not source.exists():
+        raise ConfigError(f"{source}: no such file or directory",
+                          hint="give the tar a GPU host sent back (receipts.tar) or a directory of receipts")
     with tempfile.TemporaryDirectory(prefix="patchlane-import-") as tmp:
-        try:
-            with tarfile.open(args.archive) as tf:
-                tarsafe.extractall(tf, tmp)
-        except (tarfile.TarError, OSError) as exc:
-            raise ConfigError(f"{args.archive}: cannot read: {exc}") from None
+        if source.is_dir():  # a receipts directory as it came back (<target>/<pack>/<run>/ below it): no tar needed
+            tmp = str(source)
+        else:
+            try:
+                with tarfile.open(source) as tf:
+                    tarsafe.extractall(tf, tmp)
+            except (tarfile.TarError, OSError) as exc:
+                raise ConfigError(f"{args.archive}: cannot read: {exc}",
+                                  hint="a tar of receipts/<target>/<pack>/<run>/, or that directory itself") from None
         dirs = sorted({p.parent for p in Path(tmp).rglob(receipts.RECEIPT)}
                       | {p.parent for p in Path(tmp).rglob(receipts.LOG)})
         if not dirs:
