@@ -45,7 +45,13 @@ sys.path.insert(0, str(ROOT))
 from harness.base import settings  # noqa: E402  (stdlib-only module)
 from harness.base.interpreters import find_interpreter  # noqa: E402  (stdlib-only module)
 from harness.errors import Exit  # noqa: E402  (stdlib-only module)
-from harness.lane.sessions import STAMP_FILE, heartbeat, lane_env_stamp, pack_sessions  # noqa: E402  (stdlib-only)
+from harness.lane.sessions import (  # noqa: E402  (stdlib-only)
+    STAMP_FILE,
+    heartbeat,
+    lane_env_stamp,
+    pack_sessions,
+    stack_bases,
+)
 
 # Git bases (upstream main/dev): the same defaults as the CLI (harness/base/settings.py): $PATCHLANE_GIT_MIRRORS, else
 # ../shared/mirrors beside the clone when it exists, else GitHub. Exported so the lane runs see the same choice.
@@ -360,6 +366,31 @@ def _selection(posargs: list[str]) -> list[str]:
 _PACK_NAMES = {spec.name for spec in pack_sessions(ROOT)}
 for _spec in pack_sessions(ROOT):
     globals()[_spec.name] = _pack_session(_spec)
+
+
+def _stack_session(spec):
+    def stack(session: nox.Session) -> None:
+        envdir = _lane_env(session, spec)
+        env = {"VIRTUAL_ENV": str(envdir), "PATH": os.pathsep.join([str(envdir / "bin"), os.environ["PATH"]])}
+        harness = str(envdir / "bin" / "harness")
+        given = [a for a in session.posargs if a.startswith("--base")]
+        bases = [None] if given else stack_bases(ROOT, spec.target)
+        for base in bases:
+            where = ["--base", base] if base else []
+            out = ["-o", str(ROOT / "dist" / "stack" / spec.target / (base or "default"))]
+            session.run(harness, "stack", "build", spec.target, *where, *out, *session.posargs, env=env,
+                        external=True)
+            # on this host the CPU lanes; a GPU host runs the rest (docs/stack.md)
+            session.run(harness, "stack", "check", spec.target, *where, "--cpu", *session.posargs, env=env,
+                        external=True)
+
+    stack.__doc__ = (f"{spec.target}: its carried packs built as one wheel per base with carried packs, and their "
+                     "CPU lanes run on it (harness stack; posargs pass on)")
+    return nox.session(name=f"stack_{spec.target.replace('-', '_')}", venv_backend="none", default=False)(stack)
+
+
+for _spec in {s.target: s for s in pack_sessions(ROOT)}.values():
+    globals()[f"stack_{_spec.target.replace('-', '_')}"] = _stack_session(_spec)
 
 
 def _requested_sessions(argv: list[str]) -> list[str]:

@@ -67,7 +67,7 @@ EPILOG = ("exit codes (several lanes: the most severe wins, " + errors.severity_
 
 COMMANDS = ["run", "sweep", "prepare", "materialize", "apply", "check", "list", "bundle", "receipts", "order", "waves",
             "status", "body", "edit", "regen", "rebase", "absorbed", "export", "provenance", "perf", "related",
-            "threads", "new", "cache", "suite", "refresh", "bisect", "migrate", "plan"]
+            "threads", "new", "cache", "suite", "refresh", "bisect", "migrate", "plan", "stack"]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -115,6 +115,7 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
             "wheels",  # the harness's pinned dependencies and each base's runtime pins, downloaded
             "sweep_schedule"},  # what a task needs, the host's GPUs and slots, the pure scheduler
         1: {"bundle",  # made from lanes
+            "stack",  # a target's carried packs as one package, in landing order, and checked together
             "unpacked",  # a bundle opened on the GPU host (lane.context.Offline)
             "sweep_plan"},  # lanes into tasks (readiness says which are current)
         2: {"sweep_estimate",  # the scheduler replayed over recorded durations

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.base.store import Store
-from harness.lane import builds
+from harness.lane import builds, series
 from harness.lane.tracking import Tracking
 from harness.upstream import pins
 
@@ -37,6 +37,17 @@ class Offline(Protocol):
 
 
 @dataclass(frozen=True)
+class StackSeries:
+    """A stack's combined series (``harness stack check``): a patched lane of one of ``packs`` on ``base`` of
+    ``target`` applies all of ``patches`` instead of its own pack's series."""
+
+    target: str
+    base: str
+    packs: tuple[str, ...]
+    patches: tuple[series.Patch, ...]
+
+
+@dataclass(frozen=True)
 class Options:
     python: str = sys.executable
     artifacts: tuple[Path, ...] = ()  # directories searched for pinned artefacts before downloading
@@ -44,6 +55,7 @@ class Options:
     bundle: Offline | None = None  # every build comes from this offline bundle
     receipts_dir: Path | None = None  # default: <root>/receipts
     echo: bool = True  # echo the reproducer's output
+    stack: StackSeries | None = None  # patched lanes of these packs run on the whole stack
 
 
 @dataclass(frozen=True)

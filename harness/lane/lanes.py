@@ -87,8 +87,13 @@ class LaneResult:
 
 
 def series_for(ctx: Context, pack: Pack, base: str | None = None) -> list[series.Patch]:
-    """Every patch a patched lane of ``pack`` on ``base`` applies (see ``series.series_for``)."""
-    return series.series_for(ctx.tracking, ctx.root, pack, base or pack.base or ctx.manifest(pack.target).default_base)
+    """Every patch a patched lane of ``pack`` on ``base`` applies (see ``series.series_for``); under a stack check
+    (``Options.stack``), a stacked pack's lanes on the stack's base apply the whole stack."""
+    name = base or pack.base or ctx.manifest(pack.target).default_base
+    stack = ctx.options.stack
+    if stack is not None and stack.target == pack.target and stack.base == name and pack.id in stack.packs:
+        return list(stack.patches)
+    return series.series_for(ctx.tracking, ctx.root, pack, name)
 
 
 def _build_key(ctx: Context, manifest: pins.Manifest, base: pins.Base, patches: list[series.Patch]) -> str:

@@ -113,6 +113,27 @@ def pack_sessions(root: Path) -> list[PackSession]:
 
 
 
+def stack_bases(root: Path, target: str) -> list[str]:
+    """The bases a stack of ``target`` is built at: each carried pack's base and the bases of its ported series
+    (``patches/<target>/<NN>/<base>/``), known to the manifest, in the manifest's order."""
+    bases = list(_manifest(root, target).get("bases", {}))
+    with open(root / "tracking.toml", "rb") as fh:
+        packs = tomllib.load(fh).get("packs", {})
+    wanted: set[str] = set()
+    for pid, pack in packs.items():
+        declared = root / "patches" / target / pid / "pack.toml"
+        if declared.is_file():
+            with open(declared, "rb") as fh:
+                pack = {**pack, **tomllib.load(fh)}
+        if pack.get("target") != target or pack.get("state") in ("absorbed", "retired", "dropped"):
+            continue
+        wanted.update(b for b in [pack.get("base"), *(lane.get("base") for lane in pack.get("lanes", [])
+                                                       if lane.get("patched"))] if b)
+        d = root / "patches" / target / pid
+        wanted.update(sub.name for sub in d.iterdir() if sub.is_dir()) if d.is_dir() else None
+    return [b for b in bases if b in wanted]
+
+
 def _size(path: Path) -> int:
     total = 0
     for top, _dirs, files in os.walk(path):
