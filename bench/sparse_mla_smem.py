@@ -2,7 +2,8 @@
 
 Lowers the forward and backward kernel builders of a Megatron build for sm_90 at each (heads, value width, rope
 tail) given, reads the dynamic shared memory the lowered host module passes at launch, and prints one JSON line
-per shape beside ``_sparse_mla_shared_memory_bytes`` of the same build (the patched one: pack 02's estimate).
+per shape beside ``_sparse_mla_shared_memory_bytes`` of the same build (the patched one: pack 02's estimate); a
+builder that refuses a shape (its warp tiling, a power-of-two assert) gives the error instead.
 Run it with the lane's interpreter and the build and tilelang runtime on PYTHONPATH:
 
     PYTHONPATH=<tilelang runtime site>:<patched megatron build site> python bench/sparse_mla_smem.py 32,512,128 ...
@@ -43,13 +44,21 @@ def allocated(kind: str, heads: int, dim: int, tail: int) -> int:
 
 
 def shape(point: str) -> dict:
+    """One shape's row; a builder that does not lower there gives its error instead of a byte count."""
     heads, dim, tail = (int(x) for x in point.split(","))
     dsa = importlib.import_module(OPS + ".tilelang_dsa")
     kernel_heads = max(16, 1 << (heads - 1).bit_length())
-    fwd, bwd = allocated("fwd", heads, dim, tail), allocated("bwd", heads, dim, tail)
-    estimate = dsa._sparse_mla_shared_memory_bytes(kernel_heads, dim, tail)
-    return {"heads": heads, "v_channels": dim, "rope": tail, "fwd_bytes": fwd, "bwd_bytes": bwd,
-            "allocated": max(fwd, bwd), "estimate": estimate, "over_by": estimate - max(fwd, bwd)}
+    row: dict = {"heads": heads, "v_channels": dim, "rope": tail}
+    for kind in ("fwd", "bwd"):
+        try:
+            row[f"{kind}_bytes"] = allocated(kind, heads, dim, tail)
+        except Exception as exc:  # noqa: BLE001 - a builder's refusal is the row's finding
+            row[f"{kind}_error"] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:200]}"
+    if "fwd_bytes" in row and "bwd_bytes" in row:
+        row["allocated"] = max(row["fwd_bytes"], row["bwd_bytes"])
+        row["estimate"] = dsa._sparse_mla_shared_memory_bytes(kernel_heads, dim, tail)
+        row["over_by"] = row["estimate"] - row["allocated"]
+    return row
 
 
 def main() -> int:
