@@ -235,6 +235,17 @@ def test_bisect_names_the_fix_inside_a_merged_branch_not_the_merge(moved, capsys
     assert len(ran) == len(set(ran))  # no commit run twice
 
 
+def test_bisect_between_one_commit_and_itself_runs_nothing(moved, capsys):
+    """A newcomer's round 4, item 7: with the pin as --bad, bisect ran the lane twice (94 s) to report nothing."""
+    capsys.readouterr()
+    code = cli("bisect", "01", "--lane", "bug-main", "--bad", moved.up.pin, "--json",
+               "--git-mirrors", str(moved.up.mirrors), *moved.args())
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    assert code == Exit.OK and doc["first"] is None and doc["steps"] == [] and doc["good_sentinel"] is None
+    assert "nothing to find, no lane run" in out.err
+
+
 MITIGATION = textwrap.dedent('''
     [packs.01.mitigation]
     what = "a local workaround until upstream's tinydep pin reaches 1.2"

@@ -70,6 +70,14 @@ def main(args) -> int:
         raise ConfigError(f"lane {lane.name} runs on {base.name}, a release: bisect walks a git base's history")
     good = refresh.resolve(base.git, args.good, ctx.sources())[0] if args.good else base.git.commit
     bad, _ = refresh.resolve(base.git, args.bad, ctx.sources())
+    if good == bad:  # nothing lies between: running the lane twice would only say so after minutes
+        if args.json:
+            json.dump({"schema": 1, "kind": "patchlane-bisect", "pack": pack.id, "lane": lane.name, "good": good,
+                       "bad": bad, "good_sentinel": None, "bad_sentinel": None, "commits": 0, "first": None,
+                       "steps": []}, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+        ui.info(f"bisect: good and bad are the same commit {good[:12]}: nothing to find, no lane run")
+        return 0
     scratch = refresh.scratch_dir(f"bisect-{pack.id}")
     options = _args.artifact_options(args)
     try:
