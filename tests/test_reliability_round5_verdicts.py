@@ -268,6 +268,10 @@ def test_forms_and_pr_template_are_read_from_exactly_the_pinned_tree(tmp_path, m
     assert pr_template.read_template(manifest, base).text == "# Description\n\nSay it.\n"
     assert SECRET not in pr_template.tree_text(manifest, base, [".github/pull_request_template.md",
                                                                 ".github/ISSUE_TEMPLATE/linked.md"])
+    # round 6, item 10: the body's anchors and the names check read the same way (no replacement objects)
+    files = pr_template.tree_files(manifest, base, [".github/pull_request_template.md"])
+    assert files == {".github/pull_request_template.md": "# Description\n\nSay it.\n"}
+    assert pr_template.tree_has(manifest, base, {"feature", "Say"}) == {"Say"}  # "feature": forged blobs only
 
 
 # --------------------------------------------------------------------------- 21. one long template line

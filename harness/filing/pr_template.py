@@ -205,13 +205,11 @@ def tree_files(manifest: pins.Manifest, base, paths: list[str]) -> dict[str, str
         return None
     sources, _missing = pins.git_sources(pin)
     for mirror in (s for s in sources if Path(s).is_dir()):
-        if subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
-                          capture_output=True).returncode != 0:
+        if not pinned_has(mirror, pin.commit):
             continue
         out = {}
         for path in paths:
-            shown = subprocess.run(["git", "--git-dir", mirror, "show", f"{pin.commit}:{path}"],
-                                   capture_output=True, text=True, errors="replace")
+            shown = pinned_git(mirror, "show", f"{pin.commit}:{path}")
             if shown.returncode == 0:
                 out[path] = shown.stdout
         return out
@@ -349,10 +347,7 @@ def tree_has(manifest: pins.Manifest, base, names: set[str]) -> set[str] | None:
         return None
     sources, _missing = pins.git_sources(pin)
     for mirror in (s for s in sources if Path(s).is_dir()):
-        if subprocess.run(["git", "--git-dir", mirror, "cat-file", "-e", f"{pin.commit}^{{commit}}"],
-                          capture_output=True).returncode != 0:
+        if not pinned_has(mirror, pin.commit):
             continue
-        return {n for n in names
-                if subprocess.run(["git", "--git-dir", mirror, "grep", "-q", "-w", "-F", "-e", n, pin.commit],
-                                  capture_output=True).returncode == 0}
+        return {n for n in names if pinned_git(mirror, "grep", "-q", "-w", "-F", "-e", n, pin.commit).returncode == 0}
     return None

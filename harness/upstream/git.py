@@ -43,6 +43,8 @@ def clean_env() -> dict[str, str]:
     # Never let a user's global hooks, templates or signing config leak in.
     env["GIT_CONFIG_GLOBAL"] = os.devnull
     env["GIT_CONFIG_NOSYSTEM"] = "1"
+    # a mirror's refs/replace/ would swap the pinned commit's objects for others, under the same ids
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
     return env
 
 
