@@ -141,7 +141,7 @@ def tests_torch(session: nox.Session) -> None:
                     "--target", str(extra), *want, external=True)
         stamp.write_text(json.dumps(want))
     # torch's modules compiled once into the harness's bytecode cache, not by each worker (harness/base/settings.py)
-    env = {"PYTHONPATH": str(extra), **settings.bytecode_env(settings.cache_home())}
+    env = {"PYTHONPATH": str(extra), **settings.bytecode_env(settings.cache_home(), root=ROOT)}
     session.run(str(python), "-c", "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())",
                 env=env, external=True)
     session.run(str(python), "-m", "pytest", *PYTEST, *TORCH_TESTS, *session.posargs, env=env, external=True)

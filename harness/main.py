@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ui.set_verbosity(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
     if argv is None:  # the program itself, not a caller in this process: its children get the bytecode cache
-        settings.export_bytecode_cache(getattr(args, "cache", None) or settings.cache_home())
+        settings.export_bytecode_cache(getattr(args, "cache", None) or settings.cache_home(),
+                                       settings.checkout_root(getattr(args, "root", None)))
     try:
         with handled(getattr(args, "cache", None)):
             clock.shift()  # a $PATCHLANE_CLOCK_SHIFT it cannot read stops every command at once, in one line
