@@ -74,6 +74,22 @@ def test_an_unknown_key_in_the_pack_file_is_named_by_check(lane_repo, capsys):
     assert "patches/fake/01/pack.toml lanes[0]: unknown key 'expectt'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", [("status", "01"), ("run", "01", "--lane", "fix"), ("list",)])
+def test_a_misspelt_key_in_the_pack_file_stops_every_command_naming_file_line_and_key(lane_repo, capsys, verb):
+    """A newcomer's round 4, item 5: 'requries' was ignored by status, run and nox; the lane fell back to cuda."""
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root.joinpath(*PACK_FILE)
+    text = path.read_text()
+    path.write_text(text.replace("[[lanes]]\n", '[[lanes]]\nrequries = "cpu"\n', 1))
+    line = path.read_text().splitlines().index('requries = "cpu"') + 1
+    capsys.readouterr()
+    assert cli(*verb, *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err
+    assert "patches/fake/01/pack.toml lanes[0]: unknown key 'requries'" in err
+    assert f"line {line}; did you mean 'requires'?" in err
+    assert not (lane_repo.root / "receipts").exists()  # nothing ran
+
+
 def test_a_migrate_that_cannot_write_a_pack_file_leaves_every_file_as_it_was(lane_repo, capsys):
     """Pack 02 declares a lane too; its directory's place is taken by a file, so its pack.toml cannot be made
     after pack 01's was: 01's new file goes again and tracking.toml keeps its bytes."""

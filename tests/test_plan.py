@@ -84,7 +84,7 @@ def test_a_dependency_brings_its_tasks_and_the_cheapest_pack_per_minute_goes_fir
 
 
 def test_what_runs_cannot_clear_is_a_blocker_not_a_task(repo, capsys):
-    repo.write_tracking(ISSUE_02.replace('state = "planned"', 'state = "held"\nstate_reason = "waits"'),
+    repo.write_tracking(ISSUE_02.replace('state = "planned"', 'state = "held"\nheld = "waits"'),
                              requires="cuda", timeout=120)
     data = _plan(repo, capsys, "--budget-min", "30")
     assert data["ready"] == ["01"]

@@ -490,12 +490,14 @@ def test_a_bad_decision_is_refused_naming_file_and_pack(lane_repo, entry, says):
     assert says in str(exc.value) and "tracking.toml [packs.01] related[0]" in str(exc.value)
 
 
-def test_an_unknown_key_in_a_decision_is_warned(lane_repo, capsys):
+def test_an_unknown_key_in_a_decision_is_refused(lane_repo, capsys):
     _decide(lane_repo, "acme/fake#3", "independent", "2026-01-01")
     with (lane_repo.root / "tracking.toml").open("a") as fh:
         fh.write('relaton = "typo"\n')
-    Tracking.load(lane_repo.root)
-    assert "[packs.01] related[0]: unknown key 'relaton'" in capsys.readouterr().err
+    with pytest.raises(ConfigError) as exc:
+        Tracking.load(lane_repo.root)
+    assert "[packs.01] related[0]: unknown key 'relaton'" in str(exc.value)
+    assert "did you mean 'relation'?" in str(exc.value)
 
 
 def _decide_with(lane_repo, ref: str, relation: str, reason: str, kind: str | None, state: str | None) -> None:

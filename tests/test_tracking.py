@@ -158,25 +158,29 @@ def test_unreadable_tracking_toml_is_bad_input(lane_repo, capsys):
     assert "tracking.toml: cannot read: Input/output error" in err and "internal error" not in err
 
 
-def test_an_unknown_key_is_warned_about_naming_file_pack_and_key(lane_repo, capsys):
+def test_an_unknown_key_is_refused_naming_file_pack_key_and_the_nearest(lane_repo, capsys):
     text = (lane_repo.root / "tracking.toml").read_text()
     text = text.replace('depends_on = []', 'depends_on = []\ndepends-on = ["02"]', 1)
     text = text.replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_REPRODUCED"\nexpects = "typo"', 1)
     (lane_repo.root / "tracking.toml").write_text(text)
-    tracking = Tracking.load(lane_repo.root)
+    with pytest.raises(ConfigError) as exc:  # the typo is never read as the key it resembles, nor skipped
+        Tracking.load(lane_repo.root)
+    said = str(exc.value)
+    assert "[packs.01]: unknown key 'depends-on'" in said and "did you mean 'depends_on'?" in said
+    assert "(and 1 more: harness check lists them)" in said
+    capsys.readouterr()
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err
-    assert "[packs.01]: unknown key 'depends-on'" in err
-    assert "[packs.01] lanes[0]: unknown key 'expects'" in err
-    assert tracking.pack("01").depends_on == ()  # the typo is not read as the key it resembles
+    assert "[packs.01] lanes[0]: unknown key 'expects'" in err and "did you mean 'expect'?" in err
 
 
-def test_check_fails_on_an_unknown_key_where_other_commands_only_warn(lane_repo, capsys):
+def test_check_and_every_other_command_fail_on_an_unknown_key(lane_repo, capsys):
     assert cli("check", *lane_repo.args()) == Exit.OK
     path = lane_repo.root / "tracking.toml"
     typo = 'expect = "BUG_REPRODUCED"\nrequries = "cuda"'
     path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', typo, 1))
     capsys.readouterr()
-    assert cli("list", *lane_repo.args()) == Exit.OK  # warned, and goes on
+    assert cli("list", *lane_repo.args()) == Exit.USAGE  # refused: a lane falling back to cuda would skip
     assert "lanes[0]: unknown key 'requries'" in capsys.readouterr().err
     assert cli("check", *lane_repo.args()) == Exit.USAGE
     err = capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 from harness.base import ui
 from harness.base.tomlutil import load_document
 from harness.commands import _args
-from harness.commands._context import context
+from harness.commands._context import context, find_root
 from harness.errors import ConfigError
 from harness.filing import landing
 from harness.lane import lanes, series, suite, tracking
@@ -22,6 +22,13 @@ def register(sub) -> None:
 
 
 def main(args) -> int:
+    root = find_root(getattr(args, "root", None))
+    unknown = unknown_keys(root)  # every one, before loading refuses the first
+    if unknown:
+        for line in unknown[1:]:
+            ui.warn(tracking.located(line, root))
+        raise ConfigError(f"{len(unknown)} unknown key(s), the first: {tracking.located(unknown[0], root)}",
+                          hint="every command refuses a misspelt key: fix or remove it")
     ctx = context(args)  # loading validates tracking.toml and the manifests it names
     for target in pins.list_targets(ctx.root):
         pins.load_manifest(ctx.root, target)
@@ -46,10 +53,6 @@ def main(args) -> int:
             ported = series.load_series(ctx.root, pack.target, pack.id, base)
             n_ported += len(ported)
             ported_bases.add(base)
-    unknown = unknown_keys(ctx.root)
-    if unknown:  # the loaders warned (other commands go on); the validator fails
-        raise ConfigError(f"{len(unknown)} unknown key(s), the first: {unknown[0]}",
-                          hint="a misspelt key is ignored by every other command: fix or remove it")
     for pid, keys in layout.inline_declarations(ctx.tracking.doc).items():
         ui.warn(f"tracking.toml [packs.{pid}] holds what the pack declares ({', '.join(keys)}): the single-file "
                 f"form; 'harness migrate' moves it to {ctx.tracking.packs[pid].declared_in} "

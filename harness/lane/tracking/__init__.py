@@ -34,6 +34,7 @@ from harness.lane.tracking.load import (
     SUITE_SIDES,
     THREAD_KEYS,
     TOP_KEYS,
+    located,
     suite_lane_name,
     unknown_keys,
 )
@@ -78,5 +79,6 @@ __all__ = [
     "STATES", "SUITE_KEYS",
     "SUITE_SIDES", "THREAD_KEYS", "THREAD_STATES", "TOP_KEYS", "Thread", "Tracking", "UNPATCHED_KINDS",
     "latest_today", "normalize_id", "sentinels", "shown_id", "suite_lane_name",
+    "located",
     "unknown_keys",
 ]

@@ -18,7 +18,7 @@ from harness.base import ui
 from harness.base.tomlutil import field, load_document
 from harness.errors import ConfigError, WriteError
 from harness.lane.tracking import layout
-from harness.lane.tracking.load import _check_graph, _load_pack, unknown_keys
+from harness.lane.tracking.load import _check_graph, _load_pack, located, unknown_keys
 from harness.lane.tracking.model import PACK_ID, SCHEMA, VERDICTS, VERDICTS_NOTE_LINES, Pack, normalize_id, shown_id
 from harness.upstream import pins
 
@@ -60,8 +60,13 @@ class Tracking:
                 raise ConfigError(f"{where}: must be a table")
         declared = {pid: layout.load_declarations(root, field(table, "target", str, f"{path} [packs.{pid}]"), pid,
                                                   SCHEMA) for pid, table in packs_table.items()}  # each read once
-        for line in unknown_keys(path, doc, root, declared):
-            ui.warn(line)
+        found = unknown_keys(path, doc, root, declared)
+        for line in (x for x in found if "unknown" not in x):
+            ui.warn(line)  # a missing 'schema' line: a note
+        typos = [located(x, root) for x in found if "unknown" in x]
+        if typos:  # a misspelt key would be ignored: a lane falling back to defaults, a check never made
+            raise ConfigError(typos[0] + (f" (and {len(typos) - 1} more: harness check lists them)" if typos[1:]
+                                          else ""), hint="fix or remove the key; every command refuses it")
         packs = {}
         manifests: dict[str, pins.Manifest] = {}
         for pid, table in packs_table.items():

@@ -76,6 +76,33 @@ _GONE = {"validation": " (no longer kept: receipts/ hold each lane's runs and [v
                        "migrate' removes it)"}
 
 
+_KNOWN = sorted(PACK_KEYS | LANE_KEYS | SUITE_KEYS | THREAD_KEYS | RELATED_KEYS | LINT_AT_BASE_KEYS)
+_UNKNOWN = re.compile(r"^(?P<file>[^\s:\[]+?)(?: \[| \w|:).*?unknown (?:top-level )?key '(?P<key>[^']+)'")
+
+
+def located(line: str, root: Path | None = None) -> str:
+    """An unknown-key line with where the key sits (``line N`` of its file) and the nearest key the schema knows."""
+    import difflib
+
+    m = _UNKNOWN.match(line)
+    if m is None:
+        return line
+    key, extra = m.group("key"), []
+    path = Path(m.group("file"))
+    path = path if path.is_absolute() or root is None else root / path
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    at = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=", re.M).search(text)
+    if at is not None:
+        extra.append(f"line {text.count(chr(10), 0, at.start()) + 1}")
+    near = difflib.get_close_matches(key, _KNOWN, n=1, cutoff=0.6)
+    if near:
+        extra.append(f"did you mean '{near[0]}'?")
+    return line + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def _unknown_entries(where: str, table, pid: str, sub: str = "") -> list[str]:
     """Unknown keys of the arrays of tables a pack's table (or its file) holds."""
     out = []
