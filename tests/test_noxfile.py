@@ -193,3 +193,21 @@ def test_stamp_follows_each_of_its_inputs(lane_repo, tmp_path):
     first = lane_env_stamp(root, spec, str(python), envdir)
     (root / "requirements" / "lane-fake.txt").write_text("a==2\n")
     assert lane_env_stamp(root, spec, str(python), envdir) != first
+
+
+def test_one_broken_pack_file_fails_its_own_session_in_one_line_and_no_other(nox_repo):
+    """A newcomer's round 4, item 6: one bad pack.toml broke every session, `nox -l` too, with a traceback."""
+    root, _ = nox_repo
+    codes(root, p01=0, p02=0)
+    broken = root / "patches" / "fake" / "02" / "pack.toml"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text('[[lanes]]\nname = "fix"\nbase = 1.0.0\n')  # not TOML
+    listed = nox(root, "-l")
+    assert listed.returncode == 0, listed.stderr
+    assert "fake_pack01" in listed.stdout and "fake_pack02" in listed.stdout
+    assert "cannot run: patches/fake/02/pack.toml" in listed.stdout
+    ok = nox(root, "-s", "fake_pack01")
+    assert ok.returncode == 0 and "fake harness: pack 01 exits 0" in ok.stdout + ok.stderr
+    bad = nox(root, "-s", "fake_pack02")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert "patches/fake/02/pack.toml" in bad.stderr and "line 3" in bad.stderr

@@ -39,6 +39,7 @@ class PackSession:
     description: str
     requirements: str | None  # requirements/lane-<target>.txt when it exists
     python: str | None = None  # the manifest's ``python``: interpreter version the session needs
+    error: str | None = None  # its pack.toml cannot be read (file, line, what): the session fails with this
 
     def lane_env(self, python_version: str) -> str:
         """The directory name (under nox's envdir) of the virtualenv that all of this target's
@@ -99,9 +100,15 @@ def pack_sessions(root: Path) -> list[PackSession]:
         reqs = root / "requirements" / f"lane-{target}.txt"
         state = pack.get("state", "?")
         declared = root / "patches" / target / pid / "pack.toml"  # tracking.layout.PACK_FILE (stdlib only here)
-        if declared.is_file():
-            with open(declared, "rb") as fh:
-                pack = {**pack, **tomllib.load(fh)}
+        error = None
+        try:
+            pack = {**pack, **_read_pack_file(declared)}
+        except (OSError, tomllib.TOMLDecodeError) as exc:  # one broken file must not take every session down
+            error = f"{declared.relative_to(root)}: {exc}"
+        if error is not None:
+            out.append(PackSession(f"{session_prefix(root, target)}_pack{pid}", pid, target,
+                                   f"pack {pid}: cannot run: {error}", None, session_python(root, target), error))
+            continue
         lanes = len(pack.get("lanes", []))
         desc = f"pack {pid} [{pack.get('kind', '?')}, {state}, {lanes} lane(s)]: {pack.get('title', '')}"
         if not lanes:  # `harness run` exits NO_LANES: the session fails rather than pass on nothing
@@ -113,6 +120,14 @@ def pack_sessions(root: Path) -> list[PackSession]:
 
 
 
+def _read_pack_file(path: Path) -> dict:
+    """A pack's own file as TOML ({} when the pack has none)."""
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
 def stack_bases(root: Path, target: str) -> list[str]:
     """The bases a stack of ``target`` is built at: each carried pack's base and the bases of its ported series
     (``patches/<target>/<NN>/<base>/``), known to the manifest, in the manifest's order."""
@@ -121,10 +136,10 @@ def stack_bases(root: Path, target: str) -> list[str]:
         packs = tomllib.load(fh).get("packs", {})
     wanted: set[str] = set()
     for pid, pack in packs.items():
-        declared = root / "patches" / target / pid / "pack.toml"
-        if declared.is_file():
-            with open(declared, "rb") as fh:
-                pack = {**pack, **tomllib.load(fh)}
+        try:
+            pack = {**pack, **_read_pack_file(root / "patches" / target / pid / "pack.toml")}
+        except (OSError, tomllib.TOMLDecodeError):
+            continue  # its own session says what is wrong with it
         if pack.get("target") != target or pack.get("state") in ("absorbed", "retired", "dropped"):
             continue
         wanted.update(b for b in [pack.get("base"), *(lane.get("base") for lane in pack.get("lanes", [])
