@@ -21,6 +21,9 @@ def test_new_scaffolds_a_pack_that_loads_checks_and_runs_its_reproducer(lane_rep
     repro = lane_repo.root / out.out.strip()
     assert repro == lane_repo.root / "repros" / "fake" / "pack24_scale_drops_the_last_weight.py"
     assert "next (docs/adding-a-pack.md): write check()" in out.err
+    # round 4, item 4: the declarations live in the pack's file, and the messages say so
+    assert "evidence labels in patches/fake/24/pack.toml" in out.err and "labels in tracking.toml" not in out.err
+    assert "its lanes (" in out.err and "patches/fake/24/pack.toml" in out.err
     pack = Tracking.load(lane_repo.root).pack("24")
     assert (pack.title, pack.target, pack.kind, pack.state, pack.base) == (
         "scale drops the last weight", "fake", "pr", "planned", "1.0")

@@ -13,8 +13,9 @@ from harness.lane.tracking import KINDS
 
 
 def register(sub) -> None:
-    p = sub.add_parser("new", help="scaffold a pack: tracking.toml entry, series directory, reproducer from the kit",
-                       description="Adds [packs.NN] to tracking.toml (state planned) with its lanes: a bug lane "
+    p = sub.add_parser("new", help="scaffold a pack: tracking.toml entry, pack.toml, series directory, reproducer",
+                       description="Adds [packs.NN] to tracking.toml (state planned) and patches/<target>/NN/pack.toml "
+                                   "with its lanes: a bug lane "
                                    "(unpatched, expects BUG_REPRODUCED) and, for kinds that carry a patch, a fix "
                                    "lane (patched, expects FIX_VALIDATED), on the base and again on the target's "
                                    "filing base when that is another one (upstream main or dev): 4 lanes for a PR "
@@ -42,11 +43,13 @@ def main(args) -> int:
     made = scaffold.new_pack(ctx.tracking, args.pack, args.target, args.title or "TODO: title", args.kind,
                              args.base, requires)
     ui.data(str(made.reproducer.relative_to(ctx.root)))
-    ui.info(f"pack {made.pack}: [packs.{made.pack}] in tracking.toml (lanes {', '.join(made.lanes)}), "
+    ui.info(f"pack {made.pack}: [packs.{made.pack}] in tracking.toml, its lanes ({', '.join(made.lanes)}) in "
+            f"{made.series_dir.relative_to(ctx.root)}/pack.toml, "
             f"{made.series_dir.relative_to(ctx.root)}/, {made.reproducer.relative_to(ctx.root)}")
     _pack_pages(ctx.root, made.pack)
     ui.info(f"next (docs/adding-a-pack.md): write check() in the reproducer, the pack's files, summary and "
-            f"evidence labels in tracking.toml; 'harness edit {made.pack}' to make the series; 'harness run "
+            f"evidence labels in {made.series_dir.relative_to(ctx.root)}/pack.toml; 'harness edit {made.pack}' to "
+            f"make the series; 'harness run "
             f"{made.pack}'; 'harness status {made.pack}' until it says ready")
     return 0
 
