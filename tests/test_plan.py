@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import cli
@@ -129,3 +130,19 @@ def test_a_two_rank_patched_lane_does_not_pull_in_a_one_process_baseline(repo, c
     assert sorted((t["lanes"], t["gpus"]) for t in data["packs"]["01"]["tasks"]) == [
         (["bug", "fix"], 1), (["fix-tp2"], 2)]
     assert data["left_out"] == [{"pack": "01", "why": "needs more GPUs than the host has (1)"}]
+
+
+def test_a_suite_that_reported_no_case_count_says_so_in_words(monkeypatch):
+    """A newcomer's round 4, item 10: status said "suite at main: 0 of ? cases run"."""
+    from types import SimpleNamespace
+
+    from harness.filing import readiness
+
+    result = SimpleNamespace(missing=[], collected=None, ran=0, comparison=SimpleNamespace(reasons=()))
+    monkeypatch.setattr(readiness.suite_check, "suite_lanes", lambda pack, base: ["suite-main-base"])
+    monkeypatch.setattr(readiness.suite_check, "suite_verdict", lambda ctx, pack, base: result)
+    ctx = SimpleNamespace(root=Path("/nonexistent"))
+    reasons, _ = readiness.suite_reasons(ctx, SimpleNamespace(id="01"), "main")
+    assert [r.text for r in reasons] == ["suite at main: its runs reported no number of cases collected (0 ran on "
+                                         "the base): run the shards again"]
+    assert "?" not in reasons[0].text and "None" not in reasons[0].text

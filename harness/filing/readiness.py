@@ -508,7 +508,10 @@ def suite_reasons(ctx, pack: Pack, fbase: str) -> tuple[list[Reason], suite_chec
     if result.missing:
         out.append(Reason(ReasonCode.SUITE, f"suite at {fbase}: {len(result.missing)} lane(s) without a complete "
                                             f"receipt, first {result.missing[0]}"))
-    elif result.collected is None or result.ran < result.collected:
+    elif result.collected is None:  # pytest reported no count ("0 of ? cases" said nothing a person can act on)
+        out.append(Reason(ReasonCode.SUITE, f"suite at {fbase}: its runs reported no number of cases collected "
+                                            f"({result.ran} ran on the base): run the shards again"))
+    elif result.ran < result.collected:
         out.append(Reason(ReasonCode.SUITE, f"suite at {fbase}: {result.ran} of {result.collected} cases run on "
                                             "the base"))
     out += [Reason(ReasonCode.SUITE, f"suite at {fbase}: {why}") for why in result.comparison.reasons[:3]]
