@@ -83,8 +83,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in [only] if only in COMMANDS else COMMANDS:
         importlib.import_module(f"harness.commands.{name}").register(sub)
-    for p in sub.choices.values():
+    helps = {action.dest: action.help for action in sub._choices_actions}  # argparse keeps each verb's help here
+    for name, p in sub.choices.items():
         p.epilog = p.epilog or "exit codes and environment: harness --help"
+        if not p.description and helps.get(name):  # `harness list --help` said nothing of what list does
+            p.description = helps[name][0].upper() + helps[name][1:] + "."
     return parser
 
 

@@ -440,3 +440,14 @@ def test_list_on_a_120_column_terminal_never_breaks_a_lane_name(two_packs, capsy
     cells = [line.split("│")[6].strip() for line in out.splitlines() if line.count("│") >= 7]
     for lane in ("bug", "fix"):
         assert any(cell.startswith(f"upstream-tests-{lane}-main-cpu-r1: ") for cell in cells), cells
+
+
+def test_every_command_s_help_says_what_it_does():
+    """A newcomer's round 4, item 13: `harness list --help` and `order --help` had no description."""
+    from harness.main import COMMANDS, build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    bare = [name for name in COMMANDS if not (sub.choices[name].description or "").strip()]
+    assert bare == []
+    assert sub.choices["list"].description.startswith("Table of packs")
