@@ -9,6 +9,7 @@ commit that changed the bug lane's verdict.
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -233,6 +234,20 @@ def test_bisect_names_the_fix_inside_a_merged_branch_not_the_merge(moved, capsys
     assert doc["first"]["merge"] is False and doc["first"]["sentinel"] == "BUG_ABSENT"
     ran = [s["sha"] for s in doc["steps"]]
     assert len(ran) == len(set(ran))  # no commit run twice
+
+
+def test_the_bisect_doc_names_a_lane_that_exists_and_bisect_takes_python():
+    """A newcomer's round 4, item 7: the doc's example lane did not exist; the hint named a --python bisect lacked."""
+    import re
+
+    from harness.lane.tracking import Tracking
+    from harness.main import build_parser
+
+    root = Path(__file__).resolve().parent.parent
+    pack, lane = re.search(r"harness bisect (\d\d) --lane (\S+)", (root / "docs" / "refresh.md").read_text()).groups()
+    assert lane in [x.name for x in Tracking.load(root).pack(pack).lanes]
+    args = build_parser("bisect").parse_args(["bisect", pack, "--lane", lane, "--python", sys.executable])
+    assert args.python == sys.executable
 
 
 def test_bisect_between_one_commit_and_itself_runs_nothing(moved, capsys):

@@ -54,7 +54,7 @@ def register(sub) -> None:
     p.add_argument("--bad", metavar="REV", default=None,
                    help="where the verdict is different (default: the ref the base follows, now)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    _args.artifacts(p)
+    _args.source(p)  # --python: a lane environment (megatron needs 3.12), --bundle-dir, artefacts and mirrors
     _args.common(p)
 
 
@@ -79,7 +79,7 @@ def main(args) -> int:
         ui.info(f"bisect: good and bad are the same commit {good[:12]}: nothing to find, no lane run")
         return 0
     scratch = refresh.scratch_dir(f"bisect-{pack.id}")
-    options = _args.artifact_options(args)
+    options = _args.artifact_options(args) + (["--python", ctx.python] if ctx.python != sys.executable else [])
     try:
         hist = refresh.history(replace(base.git, commit=good), bad, ctx.sources(), scratch / "history")
         if not hist.known:
