@@ -179,6 +179,23 @@ def test_the_checkout_is_left_as_it_was_and_the_proposal_is_one_commit_that_chec
                "--cache", str(moved.cache)) == Exit.OK
 
 
+def test_a_proposal_is_committed_as_the_person_now_with_wrapped_lines(moved, tmp_path, capsys, monkeypatch):
+    """A newcomer's round 4, item 11: the proposal was committed as patch-lane, dated 2000-01-01, in long lines."""
+    from harness.base import clock
+
+    config = tmp_path / "gitconfig"
+    config.write_text("[user]\n\tname = Ada Tester\n\temail = ada@example.invalid\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    code, doc = _refresh(moved, "--to", "unrelated", "--propose", "--no-lanes", capsys=capsys)
+    assert code == Exit.OK
+    branch = doc["bases"][0]["branch"]
+    who = git(moved.root, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%ad", "--date=short", branch).strip()
+    assert who == f"Ada Tester <ada@example.invalid>|Ada Tester <ada@example.invalid>|{clock.today().isoformat()}"
+    message = git(moved.root, "log", "-1", "--format=%B", branch)
+    assert all(len(line) <= 72 for line in message.splitlines()), message
+    assert "Lanes made stale" in message
+
+
 def test_a_shallow_mirror_says_the_history_is_unknown_instead_of_guessing(moved, tmp_path, capsys):
     shallow = tmp_path / "shallow-mirrors"
     shallow.mkdir()

@@ -30,12 +30,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import tomlkit
 
+from harness.base import clock
 from harness.errors import ConfigError, Exit, HarnessError, PinError
 from harness.lane import receipts, series
 from harness.lane.context import Context
@@ -380,9 +382,32 @@ def commit_proposal(tree: Path, target: str, base: str, hist: History, moves: li
     lines += ["", f"Lanes made stale: {len(stale)} task(s), {gpu} of them on a GPU; run them before the move "
                   f"lands: harness sweep --target {target} --base {base}"]
     git.run(tree, "add", "-A", "upstream", "patches", *(["suites"] if (tree / "suites").is_dir() else []))
-    git.run(tree, "commit", "-q", "--allow-empty", "-m", "\n".join(lines))
+    git.run(tree, "commit", "-q", "--allow-empty", "-m", wrapped(lines), env=proposer_env(tree))
     branch = git.run(tree, "rev-parse", "--abbrev-ref", "HEAD").strip()
     return branch, git.run(tree, "rev-parse", "HEAD").strip()
+
+
+def wrapped(lines: list[str], width: int = 72) -> str:
+    """A commit message with every line at most ``width`` wide: a bullet's continuation indented under its text."""
+    out = []
+    for line in lines:
+        indent = "  " if line.startswith("- ") else ""
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_long_words=False,
+                             break_on_hyphens=False) or [""]
+    return "\n".join(out)
+
+
+def proposer_env(tree: Path) -> dict[str, str]:
+    """The environment of a proposal's commit: the person's own git identity (their user.name and user.email) and
+    the time now; the harness's fixed identity only where they have none configured, still dated now."""
+    env = git.clean_env()
+    name, email = git.user_identity(tree)
+    if name and email:
+        for who in ("AUTHOR", "COMMITTER"):
+            env[f"GIT_{who}_NAME"], env[f"GIT_{who}_EMAIL"] = name, email
+    stamp = clock.now().strftime("%Y-%m-%dT%H:%M:%S+0000")
+    env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = stamp
+    return env
 
 
 def git_bases(manifest: pins.Manifest) -> list[str]:
