@@ -493,3 +493,14 @@ def test_evidence_from_an_older_version_of_a_patch_says_so_once():
     assert _evidence_builds(root, [NS(patched=True, lane="fix", patches=[NS(file="p/01/0001-a.patch", sha256="new"),
                                                                          NS(file="p/01/0002-b.patch", sha256="b")])],
                             filed, "01") == []
+
+
+def test_a_number_typed_into_a_show_counts_even_when_a_figure_happens_to_equal_it():
+    """A newcomer's round 4, item 12: "{value} of 200" passed while a field was 200 and failed at 400."""
+    from types import SimpleNamespace
+
+    from harness.filing.evidence import typed_figures
+
+    assert typed_figures(SimpleNamespace(show="{value} of 200")) == ["200"]
+    assert typed_figures(SimpleNamespace(show="{value} of {count} (tolerance {tol:.2f})")) == []
+    assert typed_figures(SimpleNamespace(show="bf16 {value}, sm_90")) == []  # digits inside words are names

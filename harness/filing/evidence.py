@@ -263,20 +263,12 @@ class Evidence:
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w.])", re.I)
 
 
-def _flat(value) -> list[str]:
-    if isinstance(value, dict):
-        return [x for k, v in value.items() for x in (str(k), *_flat(v))]
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _flat(v)]
-    return [str(value), shown(value)] if not isinstance(value, str) else re.findall(r"[\w.+-]+", value)
-
-
-def typed_figures(row: EvidenceRow, fields: dict | None) -> list[str]:
-    """The numbers written into ``row.show`` itself (outside its placeholders) that the picked figure does not
-    hold: a figure typed by hand, which no receipt backs."""
+def typed_figures(row: EvidenceRow) -> list[str]:
+    """The numbers written into ``row.show`` itself (outside its placeholders): figures typed by hand. Every one
+    counts, also one that a field of today's receipt happens to equal: the next receipt would not change it, so
+    the body would go on saying it whatever was measured."""
     literal = "".join(text for text, *_ in string.Formatter().parse(row.show))
-    held = {x for v in (fields or {}).values() for x in _flat(v)}
-    return [m.group(0) for m in _NUMBER.finditer(literal) if m.group(0) not in held]
+    return [m.group(0) for m in _NUMBER.finditer(literal)]
 
 
 def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, dep_subjects: list[str]) -> Evidence:
@@ -295,8 +287,8 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
                 (row.label, "(no result)", problem)
             if resolve_problem or problem:
                 problems.append(f"evidence row {i} ({row.bench}): {resolve_problem or problem}")
-            typed += [f"evidence row {i} ({row.bench}): '{n}' is typed into its show, and no figure of the file "
-                      f"holds it" for n in typed_figures(row, evaluate(row, None, pool)[0] if pool else None)]
+            typed += [f"evidence row {i} ({row.bench}): '{n}' is typed into its show: name the figure that holds it "
+                      "as a {placeholder}" for n in typed_figures(row)]
             version = getattr(manifest.bases.get(base_name), "version", base_name)
             results.append(EvidenceRowResult(row, label, result, None, f"{version} and {version} + {change_name}",
                                              None, bench=data))
@@ -305,8 +297,8 @@ def evidence(root: Path, manifest: pins.Manifest, pack: Pack, change_name: str, 
         label, result, problem = resolve_row(row, rec)
         if problem:
             problems.append(f"evidence row {i} ({row.lane}, {row.figure}): {problem}")
-        typed += [f"evidence row {i} ({row.lane}, {row.figure}): '{n}' is typed into its show, and no figure of "
-                  f"the receipt holds it" for n in typed_figures(row, evaluate(row, rec)[0])]
+        typed += [f"evidence row {i} ({row.lane}, {row.figure}): '{n}' is typed into its show: name the figure "
+                  "that holds it as a {placeholder}" for n in typed_figures(row)]
         build = "?"
         if rec is not None:
             if rec.path is not None:
