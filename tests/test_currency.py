@@ -148,3 +148,19 @@ def test_a_receipt_counts_only_in_its_own_packs_directory(repo, capsys):
     err = capsys.readouterr()
     said = err.out + err.err
     assert "receipts/fake/02/" in said and "says pack 01" in said and "says lane fix" in said
+
+
+def test_installed_files_of_an_environment_inside_the_checkout_do_not_stale_a_receipt(tmp_path):
+    """A run whose interpreter lived in the checkout's .nox/ recorded its site-packages as repository files; a fresh
+    clone has none, so every such receipt read as stale there (CI's pack pages disagreed with status here)."""
+    from harness.lane import loaded
+
+    (tmp_path / "repros").mkdir()
+    (tmp_path / "repros" / "kit.py").write_text("X = 1\n")
+    recorded = {"repros/kit.py": loaded.sha256_file(tmp_path / "repros" / "kit.py"),
+                ".nox/lane-x-py3.12/lib/python3.12/site-packages/charset_normalizer/__init__.py": "0" * 64,
+                "vendor/site-packages/thing.py": "1" * 64}
+    assert loaded.changed(recorded, tmp_path) == []
+    (tmp_path / "repros" / "kit.py").write_text("X = 2\n")
+    assert loaded.changed(recorded, tmp_path) == ["repros/kit.py"]
+    assert not loaded.ours(".nox/a.py") and not loaded.ours("x/__pycache__/y.pyc") and loaded.ours("repros/kit.py")

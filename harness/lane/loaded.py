@@ -78,6 +78,18 @@ _patchlane_chain()
 '''
 
 
+# where installed code lives when an environment sits inside the checkout (nox's lane environments in .nox/, a
+# .venv): what was installed there is not the repository's, and a fresh clone has none of it
+_INSTALLED_PARTS = frozenset({"site-packages", "dist-packages", "__pycache__"})
+_ENV_DIRS = frozenset({".nox", ".venv", "venv", ".ci-venv", ".tox", ".ci-cache"})
+
+
+def ours(rel: str) -> bool:
+    """Whether a repository-relative path is the repository's own file, not an environment's installed one."""
+    parts = Path(rel).parts
+    return bool(parts) and parts[0] not in _ENV_DIRS and not _INSTALLED_PARTS.intersection(parts)
+
+
 def install(scratch: Path, root: Path) -> tuple[dict[str, str], Path]:
     """Write the hook into ``scratch`` (the lane's temporary directory). Returns the variables to add to the lane's
     environment and the hook's directory, which the caller puts first on ``PYTHONPATH``."""
@@ -103,16 +115,20 @@ def collect(records: Path, root: Path, runner: Path) -> dict[str, str] | None:
         if not isinstance(data, dict) or not isinstance(data.get("files"), list):
             continue
         whole = whole or data.get("main") == want
-        files.update(f for f in data["files"] if isinstance(f, str) and not f.startswith("..") and (root / f).is_file())
+        files.update(f for f in data["files"] if isinstance(f, str) and not f.startswith("..") and ours(f)
+                     and (root / f).is_file())
     if not whole:
         return None
     return {rel: sha256_file(root / rel) for rel in sorted(files)}
 
 
 def changed(recorded: dict[str, str], root: Path) -> list[str]:
-    """The recorded files whose content differs today (or that are gone), sorted."""
+    """The recorded files whose content differs today (or that are gone), sorted; installed files an environment
+    inside the checkout held (recorded by older runs) do not count: a fresh clone has none of them."""
     found = []
     for rel, digest in sorted(recorded.items()):
+        if not ours(rel):
+            continue
         path = Path(root) / rel
         now = sha256_file(path) if path.is_file() else ""
         if now != digest:
