@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from harness.base import ui
+from harness.base.hashing import sha256_file
 from harness.commands import _args
 from harness.commands._context import context
 from harness.errors import ConfigError, Exit
@@ -56,13 +57,14 @@ def main(args) -> int:
     if args.action == "build":
         wheel, doc = stack.build(ctx, composed, args.output)
         index = stack.write_index(wheel, args.index, ctx.manifest(args.target).distribution) if args.index else None
+        digest = sha256_file(wheel)
         if args.json:
-            ui.data(json.dumps({"wheel": str(wheel), "sha256": _sha(wheel), "index": str(index) if index else None,
+            ui.data(json.dumps({"wheel": str(wheel), "sha256": digest, "index": str(index) if index else None,
                                 "manifest": doc}, indent=1, sort_keys=True))
         else:
             ui.data(str(wheel))
             ui.info(f"stack {doc['version']}: {', '.join(p['id'] for p in doc['packs'])} "
-                    f"({len(composed.patches)} patch(es)); sha256 {_sha(wheel)}")
+                    f"({len(composed.patches)} patch(es)); sha256 {digest}")
         return 0
     wanted = set(args.lane)
 
@@ -106,9 +108,3 @@ def _diff(args) -> int:
         for key in ("added", "removed", "changed", "rerun"):
             ui.data(f"{key}\t{', '.join(found[key]) or '-'}")
     return int(Exit.OK)
-
-
-def _sha(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()

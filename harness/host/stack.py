@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.base import ui
+from harness.base.hashing import sha256_file
 from harness.errors import ConfigError, Exit, SeriesError
 from harness.filing.landing import landing_order
 from harness.lane import builds, lanes, series
@@ -161,11 +163,12 @@ def build(ctx: Context, stack: Stack, out_dir: Path) -> tuple[Path, dict]:
     base = manifest.base(stack.base)
     made = lanes.obtain_build(ctx, manifest, base, list(stack.patches),
                               f"{stack.target} {stack.base} stack of {len(stack.packs)} pack(s)")
-    meta, tag = _original_metadata(made)
-    version = _stack_version(meta.get("Version") or base.version, stack.label)
+    built_version, metadata, tag = _original_metadata(made)
+    version = _stack_version(built_version or base.version, stack.label)
     doc = manifest_of(ctx, stack, version)
-    wheel = _repack(made, manifest.distribution, version, meta.get("_text"), tag, doc, out_dir)
-    (out_dir / f"{wheel.stem}.{MANIFEST}").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(doc, indent=1, sort_keys=True) + "\n"  # the same bytes inside the wheel and beside it
+    wheel = _repack(made, manifest.distribution, version, metadata, tag, text, out_dir)
+    (out_dir / f"{wheel.stem}.{MANIFEST}").write_text(text)
     return wheel, doc
 
 
@@ -177,18 +180,18 @@ def _stack_version(version: str, label: str) -> str:
     return f"{v}{'.' if v.local else '+'}{label}"
 
 
-def _original_metadata(made: builds.Build) -> tuple[dict, str]:
-    """The METADATA of the build's installed distribution (its text kept under ``_text``) and its wheel tag."""
+def _original_metadata(made: builds.Build) -> tuple[str | None, str | None, str]:
+    """The version and METADATA text of the build's installed distribution (None where it has no .dist-info: an
+    overlay build), and its wheel tag."""
     for info in sorted(made.site.glob("*.dist-info")):
         text = (info / "METADATA").read_text(encoding="utf-8") if (info / "METADATA").is_file() else ""
         wheel = (info / "WHEEL").read_text(encoding="utf-8") if (info / "WHEEL").is_file() else ""
         tags = re.findall(r"^Tag:\s*(\S+)", wheel, re.M)
-        header = HeaderParser().parsestr(text)
-        return {"Version": header.get("Version"), "_text": text}, tags[0] if tags else "py3-none-any"
-    return {}, "py3-none-any"
+        return HeaderParser().parsestr(text).get("Version"), text, tags[0] if tags else "py3-none-any"
+    return None, None, "py3-none-any"
 
 
-def _repack(made: builds.Build, distribution: str, version: str, metadata: str | None, tag: str, doc: dict,
+def _repack(made: builds.Build, distribution: str, version: str, metadata: str | None, tag: str, manifest: str,
             out_dir: Path) -> Path:
     """The build's files as a wheel of ``distribution`` at ``version``, written the same way every time."""
     name = re.sub(r"[-_.]+", "_", distribution).lower()
@@ -208,7 +211,7 @@ def _repack(made: builds.Build, distribution: str, version: str, metadata: str |
     files[f"{info}/METADATA"] = metadata.encode()
     files[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: patchlane-stack\nRoot-Is-Purelib: "
                               f"{'true' if tag.endswith('-any') else 'false'}\nTag: {tag}\n").encode()
-    files[f"{info}/{MANIFEST}"] = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    files[f"{info}/{MANIFEST}"] = manifest.encode()
     record = [f"{rel},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
               f"{len(data)}" for rel, data in sorted(files.items())]
     files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
@@ -231,17 +234,15 @@ def write_index(wheel: Path, index: Path, distribution: str) -> Path:
     d = index / name
     d.mkdir(parents=True, exist_ok=True)
     target = d / wheel.name
-    target.write_bytes(wheel.read_bytes())
-    digest = hashlib.sha256(target.read_bytes()).hexdigest()
-    links = sorted(p.name for p in d.glob("*.whl"))
-    body = "".join(f'<a href="{n}#sha256={hashlib.sha256((d / n).read_bytes()).hexdigest()}">{n}</a><br>\n'
-                   for n in links)
+    shutil.copyfile(wheel, target)
+    digests = {n: sha256_file(d / n) for n in sorted(p.name for p in d.glob("*.whl"))}
+    body = "".join(f'<a href="{n}#sha256={digest}">{n}</a><br>\n' for n, digest in digests.items())
     (d / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{body}</body></html>\n")
     names = sorted(p.name for p in index.iterdir() if p.is_dir())
     (index / "index.html").write_text("<!DOCTYPE html>\n<html><body>\n"
                                       + "".join(f'<a href="{n}/">{n}</a><br>\n' for n in names)
                                       + "</body></html>\n")
-    ui.detail(f"index {index}: {target.name} sha256 {digest[:12]}")
+    ui.detail(f"index {index}: {target.name} sha256 {digests[target.name][:12]}")
     return target
 
 
