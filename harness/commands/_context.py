@@ -16,12 +16,11 @@ from harness.upstream import pins
 
 
 def find_root(start: Path | None) -> Path:
-    here = (start or Path.cwd()).resolve()
-    for d in [here, *here.parents]:
-        if (d / "tracking.toml").is_file() and (d / "upstream").is_dir():
-            return d
-    raise UsageError(f"{here} is not inside a patch-lane repository (no tracking.toml + upstream/ found)",
-                     hint="run from the repository, or pass --root")
+    root = settings.checkout_root(start)
+    if root is None:
+        raise UsageError(f"{(start or Path.cwd()).resolve()} is not inside a patch-lane repository (no tracking.toml "
+                         "+ upstream/ found)", hint="run from the repository, or pass --root")
+    return root
 
 
 def _interpreter(python: str | None) -> str | None:

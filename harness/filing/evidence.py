@@ -503,9 +503,7 @@ def domain_text(root: Path, pack: Pack, base_name: str, change_name: str) -> tup
     if rec is None or rec.verdict != receipts.Verdict.PASS:
         why = "has no receipt" if rec is None else f"ended {rec.verdict} in its latest receipt"
         return "", [f"domain: lane {lane.name} {why}; the body does not claim the domain"]
-    swept = next((rec.reproducer.args[i + 1] for i, a in enumerate(rec.reproducer.args[:-1]) if a == "--domain"),
-                 None)
-    if swept != domain.declaration():
+    if domain_model.declared(rec.reproducer.args) != domain.declaration():
         return "", [f"domain: lane {lane.name}'s latest receipt swept another declaration than today's "
                     f"[domain] of {pack.declared_in}; the body does not claim the domain"]
     points = [f.data for f in rec.figures if f.data.get("name") == "domain_point"]
