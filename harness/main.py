@@ -86,8 +86,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     helps = {action.dest: action.help for action in sub._choices_actions}  # argparse keeps each verb's help here
     for name, p in sub.choices.items():
         p.epilog = p.epilog or "exit codes and environment: harness --help"
-        if not p.description and helps.get(name):  # `harness list --help` said nothing of what list does
-            p.description = helps[name][0].upper() + helps[name][1:] + "."
+        verb_help = helps.get(name)
+        if not p.description and verb_help:  # `harness list --help` said nothing of what list does
+            p.description = verb_help[0].upper() + verb_help[1:] + "."
     return parser
 
 
