@@ -191,7 +191,7 @@ def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
     path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_REPRODUCED"\nnproc = 2', 1))
     seen_env = {}
 
-    def fake_launch(python, nproc, script, args):
+    def fake_launch(python, nproc, script, args, lock=None):
         # stands in for torch.distributed.run: two ranks, rank 0 prints the verdict
         ranks = " & ".join(f"WORLD_SIZE={nproc} RANK={r} LOCAL_RANK={r} FAKE_MODE={'silent' if r else ''} "
                            f"{python} {script}" for r in range(nproc))
@@ -211,6 +211,37 @@ def test_multi_process_lane_records_every_rank(lane_repo, monkeypatch):
     assert rec.world_size == 2
     assert sorted(s.facts["rank"] for s in rec.ranks) == [0, 1]
     assert seen_env["NCCL_NVLS_ENABLE"] == "0" and seen_env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+
+
+def test_ranks_run_through_the_real_launch_command_with_whole_lines(lane_repo, monkeypatch, tmp_path):
+    """The harness's own launch command (no stand-in for it): a torch.distributed.run of a fake torch starts the
+    ranks it is given; each runs under rank_lines.py, and every line of the log is one the ranks printed whole."""
+    from harness.lane import runs
+
+    lane_repo.write_tracking()
+    path = lane_repo.root / "tracking.toml"
+    path.write_text(path.read_text().replace('expect = "BUG_REPRODUCED"', 'expect = "BUG_REPRODUCED"\nnproc = 2', 1))
+    _fake_torch(tmp_path / "site", "(2, 27, 7)")
+    (tmp_path / "site" / "torch" / "distributed").mkdir()
+    (tmp_path / "site" / "torch" / "distributed" / "__init__.py").write_text("")
+    (tmp_path / "site" / "torch" / "distributed" / "run.py").write_text(
+        "import os, subprocess, sys\n"
+        "argv = sys.argv[1:]\n"
+        f"open({str(tmp_path / 'argv.txt')!r}, 'w').write(' '.join(argv))\n"
+        "n = int(next(a.split('=')[1] for a in argv if a.startswith('--nproc_per_node=')))\n"
+        "cmd = [a for a in argv if not a.startswith('--')]\n"
+        "ranks = [subprocess.Popen([sys.executable, *cmd], env={**os.environ, 'WORLD_SIZE': str(n), 'RANK': str(r),\n"
+        "         'LOCAL_RANK': str(r), 'FAKE_MODE': 'silent' if r else ''}) for r in range(n)]\n"
+        "sys.exit(max(p.wait() for p in ranks))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.delenv("FAKE_MODE", raising=False)
+    assert _run(lane_repo, "--lane", "bug") == Exit.OK
+    [rec] = find(lane_repo.root, "fake", "01")
+    assert verify(rec) is None and sorted(s.facts["rank"] for s in rec.ranks) == [0, 1]
+    assert str(runs.RANK_LINES) in (tmp_path / "argv.txt").read_text().split()
+    log = (rec.dir / "output.log").read_text().splitlines()
+    assert sum(line.startswith("HOST_STAMP ") for line in log) == 2
+    assert all(line.count("HOST_STAMP") <= 1 and line.count("FIGURE") <= 1 for line in log)
 
 
 def test_lane_needing_more_gpus_than_the_host_has_is_skipped(lane_repo, monkeypatch):
@@ -366,7 +397,7 @@ def test_multi_rank_cuda_lane_records_its_gpus_and_nccl(lane_repo, monkeypatch, 
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     monkeypatch.setattr(runs, "cuda_devices", lambda python, memo_dir=None: (2, "this host has 2: NVIDIA H200"))
-    monkeypatch.setattr(runs, "launch_command", lambda python, nproc, script, args: ["sh", "-c", " & ".join(
+    monkeypatch.setattr(runs, "launch_command", lambda python, nproc, script, args, lock=None: ["sh", "-c", " & ".join(
         f"WORLD_SIZE={nproc} RANK={r} LOCAL_RANK={r} FAKE_MODE={'silent' if r else ''} {python} {script}"
         for r in range(nproc)) + "; wait"])
     monkeypatch.delenv("FAKE_MODE", raising=False)

@@ -409,7 +409,6 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
     env.update(runs.rendezvous_env(env, lane.nproc))
     python = prep.python or ctx.python
     nccl = runs.nccl_version(python, env) if lane.nproc > 1 and requires == "cuda" else None
-    cmd = runs.launch_command(python, lane.nproc, runner, args)
     ui.step(f"pack {pack.id} lane {lane.name}: {prep.label}, expecting {lane.expect}")
     # upstream suites take a GPU over (autotuning, tens of GB): one upstream-test process per GPU at a time
     # (a suite lane that declares gpu_memory_gib shares its GPU as the sweep placed it: no lock)
@@ -426,6 +425,7 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
         raise WriteError.of(exc, "the reproducer's temporary directory", tempfile.gettempdir()) from None
     env.update(hook_env)
     env["PYTHONPATH"] = os.pathsep.join([str(hook_site), env["PYTHONPATH"]])
+    cmd = runs.launch_command(python, lane.nproc, runner, args, Path(lane_tmp) / "rank-lines.lock")
     # The log goes once the lane is over, whatever ended it: copied into the receipt, a skip (no receipt),
     # Ctrl-C or SIGTERM (the reproducer's group is killed), a receipt that could not be written.
     try:

@@ -110,11 +110,18 @@ def rendezvous_env(env: dict[str, str], nproc: int) -> dict[str, str]:
     return {"MASTER_PORT": str(port)}
 
 
-def launch_command(python: str, nproc: int, script: Path, args: list[str]) -> list[str]:
-    """One process, or ``nproc`` ranks under torch.distributed.run on this host."""
+RANK_LINES = Path(__file__).with_name("rank_lines.py")  # each rank's output, a whole line per write
+
+
+def launch_command(python: str, nproc: int, script: Path, args: list[str], lock: Path | None = None) -> list[str]:
+    """One process, or ``nproc`` ranks under torch.distributed.run on this host, each under ``rank_lines.py``:
+    the ranks share the lane's pipe, and ``lock`` (a file in the lane's scratch directory) keeps each line whole."""
     if nproc == 1:
         return [python, str(script), *args]
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(script), *args]
+    if lock is None:
+        raise ValueError("a multi-rank launch needs a lock file for its ranks' output")
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", str(RANK_LINES),
+            str(lock), str(script), *args]
 
 
 CUDA_PROBE = ("import torch,json;n=torch.cuda.device_count() if torch.cuda.is_available() else 0;"
