@@ -63,7 +63,8 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
         0: {"stubs", "runs", "runtime", "suite", "upstream_tests", "sessions",
             "kernel_key",  # what a lane's compiled kernels depend on
             "host_builds",  # stdlib + base: the bootstrap compiles a host build with it
-            "loaded"},  # the repository files a lane's processes imported, recorded at their exit
+            "loaded",  # the repository files a lane's processes imported, recorded at their exit
+            "rank_lines"},  # one rank's output passed on whole lines (stdlib only: runs in the lane's python)
         1: {"tracking", "builds", "receipts",  # the packs (with their suites); builds (with stubs); run records
             "kernel_cache",  # compiled kernels kept per key
             "suite_reasons",  # why a suite's cases failed, read from the lanes' pytest logs
@@ -78,7 +79,7 @@ SUBLAYERS: dict[str, dict[int, set[str]]] = {
     },
     "lane.receipts": {
         0: {"records"},  # the parts of a receipt, the closed schema
-        1: {"model"},  # Receipt, load, dump
+        1: {"model", "withdrawn"},  # Receipt, load, dump; receipts taken out of evidence (withdrawn.toml)
         2: {"writer", "verifier", "index"},  # a directory written; checked; found
         3: {""},  # __init__: re-exports
     },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -196,3 +197,63 @@ def test_verify_says_in_one_line_where_a_receipt_parts_from_its_log(remote):
     assert problem.startswith(f"receipt.json: 'figures' has {len(figures)} entries, the log {len(figures)}; they "
                               f"part at entry 1 (log line {first}): receipt ")
     assert len(problem) < 600
+
+
+def test_a_withdrawn_receipt_counts_for_no_lane_and_verify_lists_it(lane_repo, ran, capsys):
+    """A receipt whose log breaks verification is withdrawn, never edited: verify lists it as withdrawn (exit OK once
+    the verdicts are synced), its lane has no latest receipt, and the entry pins the log it was written for."""
+    bad = ran["fix"].dir
+    with (bad / "output.log").open("a") as fh:  # the receipt no longer agrees with its log: verify fails
+        fh.write("FIGURE {\"name\": \"late\", \"value\": 1}\n")
+    code, out = _verify(lane_repo, capsys)
+    assert code == Exit.TAMPERED and f"BAD receipts/fake/01/{bad.name}" in out
+    rel = f"receipts/fake/01/{bad.name}"
+    assert cli("receipts", "withdraw", str(lane_repo.root / rel), "--reason", "  its log was  appended to  ",
+               *lane_repo.args()) == Exit.OK
+    [entry] = receipts.withdrawn.load(lane_repo.root / "receipts")
+    assert (entry.receipt, entry.reason) == (f"fake/01/{bad.name}", "its log was appended to")
+    assert entry.log_sha256 == hashlib.sha256((bad / "output.log").read_bytes()).hexdigest()
+    assert sorted(r.lane for r in receipts.find(lane_repo.root, "fake", "01")) == ["bug"]
+    assert (bad / "output.log").exists()  # the directory stays as it was
+    capsys.readouterr()
+    assert cli("receipts", "sync", *lane_repo.args()) == Exit.OK
+    capsys.readouterr()
+    assert cli("receipts", "verify", "--json", *lane_repo.args()) == Exit.OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["bad"] == []
+    assert report["withdrawn"] == [{"path": rel, "reason": "its log was appended to", "date": entry.date}]
+    # withdrawing twice is refused, naming the file; the file is unchanged
+    text = (lane_repo.root / "receipts" / "withdrawn.toml").read_text()
+    assert cli("receipts", "withdraw", str(lane_repo.root / rel), "--reason", "again", *lane_repo.args()) \
+        == Exit.USAGE
+    assert "withdrawn already" in capsys.readouterr().err
+    assert (lane_repo.root / "receipts" / "withdrawn.toml").read_text() == text
+    # the entry pins the log: a log changed after the withdrawal makes the entry, and verify, fail
+    with (bad / "output.log").open("a") as fh:
+        fh.write("more\n")
+    code, out = _verify(lane_repo, capsys)
+    assert code == Exit.TAMPERED and "the entry names another run" in out
+
+
+@pytest.mark.parametrize(("text", "finding"), [
+    ('[[withdrawn]]\nreceipt = "fake/01/x"\nlog_sha256 = "{sha}"\nreason = "r"\ndate = "2026-12-07"\nreasn = "x"\n',
+     ":6: unknown key 'reasn' (did you mean 'reason'?)"),
+    ('\n[[withdrawn]]\nreceipt = "fake/01/x"\nlog_sha256 = "abc"\nreason = "r"\ndate = "2026-12-07"\n',
+     ":4: key 'log_sha256' must be 64 lowercase hex digits"),
+    ('[[withdrawn]]\nreceipt = "fake/01/nowhere"\nlog_sha256 = "{sha}"\nreason = "r"\ndate = "2026-12-07"\n',
+     ":1: fake/01/nowhere is withdrawn but no such receipt directory exists"),
+    ('[withdrawn]\nreceipt = "x"\n', "must be an array of tables"),
+], ids=["misspelt-key", "short-sha", "no-such-dir", "not-an-array"])
+def test_a_wrong_withdrawn_file_is_named_with_its_line(lane_repo, ran, capsys, text, finding):
+    (lane_repo.root / "receipts" / "withdrawn.toml").write_text(text.replace("{sha}", "0" * 64))
+    code = cli("receipts", "verify", *lane_repo.args())
+    captured = capsys.readouterr()
+    assert code in (Exit.TAMPERED, Exit.USAGE)
+    assert finding in captured.out + captured.err
+
+
+def test_withdraw_refuses_what_is_not_a_receipt_directory(lane_repo, ran, capsys):
+    assert cli("receipts", "withdraw", str(lane_repo.root / "receipts" / "fake"), "--reason", "x",
+               *lane_repo.args()) == Exit.USAGE
+    assert "not a receipt directory" in capsys.readouterr().err
+    assert not (lane_repo.root / "receipts" / "withdrawn.toml").exists()

@@ -38,6 +38,18 @@ def register(sub) -> None:
     q.add_argument("--json", action="store_true",
                    help="one JSON document on stdout: schema, verified, legacy[], bad[] {path, problems}, ok")
     _args.common(q)
+    q = rs.add_parser("withdraw", help="take one receipt out of evidence, with the reason (it is never edited or "
+                                       "deleted; receipts/withdrawn.toml pins its log)",
+                      description="A receipt that is wrong as evidence (its log fails verification for a reason of "
+                                  "the harness, its run is known to be invalid) is withdrawn: an entry in "
+                                  "receipts/withdrawn.toml names its directory, pins its output.log by sha256 and "
+                                  "says why. It then counts for no lane (a lane whose latest receipt it was falls "
+                                  "back to the one before, or to none) and 'receipts verify' lists it as withdrawn "
+                                  "instead of bad. The receipt directory itself is left as it is; commit both.")
+    q.add_argument("receipt", type=_args.path, metavar="RECEIPT_DIR",
+                   help="the receipt directory, receipts/<target>/<pack>/<run>")
+    q.add_argument("--reason", required=True, help="why it is no evidence (one sentence; it is kept in the file)")
+    _args.common(q)
     q = rs.add_parser("show", help="print the latest receipt of each lane of a pack")
     q.add_argument("pack")
     _args.common(q)
@@ -55,7 +67,8 @@ def main(args) -> int:
     if args.action == "sync":
         _drop_conflicted_verdicts(find_root(getattr(args, "root", None)) / "tracking.toml")
     ctx = context(args)
-    return {"import": _import, "verify": _verify, "show": _show, "sync": _sync}[args.action](ctx, args)
+    return {"import": _import, "verify": _verify, "show": _show, "sync": _sync,
+            "withdraw": _withdraw}[args.action](ctx, args)
 
 
 _CONFLICT = re.compile(r"^(<<<<<<<|=======$|>>>>>>>|\|\|\|\|\|\|\|)")
@@ -218,33 +231,84 @@ def _verify(ctx, args) -> int:
     """Verify every receipt directory as a whole; report each bad one; count the legacy (log-only) ones (-v lists
     them: a repository with many old receipts would otherwise bury the summary and the bad lines under them)."""
     vocabulary = set(sentinels(ctx.root))
-    checks = [receipts.check_dir(d, vocabulary) for d in receipts.run_dirs(ctx.root)]
+    dirs = receipts.run_dirs(ctx.root)
+    gone, wrong = receipts.withdrawn.audit(receipts.receipts_root(ctx.root), dirs)
+    checks = [receipts.check_dir(d, vocabulary) for d in dirs if d not in gone]
     bad = [c for c in checks if not c.ok]
     legacy = [c for c in checks if c.ok and c.legacy]
     try:
         missing = _missing_from_tracking(ctx)
     except (HarnessError, OSError):  # a receipt that cannot be read is reported above as such; no line to compare
         missing = []
+    missing = wrong + missing
     code = Exit.TAMPERED if bad or missing else Exit.OK
     if getattr(args, "json", False):
         ui.out.file.write(json.dumps({
             "schema": 1, "ok": code == Exit.OK, "verified": len(checks) - len(bad),
             "with_manifest": len(checks) - len(bad) - len(legacy),
             "legacy": [str(c.dir.relative_to(ctx.root)) for c in legacy],
+            "withdrawn": [{"path": str(d.relative_to(ctx.root)), "reason": w.reason, "date": w.date}
+                          for d, w in sorted(gone.items())],
             "bad": [{"path": str(c.dir.relative_to(ctx.root)), "problems": list(c.problems)} for c in bad]
             + [{"path": None, "problems": [line]} for line in missing]}, indent=2) + "\n")
         return int(code)
     for c in legacy:
         ui.detail(f"legacy: log-only {c.dir.relative_to(ctx.root)} (no {receipts.MANIFEST}: receipt.json is checked "
                   "against its log, not by a digest)")
+    for d, w in sorted(gone.items()):
+        ui.data(f"withdrawn {d.relative_to(ctx.root)} ({w.date}): {w.reason}")
     for c in bad:
         ui.data(f"BAD {c.dir.relative_to(ctx.root)}: {'; '.join(c.problems)}")
     for line in missing:
         ui.data(f"BAD {line}")
     shown = "" if not legacy or ui.verbosity >= 1 else " (-v lists them)"
     ui.data(f"{len(checks) - len(bad)} receipt(s) verified ({len(checks) - len(bad) - len(legacy)} with "
-            f"{receipts.MANIFEST}, {len(legacy)} legacy: log-only{shown}), {len(bad) + len(missing)} bad")
+            f"{receipts.MANIFEST}, {len(legacy)} legacy: log-only{shown}), "
+            + (f"{len(gone)} withdrawn (no evidence), " if gone else "") + f"{len(bad) + len(missing)} bad")
     return int(code)
+
+
+def _withdraw(ctx, args) -> int:
+    """Add an entry for one receipt directory to receipts/withdrawn.toml (written in one rename, under a lock)."""
+    import tomlkit
+
+    from harness.base.clock import today
+    from harness.base.hashing import sha256_file
+
+    root = receipts.receipts_root(ctx.root).resolve()
+    given = Path(args.receipt)
+    directory = (given if given.is_absolute() else Path.cwd() / given).resolve()
+    if not directory.is_relative_to(root) or len(directory.relative_to(root).parts) != 3:
+        raise ConfigError(f"{args.receipt}: not a receipt directory (receipts/<target>/<pack>/<run> of {ctx.root})")
+    if not (directory / receipts.LOG).is_file():
+        raise ConfigError(f"{args.receipt}: no {receipts.LOG} there; a receipt directory holds one")
+    reason = " ".join(args.reason.split())
+    if not reason:
+        raise ConfigError("--reason is empty: say why the receipt is no evidence")
+    name = directory.relative_to(root).as_posix()
+    path = receipts.withdrawn.path_in(root)
+    with locked(path):
+        if name in receipts.withdrawn.names(root):
+            raise ConfigError(f"{path}: {name} is withdrawn already")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            text = ("# Receipts withdrawn from evidence (harness receipts withdraw writes this; see "
+                    "harness/lane/receipts/withdrawn.py).\n# A withdrawn receipt counts for no lane; its directory "
+                    "is kept as it was written.\n")
+        entry = {"withdrawn": [{"receipt": name, "log_sha256": sha256_file(directory / receipts.LOG),
+                                "reason": reason, "date": today().isoformat()}]}
+        new = text.rstrip("\n") + "\n\n" + tomlkit.dumps(entry)
+        replace_text(path, new)
+        try:
+            receipts.withdrawn.load(root)
+        except ConfigError:  # what was written does not read back: put the old text back, say so
+            replace_text(path, text) if text else path.unlink()
+            raise
+    ui.data(f"withdrawn {name}: {reason}")
+    ui.info(f"{path.relative_to(ctx.root)} holds it; 'harness receipts sync' writes tracking.toml's [verdicts] from "
+            "what is left; commit both")
+    return 0
 
 
 def _missing_from_tracking(ctx) -> list[str]:

@@ -22,6 +22,7 @@ The package, one module per concept (imports go down this list):
 * ``model``: ``Receipt`` itself, and ``load`` / ``dump``, its one reader and writer of text;
 * ``writer``: a receipt directory, made in a scratch directory and renamed into place;
 * ``verifier``: ``check_dir``, a receipt directory checked as a whole;
+* ``withdrawn``: ``receipts/withdrawn.toml``, receipts taken out of evidence (never edited) and why;
 * ``index``: finding receipts (every run directory, the latest per lane) and tracking.toml's entry for one.
 
 The names below are the package's public surface; callers use ``receipts.load(...)`` and so on.
@@ -31,6 +32,7 @@ May import: ``harness.errors``, ``harness.base``, ``harness.lane.runs``.
 
 from __future__ import annotations
 
+from harness.lane.receipts import withdrawn
 from harness.lane.receipts.index import (
     dated_in_future,
     display_path,
@@ -73,5 +75,6 @@ __all__ = [
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
     "Verdict", "check_dir", "dated_in_future", "display_path", "dump", "find", "helper_digests", "host_description",
     "host_label", "latest", "latest_by_lane", "latest_per_lane", "load", "log_text", "receipts_root", "run_dirs",
-    "stamp_time", "suite_logs", "utc_now", "verdict_line", "verify", "write", "write_manifest",
+    "stamp_time", "suite_logs", "utc_now", "verdict_line", "verify", "withdrawn", "write",
+    "write_manifest",
 ]

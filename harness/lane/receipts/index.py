@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from harness.lane.receipts import withdrawn
 from harness.lane.receipts.model import Receipt, load, misplaced
 from harness.lane.receipts.records import LOG, utc_now
 
@@ -47,8 +48,10 @@ def find(root: Path, target: str | None = None, pack: str | None = None,
     given (a run's ``--receipts-dir``), else the repository's ``receipts/``."""
     base = receipts_dir or receipts_root(root)
     pattern = f"{target or '*'}/{pack or '*'}/*/receipt.json"
-    # a receipt copied under another pack's or lane's directory is nobody's evidence (receipts verify names it)
-    return _by_start(r for r in (load(p) for p in base.glob(pattern))
+    gone = withdrawn.names(base)  # withdrawn receipts (receipts/withdrawn.toml) are nobody's evidence
+    # nor is a receipt copied under another pack's or lane's directory (receipts verify names it)
+    return _by_start(r for r in (load(p) for p in base.glob(pattern)
+                                 if p.parent.relative_to(base).as_posix() not in gone)
                      if misplaced(r.dir, r.target, r.pack, r.lane) is None)
 
 
