@@ -62,8 +62,9 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def fake_sdist(dest: Path) -> Path:
-    files = {"pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "fakebackend"\nbackend-path = ["."]\n',
+def fake_sdist(dest: Path, requires: tuple[str, ...] = ()) -> Path:
+    files = {"pyproject.toml": f'[build-system]\nrequires = {json.dumps(list(requires))}\n'
+                               'build-backend = "fakebackend"\nbackend-path = ["."]\n',
              "fakebackend.py": BACKEND,
              "PKG-INFO": "Metadata-Version: 2.1\nName: fakeext\nVersion: 1.0\n"}
     path = dest / "fakeext-1.0.tar.gz"
@@ -260,6 +261,23 @@ def test_a_failed_build_is_exit_build_with_its_log_and_installs_nothing(made, ve
     assert "nccl.h" in log.read_text()
     assert not (site / "fakeext").exists() and not (site / "tinydep").exists()
     assert "installing" not in proc.stderr  # the harness did not start: not even its site was installed
+
+
+def test_a_build_requirement_the_interpreter_lacks_is_one_line_before_any_build(made, venv, tmp_path):
+    """A torch extension built without isolation on a host whose python has no torch: pip's traceback came back.
+    Now the bootstrap names the missing requirement in one line and builds nothing."""
+    lane_repo, make, sdist = made
+    fake_sdist(sdist.parent, requires=("buildhelper", "nosuch-torch-for-test>=2.1"))  # buildhelper: carried
+    archive, _ = make()
+    python, site = venv
+    proc = _bootstrap(python, archive, "--", "--version", home=tmp_path / "home")
+    assert proc.returncode == Exit.BUILD, proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if "error:" in x]
+    assert line.endswith(f"host build fakeext: fakeext-1.0.tar.gz builds against this interpreter's "
+                         f"nosuch-torch-for-test>=2.1, and {python} has no nosuch-torch-for-test; nothing was built")
+    assert "Traceback" not in proc.stderr and "hint: run the bootstrap with the interpreter" in proc.stderr
+    assert not list((tmp_path / "home" / "bundles").glob("*/host-build-fakeext.log"))  # no build was started
+    assert not (site / "fakeext").exists()
 
 
 def test_a_build_past_its_timeout_is_killed_with_its_children(made, venv, tmp_path):

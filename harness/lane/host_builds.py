@@ -217,6 +217,44 @@ def _install(wheel: Path, entry: dict, wheels: Path, site: Path, name: str, log:
           str(wheel), *entry.get("install_with", [])], f"installing {wheel.name} into {site}", name, log)
 
 
+def _dist_name(requirement: str) -> str:
+    """The normalized distribution name a PEP 508 requirement starts with (``torch>=2.1`` -> ``torch``)."""
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else requirement.strip().lower()
+
+
+def missing_build_requires(entry: dict, sdist: Path) -> list[str]:
+    """The sdist's ``[build-system] requires`` that neither the manifest's ``build_requires`` nor this interpreter
+    provide. The build runs without isolation, against this interpreter's packages (torch, for a torch
+    extension): a requirement missing here fails inside pip with a long traceback, so it is named first.
+    Presence only (no version comparison: the standard library has no specifier parser); an sdist whose
+    pyproject.toml cannot be read, or an interpreter without ``tomllib``, gives no answer ([])."""
+    import tarfile
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        return []
+    try:
+        with tarfile.open(sdist) as tf:
+            member = next((m for m in tf.getmembers() if m.isfile() and m.name.count("/") == 1
+                           and m.name.endswith("/pyproject.toml")), None)
+            fh = tf.extractfile(member) if member is not None else None
+            requires = tomllib.loads(fh.read().decode()).get("build-system", {}).get("requires", []) if fh else []
+    except (OSError, tarfile.TarError, tomllib.TOMLDecodeError, UnicodeDecodeError, AttributeError):
+        return []
+    carried = {_dist_name(r) for r in entry.get("build_requires", [])}
+    missing = []
+    for req in requires if isinstance(requires, list) else []:
+        if not isinstance(req, str) or _dist_name(req) in carried:
+            continue
+        try:
+            metadata.distribution(_dist_name(req))
+        except metadata.PackageNotFoundError:
+            missing.append(req)
+    return missing
+
+
 def ensure(entry: dict, bundle_dir: Path, work_root: Path, prebuilt: Path | None = None) -> str:
     """Build and install one ``bundle.json`` host-build entry into the bundle's private environment
     (``env_dir(work_root, X.Y)``) unless installed there already; a line saying what was done.
@@ -237,6 +275,14 @@ def ensure(entry: dict, bundle_dir: Path, work_root: Path, prebuilt: Path | None
         _install(found[-1], entry, wheels, site, name, log)
         return (f"installed {found[-1]} (sha256 {sha256_file(found[-1])[:16]}), built earlier, not built here, "
                 f"into {site}{also}")
+    missing = missing_build_requires(entry, bundle_dir / entry["file"])
+    if missing:
+        raise BuildError(f"host build {name}: {Path(entry['file']).name} builds against this interpreter's "
+                         f"{', '.join(missing)}, and {sys.executable} has no {_dist_name(missing[0])}"
+                         + (f" (nor {', '.join(_dist_name(m) for m in missing[1:])})" if missing[1:] else "")
+                         + "; nothing was built",
+                         hint="run the bootstrap with the interpreter that has it (the GPU image's python, with "
+                              "its torch), or install it there first")
     work = work_root / f"host-build-{name}"
     shutil.rmtree(work, ignore_errors=True)
     log.unlink(missing_ok=True)
