@@ -6,7 +6,7 @@ import hashlib
 import json
 
 import pytest
-from conftest import CORE_BUGGY, CORE_FIXED, cli, make_sdist
+from conftest import CORE_BUGGY, CORE_FIXED, cli, fake_tree, make_sdist
 
 from harness.errors import Exit
 from harness.upstream import pins
@@ -53,6 +53,58 @@ def test_refresh_rewrites_an_offset_pack_only_when_asked(lane_repo, capsys):
     assert cli("rebase", "fake", "--to", "1.1", *lane_repo.args()) == Exit.OK
     row = next(line for line in capsys.readouterr().out.splitlines() if "0001-use-own-weight" in line)
     assert "clean" in row
+
+
+def _renamed_base(lane_repo, version: str) -> None:
+    """Base ``version``: fakepkg with core.py moved to scaling.py and a function added at its end (so its blob is not
+    the one the patch names): no plain or -C1 apply finds the file."""
+    import io
+    import tarfile
+
+    top = f"fakepkg-{version}"
+    files = {f"{top}/{name.replace('core.py', 'scaling.py')}": text
+             for name, text in fake_tree(version, VARIANTS["clean"]).items()}
+    files[f"{top}/PKG-INFO"] = f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n"
+    path = lane_repo.sdist.parent / f"fakepkg-{version}.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tf.addfile(info, io.BytesIO(text.encode()))
+    lane_repo.extra_bases[version] = path
+    lane_repo.write_manifest()
+
+
+def test_a_patch_only_a_3way_merge_applies_is_said_and_refreshed_to_apply_plainly(lane_repo, capsys):
+    """core.py renamed upstream: plain git am and -C1 find no file; git am -3, with the blobs of the series' own base
+    (1.0, materialized and lent to the scratch clone: a base unpacked from a release has only its own), follows
+    the rename. rebase says 3-way; --refresh rewrites the patch onto scaling.py, which then applies plainly."""
+    _renamed_base(lane_repo, "1.1")
+    before = _series(lane_repo)
+    assert cli("rebase", "fake", "--to", "1.1", "--json", *lane_repo.args()) == Exit.OK
+    [row] = [r for r in json.loads(capsys.readouterr().out)["packs"][0]["patches"]]
+    assert row["status"] == "3-way" and "git am -3 merges it cleanly" in row["detail"]
+    assert "src/fakepkg/core.py: file is not in the base" in row["detail"]
+    assert _series(lane_repo) == before
+    assert cli("rebase", "fake", "--to", "1.1", "--refresh", *lane_repo.args()) == Exit.OK
+    after = _series(lane_repo)["0001-use-own-weight.patch"]
+    assert b"+++ b/src/fakepkg/scaling.py" in after and b"Upstream-Status: Submitted" in after
+    capsys.readouterr()
+    assert cli("rebase", "fake", "--to", "1.1", "--json", *lane_repo.args()) == Exit.OK
+    [row] = json.loads(capsys.readouterr().out)["packs"][0]["patches"]
+    assert row["status"] == "clean"
+
+
+def test_a_3way_merge_without_the_blobs_of_the_series_base_is_a_conflict(lane_repo, capsys, monkeypatch):
+    """The series' own base cannot be materialized: nothing is lent, git am -3 cannot build its ancestor, and the
+    patch is a conflict naming the file, as before."""
+    from harness.watch import rebase
+
+    _renamed_base(lane_repo, "1.1")
+    monkeypatch.setattr(rebase.Blobs, "paths", lambda self: [])
+    assert cli("rebase", "fake", "--to", "1.1", "--json", *lane_repo.args()) == Exit.APPLY
+    [row] = json.loads(capsys.readouterr().out)["packs"][0]["patches"]
+    assert row["status"] == "conflict" and "src/fakepkg/core.py: file is not in the base" in row["detail"]
 
 
 def test_unknown_base_points_at_to_version(lane_repo, capsys):

@@ -9,14 +9,16 @@ from harness.errors import Exit, UsageError
 from harness.upstream import pins
 from harness.watch import absorbed, rebase
 
-_STYLE = {rebase.CLEAN: "green", rebase.OFFSET: "yellow", rebase.FUZZ: "yellow", rebase.CONTAINED: "cyan",
+_STYLE = {rebase.CLEAN: "green", rebase.OFFSET: "yellow", rebase.FUZZ: "yellow", rebase.THREE_WAY: "yellow",
+          rebase.CONTAINED: "cyan",
           rebase.CONFLICT: "red", rebase.NOT_TRIED: "red"}
 
 
 def register(sub) -> None:
     p = sub.add_parser("rebase", help="try every pack's series of a target on another base; report per patch",
                        description="Apply each pack's series (on the new base plus its dependencies' series) and "
-                                   "say per patch: clean, offset, fuzz, conflict (file and hunk) or contained "
+                                   "say per patch: clean, offset, fuzz, 3-way (only git am -3 merges it), conflict "
+                                   "(file and hunk) or contained "
                                    "(already upstream). Nothing under patches/ changes unless --refresh. "
                                    "Exit 5 when a patch conflicts.")
     p.add_argument("target")
@@ -29,9 +31,13 @@ def register(sub) -> None:
                    help="with --refresh: write the rewritten series as patches/<target>/<pack>/<base>/ (a series "
                         "ported to that base) instead of replacing the pack's own")
     p.add_argument("--refresh", action="store_true",
-                   help="rewrite the patches of packs that apply with offset or fuzz from the new base")
+                   help="rewrite the patches of packs that apply with offset, fuzz or a 3-way merge from the new "
+                        "base (plain git am applies the result)")
     p.add_argument("--write-manifest", action="store_true",
                    help="with --to-version: add the new base to upstream/<target>.toml")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON document on stdout: schema, target, base, packs[] {pack, status, upstream, "
+                        "blocked_by, refreshed[], patches[] {patch, status, detail}}")
     _args.artifacts(p)
     _args.output_format(p)
     _args.common(p)
@@ -53,7 +59,17 @@ def main(args) -> int:
     reports = rebase.rebase_target(ctx, manifest, name, refresh=args.refresh, port=args.port,
                                    packs=[ctx.tracking.pack(p).id for p in args.pack])
     verdicts = {r.pack.id: absorbed.classify(ctx.tracking, manifest, name, r) for r in reports}
-    print_reports(reports, f"{manifest.target}: series on {name}", verdicts, args.format)
+    if args.json:
+        import json
+
+        ui.out.file.write(json.dumps({
+            "schema": 1, "target": manifest.target, "base": name,
+            "packs": [{"pack": r.pack.id, "status": r.status, "upstream": verdicts[r.pack.id].state,
+                       "blocked_by": r.blocked_by, "refreshed": list(r.refreshed),
+                       "patches": [{"patch": x.patch, "status": x.status, "detail": x.detail} for x in r.results]}
+                      for r in reports]}, indent=2) + "\n")
+    else:
+        print_reports(reports, f"{manifest.target}: series on {name}", verdicts, args.format)
     if args.to_version:
         ui.data(f"\nmanifest entry for {name} (sha256 verified against the download):\n")
         ui.data(pins.manifest_snippet(manifest.bases[name]))
@@ -71,8 +87,8 @@ def main(args) -> int:
                     f"({v.evidence}); its conflicts need no rebase")
         elif v.state == "absorbed":
             ui.info(f"pack {v.report.pack.id}: absorbed on {name}: every patch is already upstream")
-    if not args.refresh and any(r.status in (rebase.OFFSET, rebase.FUZZ) for r in reports):
-        ui.info("patches/ unchanged; --refresh rewrites the offset/fuzz packs against this base")
+    if not args.refresh and any(r.status in rebase.MOVED for r in reports):
+        ui.info("patches/ unchanged; --refresh rewrites the offset/fuzz/3-way packs against this base")
     live = [r for r in reports if verdicts[r.pack.id].state == "differs"]
     return int(Exit.APPLY) if any(r.status == rebase.CONFLICT for r in live) else 0
 

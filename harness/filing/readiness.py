@@ -227,8 +227,11 @@ def _same_pin(recorded: receipts.BaseRecord, base: pins.Base) -> bool:
 
 # ---------------------------------------------------------------------------------------------- apply check
 
+APPLY_RULES = 2  # the classification's version: 2 added the 3-way apply (a cached conflict may merge now)
+
+
 def apply_key(target: str, base_name: str, base, patches: list[series.Patch]) -> str:
-    text = json.dumps([target, base_name, base.pin, [[p.pack, p.name, p.sha256] for p in patches]])
+    text = json.dumps([APPLY_RULES, target, base_name, base.pin, [[p.pack, p.name, p.sha256] for p in patches]])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -263,7 +266,8 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
         return gone[(pack.target, base_name)]
     except HarnessError as exc:
         return ApplyCheck(base_name, ERROR, f"cannot materialize {pack.target} {base_name}: {exc}")
-    status, detail = _try(checkout, pack, patches)
+    status, detail = _try(checkout, pack, patches,
+                          rebase.Blobs(ctx, series.dependency_chain(ctx.tracking, pack, base_name), base_name))
     result = ApplyCheck(base_name, status, detail, receipts.utc_now().isoformat().replace("+00:00", "Z"))
     tmp = cache.with_suffix(".partial")
     tmp.write_text(json.dumps({"status": status, "detail": detail, "checked_at": result.checked_at,
@@ -272,7 +276,8 @@ def apply_check(ctx, pack: Pack, base_name: str, patches: list[series.Patch], al
     return result
 
 
-def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch]) -> tuple[ApplyStatus, str]:
+def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch],
+         blobs: rebase.Blobs | None = None) -> tuple[ApplyStatus, str]:
     with tempfile.TemporaryDirectory(prefix="patchlane-ready-") as tmp:
         repo = git.clone(checkout.path, Path(tmp) / "tree", branch="readiness")
         results = []
@@ -283,7 +288,7 @@ def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch]) -> tu
                 except HarnessError as exc:
                     return CONFLICT, f"dependency {patch.pack} does not apply: {exc}"
                 continue
-            result = rebase.classify(repo, patch, checkout)
+            result = rebase.classify(repo, patch, checkout, blobs)
             results.append(result)
             if result.status == rebase.CONFLICT:
                 return CONFLICT, f"{patch.name}: {result.detail}"
@@ -294,9 +299,12 @@ def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch]) -> tu
     if contained:
         return PARTLY, f"already upstream: {', '.join(contained)}; the series for {checkout.base.name} needs them " \
                        "removed"
-    fuzzy = [f"{r.patch} ({r.detail})" for r in own if r.status == rebase.FUZZ]
+    fuzzy = [f"{r.patch} ({r.detail})" for r in own if r.status in (rebase.FUZZ, rebase.THREE_WAY)]
     if fuzzy:
-        return FUZZ, f"applies only with reduced context: {'; '.join(fuzzy)}; regenerate the series for " \
+        kinds = {r.status for r in own if r.status in (rebase.FUZZ, rebase.THREE_WAY)}
+        how = ("reduced context" if kinds == {rebase.FUZZ} else "a 3-way merge (git am -3)"
+               if kinds == {rebase.THREE_WAY} else "reduced context or a 3-way merge")
+        return FUZZ, f"applies only with {how}: {'; '.join(fuzzy)}; regenerate the series for " \
                      f"{checkout.base.name}"
     moved = [f"{r.patch}: {r.detail}" for r in own if r.status == rebase.OFFSET]
     return APPLIES, ("with offsets: " + "; ".join(moved)) if moved else ""

@@ -358,15 +358,31 @@ def _applied(base: Checkout, patches: list[Patch]) -> str:
 
 
 def apply_patch(repo: git.Repo, patch: Patch, base: Checkout, *extra: str) -> None:
-    """`git am` one patch onto ``repo`` (checked first); a failure names pack, file, path and hunk."""
+    """`git am` one patch onto ``repo`` (checked first); a failure names pack, file, path and hunk, and points at
+    ``harness rebase`` (which tries ``-C1`` and ``git am -3``; a lane applies as a maintainer does, plain)."""
     where = f"pack {patch.pack}: {patch.path.parent.name}/{patch.name} does not apply on {base.target} {base.base.name}"
     status, log = git_apply(repo, "--check", *extra, str(patch.path))
     if status != 0:
-        raise SeriesError(f"{where}: {explain(repo, patch)}")
+        raise SeriesError(f"{where}: {explain(repo, patch)}",
+                          hint=f"harness rebase {base.target} --to {base.base.name} --pack {patch.pack} says whether "
+                               "reduced context or a 3-way merge (git am -3) applies it; --refresh then rewrites "
+                               "the series so that plain git am does")
     done = repo.call("am", *AM_OPTIONS, *extra, str(patch.path))
     if not done.ok:
         repo.call("am", "--abort")  # nothing to abort when am stopped before starting
         raise SeriesError(f"{where}: {_last_error(done.stderr or done.stdout)}")
+
+
+def three_way(repo: git.Repo, patch: Patch) -> bool:
+    """Commit ``patch`` on ``repo`` with ``git am -3`` (a merge from the blobs its ``index`` lines name), leaving the
+    tree as it was when that fails: a conflict, or a base that lacks those blobs (a shallow clone, another
+    history). True when the commit was made."""
+    done = repo.call("am", *AM_OPTIONS, "-3", str(patch.path))
+    if not done.ok:
+        repo.call("am", "--abort")
+        repo.run("reset", "-q", "--hard")
+        repo.run("clean", "-q", "-fdx")
+    return done.ok
 
 
 def git_apply(repo: git.Repo, *args: str) -> tuple[int, str]:

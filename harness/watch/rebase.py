@@ -7,11 +7,12 @@ dependencies' series (dependencies that are already upstream are skipped). A pat
 ``clean``      it applies exactly where it says
 ``offset``     it applies, but some hunks moved (``git apply`` reports the offset)
 ``fuzz``       it applies only when the outer context is trimmed to one line (``-C1``)
+``3-way``      only a 3-way merge applies it (``git am -3``, from the blobs its ``index`` lines name)
 ``conflict``   it does not apply; the file and hunk(s) are named
 ``not tried``  an earlier patch of the pack (or of a dependency) conflicts
 
 Nothing under ``patches/`` changes unless ``refresh`` is asked for; then a pack whose
-patches all apply (clean, offset or fuzz) is rewritten from the commits on the new base,
+patches all apply (clean, offset, fuzz or 3-way) is rewritten from the commits on the new base,
 with the same deterministic format as ``harness regen``: in place, or with ``port`` as a
 series of its own for that base (``patches/<target>/<pack>/<base>/``), leaving the series
 of the pack's own base as it is. Each base uses its ported series where it has one.
@@ -25,14 +26,17 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.lane import series, series_write
 from harness.lane.context import Context
 from harness.lane.tracking import Pack
 from harness.upstream import git, pins
 
 CONTAINED, CLEAN, OFFSET, FUZZ, CONFLICT, NOT_TRIED = "contained", "clean", "offset", "fuzz", "conflict", "not tried"
-_RANK = {CLEAN: 0, CONTAINED: 1, OFFSET: 2, FUZZ: 3, NOT_TRIED: 4, CONFLICT: 5}
+THREE_WAY = "3-way"
+_RANK = {CLEAN: 0, CONTAINED: 1, OFFSET: 2, FUZZ: 3, THREE_WAY: 4, NOT_TRIED: 5, CONFLICT: 6}
+APPLIES = (CLEAN, OFFSET, FUZZ, THREE_WAY)  # a patch that lands one way or another: its series can be rewritten
+MOVED = (OFFSET, FUZZ, THREE_WAY)  # one that lands, but not as written: rewriting it changes the series
 _OFFSET = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 _CHECKING = re.compile(r"^Checking patch (.+)\.\.\.$")
 
@@ -64,8 +68,43 @@ class PackReport:
         return bool(self.results) and not self.blocked_by and all(r.status == CONTAINED for r in self.results)
 
 
-def classify(repo: git.Repo, patch: series.Patch, base: pins.Checkout) -> PatchResult:
-    """Decide how ``patch`` lands on ``repo``'s HEAD; commit it there unless it is contained or conflicts."""
+class Blobs:
+    """The blobs a 3-way apply needs, lent to a scratch clone only when a patch gets that far.
+
+    ``git am -3`` merges from the blobs a patch's ``index`` lines name: those of the base its series was written
+    against. A base fetched one commit deep (or unpacked from a release) holds only its own, so the checkouts of
+    the series' own bases are materialized (cached as any base) and lent as alternates. A base that cannot be
+    materialized lends nothing: the 3-way apply then fails, and the patch stays a conflict."""
+
+    def __init__(self, ctx: Context, packs: list[Pack], base_name: str):
+        self.ctx, self.packs, self.base_name = ctx, packs, base_name
+        self._paths: list[Path] | None = None
+
+    def paths(self) -> list[Path]:
+        if self._paths is None:
+            self._paths = []
+            for p in self.packs:
+                manifest = self.ctx.manifest(p.target)
+                own = self.base_name if self.base_name in series.ported_bases(self.ctx.root, p.target, p.id) \
+                    else p.base or manifest.default_base
+                if own == self.base_name:
+                    continue
+                try:
+                    path = self.ctx.materialize(manifest, own).path
+                except HarnessError:
+                    continue
+                if path not in self._paths:
+                    self._paths.append(path)
+        return self._paths
+
+    def lend(self, repo: git.Repo) -> None:
+        for path in self.paths():
+            repo.borrow_objects(path)
+
+
+def classify(repo: git.Repo, patch: series.Patch, base: pins.Checkout, blobs: Blobs | None = None) -> PatchResult:
+    """Decide how ``patch`` lands on ``repo``'s HEAD; commit it there unless it is contained or conflicts. A 3-way
+    apply is tried last, with ``blobs`` lent to ``repo`` (its own objects only, without them)."""
     path = str(patch.path)
     if series.git_apply(repo, "-R", "--check", path)[0] == 0:
         return PatchResult(patch.pack, patch.name, CONTAINED, "reverse-applies: the base already has this change")
@@ -82,7 +121,13 @@ def classify(repo: git.Repo, patch: series.Patch, base: pins.Checkout) -> PatchR
         moved = _offsets(patch, log)
         return PatchResult(patch.pack, patch.name, FUZZ,
                            "; ".join(["context trimmed to 1 line (-C1)", *moved]))
-    return PatchResult(patch.pack, patch.name, CONFLICT, series.explain(repo, patch))
+    why = series.explain(repo, patch)
+    if blobs is not None:
+        blobs.lend(repo)
+    if series.three_way(repo, patch):
+        return PatchResult(patch.pack, patch.name, THREE_WAY, "plain git am and -C1 fail; git am -3 merges it "
+                           f"cleanly (plain: {why})")
+    return PatchResult(patch.pack, patch.name, CONFLICT, why)
 
 
 def _hunk(patch: series.Patch, path: str, index: int) -> str:
@@ -111,6 +156,7 @@ def try_pack(ctx: Context, pack: Pack, checkout: pins.Checkout, scratch: Path, r
     repo = git.clone(checkout.path, scratch, branch=f"rebase-{pack.id}")
     own_start = repo.head()
     base = checkout.base.name
+    blobs = Blobs(ctx, series.dependency_chain(ctx.tracking, pack, base), base)
     for p in series.dependency_chain(ctx.tracking, pack, base):  # a dependency absorbed at this base is skipped
         own_start = repo.head()
         for patch in series.load_series(ctx.root, p.target, p.id, base):
@@ -118,13 +164,13 @@ def try_pack(ctx: Context, pack: Pack, checkout: pins.Checkout, scratch: Path, r
                 if p.id == pack.id:
                     report.results.append(PatchResult(p.id, patch.name, NOT_TRIED, "an earlier patch conflicts"))
                 continue
-            result = classify(repo, patch, checkout)
+            result = classify(repo, patch, checkout, blobs)
             if p.id == pack.id:
                 report.results.append(result)
             elif result.status == CONFLICT:
                 report.blocked_by = f"dependency {p.id}: {patch.name} conflicts ({result.detail})"
-    if refresh and report.results and all(r.status in (CLEAN, OFFSET, FUZZ) for r in report.results) \
-            and any(r.status in (OFFSET, FUZZ) for r in report.results):
+    if refresh and report.results and all(r.status in APPLIES for r in report.results) \
+            and any(r.status in MOVED for r in report.results):
         source = series.series_dir(ctx.root, pack.target, pack.id, base)
         # refresh rewrites the series where it was read from; port writes a series of its own for this base
         dest = series.write_dir(ctx.root, pack, base, ctx.manifest(pack.target).default_base) if port else source

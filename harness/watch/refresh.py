@@ -299,7 +299,7 @@ def classify(ctx: Context, pack: Pack, checkout: pins.Checkout, hist: History, s
         else:
             move.detail += f"; which commits changed it is unknown: {hist.why_unknown}"
         return move
-    move.klass = OFFSETS if report.status in (rebase.OFFSET, rebase.FUZZ) else UNCHANGED
+    move.klass = OFFSETS if report.status in rebase.MOVED else UNCHANGED
     move.detail = "; ".join(r.detail for r in report.results if r.detail)
     return move
 
