@@ -151,3 +151,35 @@ def test_stack_diff_says_which_packs_came_and_went(lane_repo, tmp_path, capsys):
 def test_an_unknown_target_is_one_line(lane_repo, capsys, target, why):
     assert cli("stack", "build", target, *lane_repo.args()) == Exit.USAGE
     assert why in capsys.readouterr().err
+
+
+def test_a_lane_with_stack_false_is_left_out_of_the_check_with_its_reason(lane_repo, tmp_path, capsys):
+    """The composition failure of 01's fix lane, opted out: the check says why, runs nothing for it, and passes."""
+    _with_pack02(lane_repo, tmp_path)
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text()
+    lane = 'name = "fix"\nbase = "1.0"\npatched = true\n'
+    assert lane in text
+    path.write_text(text.replace(lane, lane + 'stack = false\nstack_reason = "compares with the series alone"\n', 1))
+    capsys.readouterr()
+    assert cli("stack", "check", "fake", "--json", *lane_repo.args()) == Exit.OK
+    lanes = {(c["pack"], c["lane"]): c for c in _json(capsys)["lanes"]}
+    assert lanes[("01", "fix")]["stacked"] == "opted out"
+    assert lanes[("01", "fix")]["reason"] == "compares with the series alone"
+    assert lanes[("02", "fix")]["stacked"] == "pass"
+    assert not list((lane_repo.root / "stacks").rglob("*-fix/receipt.json")) or all(
+        "/01/" not in str(p) for p in (lane_repo.root / "stacks").rglob("receipt.json"))
+
+
+@pytest.mark.parametrize(("keys", "finding"), [
+    ('stack = false\n', "key 'stack' is false: say why"),
+    ('stack_reason = "x"\n', "key 'stack_reason' goes with stack = false"),
+    ('stak = false\n', "unknown key 'stak'"),
+])
+def test_a_stack_opt_out_without_a_reason_is_refused(lane_repo, capsys, keys, finding):
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text()
+    lane = 'name = "fix"\nbase = "1.0"\npatched = true\n'
+    path.write_text(text.replace(lane, lane + keys, 1))
+    assert cli("status", "01", *lane_repo.args()) == Exit.USAGE
+    assert finding in capsys.readouterr().err

@@ -77,7 +77,8 @@ def main(args) -> int:
                             "packs": [p.id for p in composed.packs],
                             "left_out": [{"pack": o.pack, "why": o.why} for o in composed.left_out],
                             "lanes": [{"pack": c.pack, "lane": c.lane, "stacked": c.stacked, "alone": c.alone,
-                                       "composition_failure": c.composition_failure, "meets": c.meets}
+                                       "composition_failure": c.composition_failure, "meets": c.meets,
+                                       "reason": c.reason or None}
                                       for c in checks]}, indent=1))
     else:
         for c in checks:
@@ -86,6 +87,8 @@ def main(args) -> int:
                 line += f"\tpasses alone, fails in the stack{' (meets ' + c.meets + ')' if c.meets else ''}"
             elif c.alone is not None:
                 line += f"\talone: {c.alone}"
+            elif c.reason:
+                line += f"\tstack = false: {c.reason}"
             ui.data(line)
     return int(stack.exit_of(checks))
 

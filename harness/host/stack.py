@@ -42,6 +42,7 @@ from harness.lane.receipts import Verdict
 from harness.lane.tracking import Pack
 
 DROPPED = ("absorbed", "retired", "dropped")  # states whose packs a training image no longer carries
+OPTED_OUT = "opted out"  # a lane's verdict in the stack check when it declares stack = false
 MANIFEST = "patchlane-stack.json"
 SCHEMA = 1
 _DATE = (1980, 1, 1, 0, 0, 0)  # the zip format's earliest date: no clock in the bytes
@@ -252,9 +253,10 @@ def write_index(wheel: Path, index: Path, distribution: str) -> Path:
 class LaneCheck:
     pack: str
     lane: str
-    stacked: str  # the verdict in the stack
+    stacked: str  # the verdict in the stack ("opted out" for a lane with stack = false)
     alone: str | None  # the verdict alone, where the stacked one was not a pass
     meets: str  # the stacked packs whose files this pack's series shares
+    reason: str = ""  # why an opted-out lane is not run in the stack (its stack_reason)
 
     @property
     def composition_failure(self) -> bool:
@@ -270,8 +272,11 @@ def check(ctx: Context, stack: Stack, lane_filter=None) -> list[LaneCheck]:
                         dataclasses.replace(ctx.options, receipts_dir=stack_dir.parent / "alone"))
     out: list[LaneCheck] = []
     for pack in stack.packs:
-        names = [lane.name for lane in pack.lanes if lane.patched and lane.base == stack.base
-                 and (lane_filter is None or lane_filter(pack, lane))]
+        chosen = [lane for lane in pack.lanes if lane.patched and lane.base == stack.base
+                  and (lane_filter is None or lane_filter(pack, lane))]
+        out += [LaneCheck(pack.id, lane.name, OPTED_OUT, None, "", lane.stack_reason)
+                for lane in chosen if not lane.stack]
+        names = [lane.name for lane in chosen if lane.stack]
         if not names:
             continue
         others = [p for p in stack.patches if p.pack != pack.id]
@@ -287,7 +292,7 @@ def check(ctx: Context, stack: Stack, lane_filter=None) -> list[LaneCheck]:
 
 
 def exit_of(checks: list[LaneCheck]) -> Exit:
-    if any(c.stacked not in (Verdict.PASS, Verdict.SKIPPED) for c in checks):
+    if any(c.stacked not in (Verdict.PASS, Verdict.SKIPPED, OPTED_OUT) for c in checks):
         return Exit.MISMATCH
     return Exit.OK
 

@@ -59,7 +59,8 @@ LANE_KEYS = frozenset({"name", "base", "patched", "expect", "args", "timeout", "
                        "test_requires",
                        # how `harness sweep` may place the lane on a GPU (docs/sweep.md)
                        "exclusive", "gpu_memory_gib",
-                       "domain"})  # sweeps pack.toml's [domain], one process per point
+                       "domain",  # sweeps pack.toml's [domain], one process per point
+                       "stack", "stack_reason"})  # `harness stack check` leaves the lane out, saying why
 # pack.toml's [[suites]]: where and how the recorded selection (suites/NN/BASE.toml) runs; expanded into suite lanes
 SUITE_KEYS = frozenset({"base", "requires", "with_builds", "test_requires", "timeout", "shards", "exclusive",
                         "gpu_memory_gib", "note"})
@@ -426,11 +427,19 @@ def _load_lane(root: Path, manifest: pins.Manifest, t, where: str, suite_lane: b
     if domain and (minimal or upstream or nproc > 1):
         raise ConfigError(f"{where}: key 'domain' sweeps the pack's domain one process per point: not with "
                           "'minimal', 'upstream_tests' or nproc > 1")
+    stack = field(t, "stack", bool, where, default=True)
+    stack_reason = " ".join(field(t, "stack_reason", str, where, default="").split())
+    if not stack and not stack_reason:
+        raise ConfigError(f"{where}: key 'stack' is false: say why the lane is left out of the stack check "
+                          "(stack_reason = \"...\")")
+    if stack and stack_reason:
+        raise ConfigError(f"{where}: key 'stack_reason' goes with stack = false (the lane is in the stack check)")
     return Lane(name=name, base=base, patched=patched, expect=expect,
                 args=tuple(str_list(t, "args", where)), timeout=timeout, requires=requires,
                 with_baseline=with_baseline, nproc=nproc, extra_builds=tuple(extra), minimal=minimal,
                 upstream_tests=upstream, expect_failed=expect_failed, test_requires=test_requires,
-                exclusive=exclusive, gpu_memory_gib=float(memory) if memory is not None else None, domain=domain)
+                exclusive=exclusive, gpu_memory_gib=float(memory) if memory is not None else None, domain=domain,
+                stack=stack, stack_reason=stack_reason)
 
 
 def suite_lane_name(base: str, side: str, shard: int, shards: int) -> str:

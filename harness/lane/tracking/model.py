@@ -108,6 +108,10 @@ class Lane:
     cpu_ranks: int = 0
     needs: tuple[suite.Need, ...] = ()
     from_ci: tuple[str, ...] = ()  # the with_builds (TARGET@BASE) and test pins the CI's environment added
+    # `harness stack check` (docs/stack.md) runs a patched lane on the stack build too, unless it opts out with why
+    # (a lane that only means something on the pack's own series: its figure compares against the series alone)
+    stack: bool = True
+    stack_reason: str = ""
 
     def ours(self) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
         """(extra builds, test pins) without what the upstream CI's environment added: the CPU-only `suite commits`
