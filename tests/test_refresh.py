@@ -179,6 +179,35 @@ def test_the_checkout_is_left_as_it_was_and_the_proposal_is_one_commit_that_chec
                "--cache", str(moved.cache)) == Exit.OK
 
 
+@pytest.mark.parametrize(("branch", "next_packs", "removed"), [
+    ("verbatim", [], ["01"]),  # upstream took the patch: the training image no longer carries it
+    ("another-way", [], ["01"]),  # fixed another way: superseded, out
+    ("unrelated", ["01"], []),  # still needed: the same series, on a new pin, so its lanes run again
+])
+def test_refresh_proposes_the_next_stack(moved, capsys, branch, next_packs, removed):
+    code, doc = _refresh(moved, "--to", branch, capsys=capsys)
+    found = doc["bases"][0]["stack"]
+    assert [p["id"] for p in found["current"]["packs"]] == ["01"]
+    assert [p["id"] for p in found["next"]["packs"]] == next_packs
+    assert [r["pack"] for r in found["removed"]] == removed
+    assert found["rerun"] == next_packs
+    assert found["current"]["base_pin"] == moved.up.pin
+    assert found["next"]["base_pin"] == git(moved.up.work, "rev-parse", branch).strip()
+    assert found["current"]["version"] != found["next"]["version"]  # another pin: another stack label
+    if removed:
+        klass = _one(doc)["class"]
+        assert found["removed"][0]["why"].startswith(f"{klass} at the head")
+        assert found["next"]["left_out"][0] == found["removed"][0]
+
+
+def test_the_proposal_commit_names_the_next_stack(moved, capsys):
+    code, doc = _refresh(moved, "--to", "verbatim", "--propose", "--no-lanes", capsys=capsys)
+    message = git(moved.root, "log", "-1", "--format=%B", doc["bases"][0]["branch"])
+    stack = doc["bases"][0]["stack"]
+    assert f"Stack: {stack['current']['version']} (01) -> {stack['next']['version']} (no pack)" in message
+    assert "pack 01 leaves the stack: landed at the head" in " ".join(message.split())
+
+
 def test_a_proposal_is_committed_as_the_person_now_with_wrapped_lines(moved, tmp_path, capsys, monkeypatch):
     """A newcomer's round 4, item 11: the proposal was committed as patch-lane, dated 2000-01-01, in long lines."""
     from harness.base import clock

@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import ConfigError, Exit, SeriesError, UsageError
+from harness.errors import ConfigError, Exit, HarnessError, SeriesError, UsageError
 from harness.host import sweep_plan
 from harness.lane import lanes, series, suite
 from harness.lane.context import Context
@@ -139,15 +139,16 @@ def _one_base(ctx: Context, args, manifest, base_name: str, packs, thread_change
             moves.append(move)
         stale = _stale_lanes(moved_ctx, manifest.target, base_name) if new != base.git.commit else []
         suites = _reselect(moved_ctx, packs, base_name, write=args.propose)
+        next_stack = _next_stack(ctx, moved_ctx, manifest.target, base_name, moves)
         out = {"target": manifest.target, "base": base_name, "old": base.git.commit, "new": new, "source": source,
                "history": {"known": hist.known, "commits": len(hist.commits), "why_unknown": hist.why_unknown},
-               "packs": [m.as_json() for m in moves], "stale_lanes": stale, "suites": suites,
+               "packs": [m.as_json() for m in moves], "stale_lanes": stale, "suites": suites, "stack": next_stack,
                "counts": refresh.summary_counts(moves), "branch": None, "commit": None,
                "_tree": str(checkout.path), "_scratch": str(scratch)}
         if args.propose:
             changed = [t for t in thread_changes["changes"] if t["pack"] in {p.id for p in packs}]
             out["branch"], out["commit"] = refresh.commit_proposal(root, manifest.target, base_name, hist, moves,
-                                                                   stale, suites, changed)
+                                                                   stale, suites, changed, _stack_lines(next_stack))
             ui.info(f"refresh {manifest.target} {base_name}: proposed as {out['commit'][:12]} on branch "
                     f"{out['branch']}")
         return out
@@ -157,6 +158,37 @@ def _one_base(ctx: Context, args, manifest, base_name: str, packs, thread_change
     finally:
         if args.propose:
             git.call(ctx.root, "worktree", "remove", "--force", str(scratch / "proposal"))
+
+
+def _next_stack(ctx: Context, moved_ctx: Context, target: str, base_name: str, moves) -> dict:
+    """The stack a training image would install after the move (``harness stack``), beside today's: packs that
+    landed upstream or were fixed another way at the head leave it, a series that conflicts there is left out
+    naming its hunk, a regenerated one comes in changed. Composing needs every pack's series applied on each
+    pin; a base that cannot be had says why instead."""
+    from harness.host import stack
+
+    gone = {m.pack.id: f"{m.klass} at the head" + (f": {m.detail}" if m.detail else "") for m in moves
+            if m.klass in (refresh.LANDED, refresh.LANDED_MODIFIED, refresh.SUPERSEDED)}
+    try:
+        return stack.proposal(stack.compose(ctx, target, base_name),
+                              stack.compose(moved_ctx, target, base_name, leave=gone))
+    except HarnessError as exc:
+        return {"error": str(exc)}
+
+
+def _stack_lines(found: dict) -> list[str]:
+    """The next stack in a few lines, for the printed summary and the proposal's commit message."""
+    if "error" in found:
+        return [f"The next stack cannot be composed: {found['error']}"]
+    now, then = found["current"], found["next"]
+    lines = [f"Stack: {now['version']} ({', '.join(p['id'] for p in now['packs']) or 'no pack'}) -> "
+             f"{then['version']} ({', '.join(p['id'] for p in then['packs']) or 'no pack'})"]
+    lines += [f"- pack {r['pack']} leaves the stack: {r['why']}" for r in found["removed"]]
+    lines += [f"- pack {pid} comes into the stack" for pid in found["added"]]
+    lines += [f"- pack {pid}: its series changed" for pid in found["changed"]]
+    lines.append(f"- lanes to run again on the next stack: packs {', '.join(found['rerun'])}" if found["rerun"]
+                 else "- nothing to run again on the next stack")
+    return lines
 
 
 def _reselect(ctx: Context, packs, base_name: str, write: bool) -> list[dict]:
@@ -241,6 +273,9 @@ def _print(doc: dict, args) -> None:
             said = (f"cannot be derived at the head: {sel['why']}" if sel["drift"] is None
                     else "; ".join(sel["drift"]) if sel["drift"] else "no drift")
             ui.info(f"suite of pack {sel['pack']} at {r['target']} {sel['base']}, derived again at the head: {said}")
+    for r in doc["bases"]:
+        for line in _stack_lines(r["stack"]):
+            ui.info(f"{r['target']} {r['base']}: {line.removeprefix('- ')}")
     for r in doc["bases"]:
         counts = ", ".join(f"{n} {k}" for k, n in r["counts"].items())
         gpu = sum(1 for t in r["stale_lanes"] if t["gpus"])

@@ -26,6 +26,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
@@ -76,8 +77,9 @@ class Stack:
         return StackSeries(self.target, self.base, tuple(p.id for p in self.packs), self.patches)
 
 
-def compose(ctx: Context, target: str, base: str | None = None) -> Stack:
-    """The stack of ``target`` at ``base`` (default: the target's default base): which packs, which patches."""
+def compose(ctx: Context, target: str, base: str | None = None, leave: Mapping[str, str] | None = None) -> Stack:
+    """The stack of ``target`` at ``base`` (default: the target's default base): which packs, which patches.
+    ``leave`` (pack id -> why): packs left out whatever their state says (``refresh``: landed at the new head)."""
     manifest = ctx.manifest(target)
     if not any(p.target == target for p in ctx.tracking.packs.values()):
         known = sorted({p.target for p in ctx.tracking.packs.values()})
@@ -92,6 +94,9 @@ def compose(ctx: Context, target: str, base: str | None = None) -> Stack:
             continue
         if pack.state in DROPPED:
             out.append(LeftOut(pack.id, f"state {pack.state}"))
+            continue
+        if leave and pack.id in leave:
+            out.append(LeftOut(pack.id, leave[pack.id]))
             continue
         if series.absorbed_at(pack, pin.name):
             out.append(LeftOut(pack.id, f"absorbed upstream at {pin.name}"))
@@ -295,6 +300,24 @@ def exit_of(checks: list[LaneCheck]) -> Exit:
     if any(c.stacked not in (Verdict.PASS, Verdict.SKIPPED, OPTED_OUT) for c in checks):
         return Exit.MISMATCH
     return Exit.OK
+
+
+def summary(stack: Stack) -> dict:
+    """What a manifest says of a stack without building it: its label, pin, packs with their series, what is out."""
+    return {"version": stack.label, "base": stack.base, "base_pin": stack.pin, "series_key": stack.key,
+            "packs": [{"id": p.id, "series": [{"name": x.name, "sha256": x.sha256} for x in stack.patches
+                                              if x.pack == p.id]} for p in stack.packs],
+            "left_out": [{"pack": o.pack, "why": o.why} for o in stack.left_out]}
+
+
+def proposal(now: Stack, then: Stack) -> dict:
+    """The next stack beside the current one (``harness refresh``): both summaries, the packs that come in and go
+    out (with why), those whose series changed, and the packs whose lanes to run again on the next stack."""
+    a, b = summary(now), summary(then)
+    moved = diff(a, b)
+    why = {o.pack: o.why for o in then.left_out}
+    return {"current": a, "next": b, "added": moved["added"], "changed": moved["changed"], "rerun": moved["rerun"],
+            "removed": [{"pack": pid, "why": why.get(pid, "")} for pid in moved["removed"]]}
 
 
 def diff(a: dict, b: dict) -> dict:

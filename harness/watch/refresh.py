@@ -362,10 +362,11 @@ def branch_name(target: str, base: str, new: str) -> str:
 
 
 def commit_proposal(tree: Path, target: str, base: str, hist: History, moves: list[PackMove],
-                    stale: list[dict], suites: Sequence[dict] = (), threads: Sequence[dict] = ()) -> tuple[str, str]:
+                    stale: list[dict], suites: Sequence[dict] = (), threads: Sequence[dict] = (),
+                    stack: Sequence[str] = ()) -> tuple[str, str]:
     """Commit the proposal worktree: the new pin, the regenerated series, the suite selections derived again; the
-    message lists each pack's class, the commits that matter, the suites' drift, the threads whose state changed
-    and the lanes the move made stale. Returns (branch, commit)."""
+    message lists each pack's class, the commits that matter, the suites' drift, the threads whose state changed,
+    the next stack (``stack``: its lines) and the lanes the move made stale. Returns (branch, commit)."""
     lines = [f"Move {target} {base} to {hist.new[:12]}", "",
              f"Proposed by harness refresh: {target} {base} moves from {hist.old[:12]} to {hist.new[:12]}"
              + (f" ({len(hist.commits)} upstream commit(s))." if hist.known else f" ({hist.why_unknown})."), ""]
@@ -378,6 +379,8 @@ def commit_proposal(tree: Path, target: str, base: str, hist: History, moves: li
     if threads:
         lines += ["", "Threads whose state changed:"]
         lines += [f"- pack {t['pack']}: {t['url']} {t['old']} -> {t['new']}" for t in threads]
+    if stack:
+        lines += ["", *stack]
     gpu = sum(1 for t in stale if t["gpus"])
     lines += ["", f"Lanes made stale: {len(stale)} task(s), {gpu} of them on a GPU; run them before the move "
                   f"lands: harness sweep --target {target} --base {base}"]
