@@ -151,3 +151,20 @@ def test_new_help_describes_the_lanes_it_writes(capsys):
     cli("new", "--help")
     text = " ".join(capsys.readouterr().out.split())
     assert "on the base and again on the target's filing base" in text and "4 lanes for a PR" in text
+
+
+def test_a_new_pack_lands_above_the_generated_verdicts_and_their_note(lane_repo, capsys):
+    """Round 4, item 4: [packs.24] was written between the "do not edit" note and [verdicts]."""
+    import tomllib
+
+    from harness.lane.tracking.model import VERDICTS_NOTE_LINES
+
+    assert cli("run", "01", "--lane", "bug", "--quiet", *lane_repo.args()) == Exit.OK  # writes [verdicts]
+    before = tomllib.loads((lane_repo.root / "tracking.toml").read_text())
+    assert cli("new", "24", "--target", "fake", *lane_repo.args()) == Exit.OK
+    text = (lane_repo.root / "tracking.toml").read_text()
+    note = "\n".join(VERDICTS_NOTE_LINES)
+    assert text.index("[packs.24]") < text.index(note) < text.index("[verdicts]")
+    assert text[:text.index("[verdicts]")].rstrip("\n").endswith(note)
+    after = tomllib.loads(text)
+    assert after["verdicts"] == before["verdicts"] and set(after["packs"]) == {"01", "24"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable
@@ -186,9 +187,27 @@ class Tracking:
                         gone = f"what this command updates{f' in [packs.{pid}]' if pid else ''} is gone ({exc})"
                     raise ConfigError(f"{self.path}: changed while this command ran; {gone}, so this command's "
                                       "update cannot be applied (nothing written)") from None
-            replace_text(self.path, tomlkit.dumps(doc))
+            replace_text(self.path, note_before_verdicts(tomlkit.dumps(doc)))
         self.doc = doc
         self._edits.clear()
+
+
+def note_before_verdicts(text: str) -> str:
+    """``text`` with the generated table's note right above ``[verdicts]``. tomlkit keeps a comment with the table
+    before it, so a pack table added after the last one (``harness new``, ``migrate``) landed between the note
+    and ``[verdicts]``, under "do not edit". Comments only move: the data is the same."""
+    note = "\n".join(VERDICTS_NOTE_LINES) + "\n"
+    header = re.search(rf"^\[{VERDICTS}\][ \t]*$", text, re.M)
+    at = text.find(note)
+    if header is None or at < 0 or text[:header.start()].rstrip("\n").endswith(note.rstrip("\n")):
+        return text
+    end = at + len(note)
+    while end < len(text) and text[end] == "\n" and text[at - 2:at] == "\n\n":  # the blank line it leaves
+        end += 1
+    rest = text[:at] + text[end:]
+    header = re.search(rf"^\[{VERDICTS}\][ \t]*$", rest, re.M)
+    assert header is not None
+    return rest[:header.start()].rstrip("\n") + "\n\n" + note + "\n" + rest[header.start():]
 
 
 def _set_verdicts(doc, lines: dict[str, str], whole: bool) -> None:
