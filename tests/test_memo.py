@@ -291,5 +291,13 @@ def test_a_remembered_check_says_it_did_not_run_and_names_the_cache(tmp_path, ch
     builds.import_check(build, ["fakemod"], sys.executable, "fake")
     err = " ".join(capsys.readouterr().err.split())
     assert checks == [["fakemod"]]
+    # one line per process, whatever the number of builds (four long lines per run were noise); -v names each
+    assert "are not run again (remembered in the cache every clone on this host shares" in err
+    assert "import check of fake" not in err
+    ui.set_verbosity(1)
+    try:
+        builds.import_check(build, ["fakemod"], sys.executable, "fake")
+    finally:
+        ui.set_verbosity(0)
+    err = " ".join(capsys.readouterr().err.split())
     assert f"import check of fake: not run now; remembered in {build.path / 'import-checks'}" in err
-    assert "shared by every clone on this host" in err

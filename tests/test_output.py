@@ -57,3 +57,43 @@ def test_a_tilelang_trace_with_its_nested_cxx_trace_is_folded_as_one():
     text = b"".join(shown).decode()
     assert "tvm::tl::" not in text and "more line(s) of this trace" in text
     assert text.endswith("InternalError: Check failed: (shared_layout->InputDim() == 2) is false\nBUG_REPRODUCED\n")
+
+
+def test_pytests_failure_report_is_one_line_on_the_console_and_whole_in_the_log():
+    """Round 4, item 9: a passing upstream-test lane that expects failures printed every failure's report."""
+    shown: list[bytes] = []
+    folder = TraceFolder(shown.append)
+    report = [f"E       OSError: cannot download dataset {i}" for i in range(25)]
+    lines = ["tests/test_a.py FFF.                                          [100%]",
+             "=================================== FAILURES ===================================",
+             "_________________________________ test_one _________________________________", *report,
+             "=================================== ERRORS ===================================",
+             "E   fixture 'x' not found",
+             "=========================== short test summary info ============================",
+             "FAILED tests/test_a.py::test_one - OSError", "TESTS_FAILED_AS_EXPECTED"]
+    folder.feed(("\n".join(lines) + "\n").encode())
+    folder.close()
+    text = b"".join(shown).decode()
+    assert "cannot download" not in text and "fixture 'x'" not in text
+    assert "... 28 line(s) of pytest's failure report: in the lane's log" in text
+    assert text.endswith("short test summary info ============================\n"
+                         "FAILED tests/test_a.py::test_one - OSError\nTESTS_FAILED_AS_EXPECTED\n")
+
+
+def test_a_report_cut_off_by_the_end_of_the_output_is_still_said():
+    shown: list[bytes] = []
+    folder = TraceFolder(shown.append)
+    folder.feed(b"== FAILURES ==\nE  boom\nE  boom again")
+    folder.close()
+    assert b"".join(shown) == b"== FAILURES ==\n  ... 2 line(s) of pytest's failure report: in the lane's log " \
+                              b"(receipt)\n"
+
+
+def test_every_lane_folds_traces_on_the_console_and_v_shows_them(lane_repo, capsys):
+    repro = lane_repo.root / "repros" / "fake" / "pack01.py"
+    repro.write_text(repro.read_text().replace("import _lane\n", "import _lane\n" + TRACE.replace(
+        'if os.environ.get("HARNESS_PATCHED") != "1":', "if True:"), 1))
+    assert cli("run", "01", "--lane", "fix", *lane_repo.args()) == Exit.OK  # a fix lane: folded too
+    assert "frame #2:" not in capsys.readouterr().err
+    assert cli("run", "01", "--lane", "fix", "-v", *lane_repo.args()) == Exit.OK
+    assert "frame #59:" in capsys.readouterr().err

@@ -333,9 +333,10 @@ def import_check(build: Build, modules: list[str], python: str, label: str,
         raise BuildError(f"import check of {label}: {exc}") from None
     remembered = memo.get(key)
     if isinstance(remembered, dict):
-        ui.note_once(f"import check of {label}: not run now; remembered in {memo.directory} (key {key[:12]}: "
-                     "it passed there and nothing it depends on changed since; the cache is shared by every clone "
-                     "on this host; PATCHLANE_RECHECK=1 runs it)")
+        ui.note_once("import checks that passed before with nothing they depend on changed are not run again "
+                     "(remembered in the cache every clone on this host shares; PATCHLANE_RECHECK=1 runs them; "
+                     "-v names each)")
+        ui.detail(f"import check of {label}: not run now; remembered in {memo.directory} (key {key[:12]})")
         return remembered
     proc = guard.run([python, "-c", code, *modules], env=env, cwd=cwd)
     if proc.returncode != 0:

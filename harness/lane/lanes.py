@@ -440,8 +440,10 @@ def execute(ctx: Context, prep: Prepared, run_dir: Path | None = None) -> LaneRe
             finished = False
             try:
                 with upstream_tests.gpu_lock(gpus, lane.timeout, f"pack {pack.id} lane {lane.name}"):
-                    # a bug lane's echo keeps the bug's stack trace to its head (all of it is in the log)
-                    echo = (runs.FOLD_TRACES if lane.expect == "BUG_REPRODUCED" else True) if ctx.echo else False
+                    # the echo keeps stack traces to their head and pytest's failure reports to one line (all
+                    # of them are in the log): a bug lane prints its bug's trace, a test lane its expected failures;
+                    # -v shows every line
+                    echo = (runs.FOLD_TRACES if ui.verbosity < 1 else True) if ctx.echo else False
                     outcome = runs.run(cmd, env, Path(tmp_log), lane.timeout, set(sentinels(ctx.root)), echo=echo)
                 finished = not outcome.timed_out and outcome.exit_code is not None and outcome.exit_code >= 0
             finally:

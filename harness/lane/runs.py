@@ -250,9 +250,16 @@ class TraceFolder:
     lines) before its verdict; the log keeps every line, the console says how many it left out and where they
     are. A trace starts at ``Traceback (most recent call last):`` or ``Exception raised from``; it goes on while
     lines are indented, blank, ``frame #..`` or another trace header, and ends at the first other line (the
-    exception's message), which is shown."""
+    exception's message), which is shown.
+
+    pytest's own failure report (an upstream-test lane) is folded whole: its ``= FAILURES =`` and ``= ERRORS =``
+    sections, up to the next ``=`` banner (the short test summary, which is shown), become one line saying how
+    many lines the log holds. A lane that expects failing tests, or sees tests fail on a missing dataset, no
+    longer floods the screen; ``harness run -v`` shows every line."""
 
     KEEP = 3  # lines shown from the head of a trace
+    BANNER = re.compile(rb"^=+ .* =+\r?$")  # pytest's section banners
+    REPORTS = re.compile(rb"^=+ (FAILURES|ERRORS) =+\r?$")
     STARTS = ("Traceback (most recent call last):", "Exception raised from ")
     INSIDE = ("frame #", "During handling of the above exception", "The above exception was the direct cause")
 
@@ -260,6 +267,7 @@ class TraceFolder:
         self._write = write
         self._partial = b""
         self._block: list[bytes] | None = None
+        self._report: list[bytes] | None = None  # inside pytest's FAILURES / ERRORS section
 
     def feed(self, chunk: bytes) -> None:
         *lines, self._partial = (self._partial + chunk).split(b"\n")
@@ -271,10 +279,21 @@ class TraceFolder:
             self._line(self._partial)
             self._partial = b""
         self._end_block()
+        self._end_report()
 
     NESTED = "Traceback (most recent call last):"  # TVM/TileLang: "tvm.error.InternalError: Traceback (most ..."
 
     def _line(self, line: bytes) -> None:
+        bare = line.rstrip(b"\n")
+        if self._report is not None:
+            if not self.BANNER.match(bare) or self.REPORTS.match(bare):
+                self._report.append(line)
+                return
+            self._end_report()
+        elif self.REPORTS.match(bare):
+            self._end_block()
+            self._report = [line]
+            return
         text = line.decode("utf-8", errors="replace")
         if self._block is None:
             if text.startswith(self.STARTS) or self.NESTED in text:
@@ -289,6 +308,13 @@ class TraceFolder:
             return
         self._end_block()
         self._write(line)
+
+    def _end_report(self) -> None:
+        report, self._report = self._report, None
+        if report is not None:
+            self._write(report[0])
+            self._write(f"  ... {len(report) - 1} line(s) of pytest's failure report: in the lane's log (receipt)\n"
+                        .encode())
 
     def _end_block(self) -> None:
         block, self._block = self._block, None
@@ -314,7 +340,7 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path, timeout: float, sen
     ``sentinels`` is the vocabulary of verdict lines to look for in the log. The log keeps at most ``cap``
     bytes (default ``LOG_CAP``) of the output, its beginning and its end, with a line that says how much was
     left out between them (``Outcome.omitted_bytes``); the console (``echo``) sees everything, but for stack
-    traces with ``echo=FOLD_TRACES`` (``TraceFolder``: a lane that expects to reproduce a bug).
+    traces and pytest's failure reports with ``echo=FOLD_TRACES`` (``TraceFolder``: every lane, unless -v).
     """
     start = time.monotonic()
     timed_out = False
