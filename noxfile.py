@@ -172,8 +172,13 @@ def _lane_env(session: nox.Session, spec) -> Path:
     """Create and install the target's shared virtualenv when its stamp changed; return its directory."""
     python = find_interpreter(spec.python) if spec.python else sys.executable
     if python is None:
-        session.error(f"{spec.name} needs python{spec.python} (upstream/{spec.target}.toml sets "
-                      f"python = \"{spec.python}\"): none on PATH runs, nor under pyenv's versions/")
+        why = (f"{spec.name} needs python{spec.python} (upstream/{spec.target}.toml sets python = "
+               f"\"{spec.python}\"): none on PATH runs, nor under pyenv's versions/; its lane environment cannot be "
+               f"installed: exit {int(Exit.BUILD)} (BUILD)")
+        if _selected(session) > 1:
+            session.error(why)  # let nox run the others and print its summary
+        session.warn(why)
+        raise SystemExit(int(Exit.BUILD))  # alone: 1 would read as a verdict mismatch
     version = spec.python or "{}.{}".format(*sys.version_info[:2])
     envdir = session.cache_dir.resolve().parent / spec.lane_env(version)
     stamp_path = envdir / STAMP_FILE

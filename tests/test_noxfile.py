@@ -211,3 +211,17 @@ def test_one_broken_pack_file_fails_its_own_session_in_one_line_and_no_other(nox
     bad = nox(root, "-s", "fake_pack02")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert "patches/fake/02/pack.toml" in bad.stderr and "line 3" in bad.stderr
+
+
+def test_a_missing_interpreter_is_exit_build_not_a_verdict_mismatch(nox_repo):
+    """Round 4, item 13: a pack session without its python3.12 exited 1, which reads as a verdict mismatch."""
+    root, _ = nox_repo
+    codes(root, p01=0, p02=0)
+    manifest = root / "upstream" / "fake.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace('target = "fake"\n', 'target = "fake"\npython = "3.99"\n', 1))
+    alone = nox(root, "-s", "fake_pack01")
+    assert alone.returncode == Exit.BUILD, alone.stderr
+    assert "needs python3.99" in alone.stderr and "exit 6 (BUILD)" in alone.stderr and "Traceback" not in alone.stderr
+    both = nox(root, "-s", "fake_pack01", "fake_pack02")
+    assert both.returncode == 1 and both.stderr.count("needs python3.99") >= 2  # nox's summary of several

@@ -50,3 +50,16 @@ def test_the_readme_discards_a_run_as_the_run_says():
     assert "`git checkout -- tracking.toml && git clean -fdq -- receipts/`" in text
     source = (REPO / "harness" / "commands" / "run.py").read_text()
     assert '"git checkout -- tracking.toml"' in source and 'f"git clean -fdq -- {pack_dir}/"' in source
+
+
+def test_the_readme_names_every_session_but_the_per_pack_and_per_target_ones():
+    """Round 4, item 13: the README's list of sessions left out tests_slurm, refresh and attached_scripts."""
+    import ast
+
+    tree = ast.parse((REPO / "noxfile.py").read_text())
+    sessions = {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                and any("session" in ast.unparse(d) for d in f.decorator_list)}
+    readme = (REPO / "README.md").read_text()
+    assert sessions and {"tests", "lint"} <= sessions
+    assert [s for s in sorted(sessions) if f"`{s}`" not in readme] == []
+    assert "`stack_<target>`" in readme and "`<target>_pack<NN>`" in readme

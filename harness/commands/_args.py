@@ -50,8 +50,7 @@ def add_verbosity(p: argparse.ArgumentParser, top: bool = False) -> None:
     default = 0 if top else argparse.SUPPRESS
     p.add_argument("-v", "--verbose", action="count", default=default, help="more detail on stderr (repeatable)")
     p.add_argument("-q", "--quiet", action="count", default=default,
-                   help="no progress or notes on stderr (warnings and errors stay); 'run' also stops echoing "
-                        "the reproducer's output")
+                   help="no progress or notes on stderr (warnings and errors stay)")
 
 
 def output_format(p: argparse.ArgumentParser) -> None:
