@@ -45,7 +45,7 @@ def test_lanes_world_sizes_and_hardware(pack):
     }
     assert {lane.name: (lane.nproc, pack.lane_requires(lane)) for lane in pack.lanes} == want
     for lane in pack.lanes:  # every lane is a torchrun launch
-        cmd = launch_command("python3", lane.nproc, REPRO, list(lane.args))
+        cmd = launch_command("python3", lane.nproc, REPRO, list(lane.args), Path("rank-lines.lock"))
         assert cmd[1:3] == ["-m", "torch.distributed.run"] and f"--nproc_per_node={lane.nproc}" in cmd
 
 
