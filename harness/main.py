@@ -40,7 +40,7 @@ ENVIRONMENT = (
                                "request header)"),
     ("GITHUB_USER", "the filer's GitHub login for 'threads refresh' (default: the token's own)"),
     ("PATCHLANE_GITHUB_RECORDED", "recorded GitHub answers for 'related', readiness and 'threads refresh --offline' "
-                                  "(default: tests/fixtures/github)"),
+                                  "(default: upstream/github)"),
     ("PATCHLANE_PYCACHE", "where the Python processes the harness starts keep compiled modules (default: "
                           "<cache>/pycache, never beside a source, even under PYTHONDONTWRITEBYTECODE); 'off': "
                           "Python's own; an inherited PYTHONPYCACHEPREFIX is kept"),

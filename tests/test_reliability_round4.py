@@ -400,14 +400,14 @@ def test_a_body_past_the_cap_is_refused_without_reading_it_all(lane_repo, serve,
     assert "answer of 52428800 bytes, more than the 1048576" in capsys.readouterr().err
 
 
-def test_related_never_answers_from_the_test_fixtures_when_github_times_out(lane_repo, serve, capsys, monkeypatch):
+def test_related_never_answers_from_the_record_when_github_times_out(lane_repo, serve, capsys, monkeypatch):
     monkeypatch.delenv("PATCHLANE_GITHUB_RECORDED", raising=False)
-    (lane_repo.root / "tests" / "fixtures" / "github" / "search" / "issues").mkdir(parents=True)
+    (lane_repo.root / "upstream" / "github" / "search" / "issues").mkdir(parents=True)
     url = serve(_trickle)
     assert _related(lane_repo, url, "--timeout", "2", "--json") == Exit.UPSTREAM
     out = capsys.readouterr()
     assert out.out == ""  # no answer at all, rather than test data passed off as GitHub's
-    assert "not answering from the recorded test answers in" in out.err and "--offline" in out.err
+    assert "not answering from the recorded answers in" in out.err and "--offline" in out.err
 
 
 # --------------------------------------------------------------------------- a bundle under another Python

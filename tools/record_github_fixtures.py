@@ -1,4 +1,4 @@
-"""Rebuild tests/fixtures/github/ (the recorded GitHub answers `harness related` reads offline).
+"""Rebuild upstream/github/ (the recorded GitHub answers `harness related` reads offline).
 
 The API itself cannot be reached from where this project runs, so the answers are reconstructed:
 
@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "tests" / "fixtures" / "github"
+OUT = ROOT / "upstream" / "github"
 
 # number: (kind, title, state, created_at, updated_at, merged_at, user, target branch, summary)
 # Dates and titles are as read in the public thread text; "" where not read (README: what that means).

@@ -1,10 +1,10 @@
 """``harness related PACK|--all``: upstream commits, PRs and issues overlapping a pack, ranked, with decisions.
 
 The GitHub API is asked (token from GITHUB_TOKEN / GH_TOKEN); ``--offline`` reads recorded answers instead
-(``--recorded DIR``, $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github).
+(``--recorded DIR``, $PATCHLANE_GITHUB_RECORDED, else upstream/github).
 Rate limits stop the command with one line (exit 9). When GitHub cannot be reached, only recorded answers asked
-for by name (``--recorded``, $PATCHLANE_GITHUB_RECORDED) stand in, with a warning; the repository's own test
-fixtures never do (exit 9). See docs/related.md.
+for by name (``--recorded``, $PATCHLANE_GITHUB_RECORDED) stand in, with a warning; the project's own dated record
+(upstream/github) never does (exit 9). See docs/related.md.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--offline", action="store_true", help="do not ask GitHub: use recorded answers only")
     p.add_argument("--recorded", type=Path, default=None, metavar="DIR",
-                   help="recorded GitHub answers (default: $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github)")
+                   help="recorded GitHub answers (default: $PATCHLANE_GITHUB_RECORDED, else upstream/github)")
     p.add_argument("--api-url", default=None, help="GitHub REST API root (default: https://api.github.com)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per API request (default: %(default)s)")
     p.add_argument("--days", type=int, default=related.SEARCH_DAYS,
@@ -69,8 +69,8 @@ def sources(ctx, args, pack_ids: list[str]) -> related.Sources:
             line = related.offline_line(pack_ids)
             raise github.Unreachable(f"{exc}; {line}", hint=line.hint) from None
         if args.recorded is None and not os.environ.get("PATCHLANE_GITHUB_RECORDED"):  # related.RECORDED_ENV
-            # the repository's own test fixtures: never a live answer in disguise
-            raise github.Unreachable(f"{exc}; not answering from the recorded test answers in {rec} in its place",
+            # the project's recorded answers (dated): never a live answer in disguise
+            raise github.Unreachable(f"{exc}; not answering from the recorded answers in {rec} in its place",
                                      hint="retry with the network, or ask for recorded answers by name: --offline, "
                                           f"--recorded DIR or ${related.RECORDED_ENV}") from None
         ui.warn(f"{exc}; using the recorded answers in {rec} (asked for by "

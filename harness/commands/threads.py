@@ -28,7 +28,7 @@ def register(sub) -> None:
                    help="read recorded answers instead of the API and only report (tracking.toml is not changed: "
                         "recorded answers are not today's state)")
     p.add_argument("--recorded", type=Path, default=None, metavar="DIR",
-                   help="recorded GitHub answers (default: $PATCHLANE_GITHUB_RECORDED, else tests/fixtures/github)")
+                   help="recorded GitHub answers (default: $PATCHLANE_GITHUB_RECORDED, else upstream/github)")
     p.add_argument("--api-url", default=None, help="GitHub REST API root (default: https://api.github.com)")
     p.add_argument("--timeout", type=float, default=15.0, help="seconds per API request (default: %(default)s)")
     _args.common(p)
@@ -44,7 +44,7 @@ def main(args) -> int:
         rec = related.recorded_dir(ctx.root, args.recorded)
         if rec is None:
             raise UsageError("--offline: no recorded GitHub answers (--recorded DIR, $PATCHLANE_GITHUB_RECORDED, or "
-                             "tests/fixtures/github)")
+                             "upstream/github)")
         client = github.Recorded(rec)
     else:
         client = github.GitHub(args.api_url or github.DEFAULT_API, github.token_from_env(), args.timeout)

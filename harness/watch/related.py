@@ -596,17 +596,17 @@ def undecided(pack: Pack, candidates: Iterable[Candidate], gating: Overlap = GAT
 def offline_line(pack_ids: list[str]) -> UpstreamError:
     return UpstreamError(f"no network and no recorded GitHub answers: PRs and issues of pack(s) "
                          f"{', '.join(pack_ids)} cannot be searched",
-                         hint="point --recorded at a directory of recorded answers (tests/fixtures/github), or "
+                         hint="point --recorded at a directory of recorded answers (upstream/github), or "
                               "retry with the network")
 
 
 RECORDED_ENV = "PATCHLANE_GITHUB_RECORDED"
-RECORDED_DEFAULT = Path("tests") / "fixtures" / "github"  # the repository's own recorded answers (CI, offline)
+RECORDED_DEFAULT = Path("upstream") / "github"  # the project's recorded answers, dated (CI, offline)
 
 
 def recorded_dir(root: Path, given: Path | None = None) -> Path | None:
     """Recorded GitHub answers to use: ``given``, else ``$PATCHLANE_GITHUB_RECORDED``, else the repository's
-    ``tests/fixtures/github`` when it holds search answers; None when there are none."""
+    ``upstream/github`` when it holds search answers; None when there are none."""
     import os
 
     for d in (given, os.environ.get(RECORDED_ENV) or None, root / RECORDED_DEFAULT):
