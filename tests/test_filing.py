@@ -138,6 +138,29 @@ def test_a_script_may_use_scratch_paths_and_loopback_but_no_private_paths():
 
 # ---------------------------------------------------------------------------------------------- the body
 
+def test_body_into_a_directory_it_cannot_write_names_the_path_and_leaves_nothing(ran, capsys, tmp_path):
+    """#55: body in a read-only checkout exited 70 (an internal error) instead of naming the path."""
+    import os
+
+    locked = tmp_path / "read-only"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root ignores the mode: a file standing where the directory must be
+            locked.chmod(0o700)
+            blocker = tmp_path / "blocked"
+            blocker.write_text("a file, not a directory")
+            target = blocker / "01-pr.md"
+        else:
+            target = locked / "01-pr.md"
+        assert cli("body", "01", "-o", str(target), *ran.args()) == Exit.IO
+    finally:
+        locked.chmod(0o700)
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cannot write pack 01's body" in err and str(target.parent) in err and "Traceback" not in err
+    assert not target.exists()
+
+
 def test_body_is_built_from_the_patch_and_the_receipts_and_stdout_holds_only_it(ran, capsys):
     assert cli("body", "01", *ran.args()) == Exit.OK
     out = capsys.readouterr()

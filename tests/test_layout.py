@@ -204,3 +204,20 @@ def test_a_recorded_template_directory_that_is_a_link_is_refused(tmp_path):
     manifest = SimpleNamespace(path=tmp_path / "repo" / "upstream" / "fake.toml", target="fake")
     with pytest.raises(ConfigError, match="templates/upstream/fake: a symbolic link"):
         pr_template.recorded_dir(manifest)
+
+
+def test_a_committed_pack_file_deleted_from_the_checkout_fails_check(lane_repo, capsys):
+    """#55: a deleted pack.toml passed check; the pack then declared nothing and its nox session had no lanes."""
+    from conftest import git
+
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    git(lane_repo.root, "init", "-q")
+    git(lane_repo.root, "add", "-A")
+    git(lane_repo.root, "commit", "-q", "-m", "checkout")
+    assert cli("check", *lane_repo.args()) == Exit.OK
+    lane_repo.root.joinpath(*PACK_FILE).unlink()
+    capsys.readouterr()
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    assert "pack 01: patches/fake/01/pack.toml is committed but missing here" in err
+    assert "git checkout -- patches/fake/01/pack.toml" in err

@@ -11,7 +11,7 @@ from harness import filing
 from harness.base import ui
 from harness.commands import _args
 from harness.commands._context import context
-from harness.errors import Exit, LintError, UsageError
+from harness.errors import Exit, LintError, UsageError, WriteError
 from harness.filing import readiness
 from harness.filing.check import committed, docs_texts, linked_issue_name
 
@@ -97,16 +97,21 @@ def main(args) -> int:
         raise LintError(f"pack {pack.id}: the body or its reproducer failed lint ({len(rendered.findings)} "
                         "finding(s)); nothing was written or posted")
     out = args.out or ctx.root / "dist" / "filing" / f"{pack.id}-{pack.kind}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(rendered.body, encoding="utf-8")
-    script_file = None
-    if rendered.script is not None:
-        script_file = out.parent / rendered.script[0]
-        script_file.write_text(rendered.script[1], encoding="utf-8")
-    feature_file = None
-    if rendered.companion is not None:
-        feature_file = out.parent / linked_issue_name(pack)
-        feature_file.write_text(rendered.companion[1], encoding="utf-8")
+    script_file = out.parent / rendered.script[0] if rendered.script is not None else None
+    feature_file = out.parent / linked_issue_name(pack) if rendered.companion is not None else None
+    texts = [(out, rendered.body), *([(script_file, rendered.script[1])] if script_file and rendered.script else []),
+             *([(feature_file, rendered.companion[1])] if feature_file and rendered.companion else [])]
+    written: list = []
+    try:  # a read-only checkout or a full disk: the path and the reason in one line, never an internal error
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for path, text in texts:
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+    except OSError as exc:
+        for path in written:  # the body without its script is no filing: nothing is left half-written
+            path.unlink(missing_ok=True)
+        raise WriteError.of(exc, f"pack {pack.id}'s body", out.parent,
+                            hint="write it elsewhere with -o PATH (a writable directory)") from None
     plan = filing.gh_plan(ctx.root, rendered, out, script_file, args.head, feature_file)
     state = readiness.readiness(ctx, pack, allow_download=not args.no_apply)
     ui.info(f"body: {out}" + (f"; reproducer: {script_file}" if script_file else "")

@@ -32,6 +32,13 @@ def main(args) -> int:
     ctx = context(args)  # loading validates tracking.toml and the manifests it names
     for target in pins.list_targets(ctx.root):
         pins.load_manifest(ctx.root, target)
+    committed = _committed_pack_files(ctx.root)
+    for pack in ctx.tracking.packs.values():  # a deleted pack.toml leaves a pack that declares nothing: no lanes
+        if pack.declared_in in committed and not (ctx.root / pack.declared_in).is_file():
+            raise ConfigError(f"pack {pack.id}: {pack.declared_in} is committed but missing here, so the pack "
+                              "declares nothing (no files, reproducer or lanes)",
+                              hint=f"git checkout -- {pack.declared_in} (deleted by mistake?), or 'git rm' it "
+                                   "with the pack")
     n_patches = n_ported = 0
     ported_bases: set[str] = set()
     for pack in ctx.tracking.packs.values():
@@ -89,6 +96,15 @@ def suite_selections(ctx) -> list[suite.Selection]:
         ctx.tracking.pack(sel.pack)
         out.append(sel)
     return out
+
+
+def _committed_pack_files(root) -> set[str]:
+    """The pack.toml files git's index holds (none outside a git checkout): one deleted from the working tree is a
+    pack that silently declares nothing, so check names it."""
+    from harness.upstream import git
+
+    done = git.call(root, "ls-files", "-z", "--", "patches/*/*/pack.toml")
+    return {p for p in done.stdout.split("\0") if p} if done.ok else set()
 
 
 def unknown_keys(root) -> list[str]:
