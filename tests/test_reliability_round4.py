@@ -239,6 +239,18 @@ def test_a_filing_target_in_another_repository_is_refused(lane_repo, capsys):
     assert cli("check", *lane_repo.args()) == Exit.OK  # the same repository, in GitHub's own case-blindness
 
 
+@pytest.mark.parametrize(("url", "said"), [
+    ("https://github.com:443/fake-org/fakepkg/pull/9", "with a port (github.com:443)"),
+    ("https://github.com./fake-org/fakepkg/pull/9", "with a trailing dot (github.com.)"),
+    ("https://someone@github.com/fake-org/fakepkg/pull/9", "with user info"),
+])
+def test_a_thread_url_spelling_github_another_way_is_refused(lane_repo, capsys, url, said):
+    """#55: a port or a trailing dot made one thread two entries, past the duplicate and filing-target checks."""
+    lane_repo.write_tracking(extra=_thread(url))
+    err = _refused(lane_repo, capsys)
+    assert f"tracking.toml:{_line_of(lane_repo, url)} [packs.01] threads[0]: {url} names GitHub's host {said}" in err
+
+
 def test_the_committed_tracking_toml_still_loads():
     from harness.lane.tracking import Tracking
 

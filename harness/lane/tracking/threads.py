@@ -36,6 +36,30 @@ def _thread_key(url: str) -> str:
     return f"{m.group(1)}/{m.group(2)}#{m.group(3).lstrip('0') or '0'}".lower()
 
 
+def _odd_github_host(url: str) -> str:
+    """How ``url``'s host part differs from a plain ``github.com`` (a port, a trailing dot, user info), or ""
+    when it is plain or not GitHub at all: such a URL names the same thread under another spelling, and slipped
+    past the check of one entry per thread and of the filing target's repository."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url.strip())
+        host = (parts.hostname or "").rstrip(".")
+        port = parts.port
+    except ValueError:
+        return ""
+    if host not in ("github.com", "www.github.com"):
+        return ""
+    netloc = parts.netloc.lower()
+    if "@" in netloc:
+        return "with user info"
+    if port is not None or netloc.endswith(":"):
+        return f"with a port ({netloc})"
+    if netloc.endswith("."):
+        return f"with a trailing dot ({netloc})"
+    return ""
+
+
 def _repo_slug(url: str) -> str:
     """``owner/repo`` (lower case) of a GitHub URL, "" for any other."""
     m = re.match(r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s#?]+?)(?:\.git)?(?:[/?#].*)?$", url.strip(),
@@ -73,6 +97,10 @@ def _check_threads(threads: tuple[Thread, ...], manifest: pins.Manifest, pid: st
         nth = count.get(th.url.lower(), 0)
         count[th.url.lower()] = nth + 1
         here = _located(f"{where} threads[{i}]", pid, th.url, nth)
+        odd = _odd_github_host(th.url)
+        if odd:
+            raise ConfigError(f"{here}: {th.url} names GitHub's host {odd}; write it https://github.com/OWNER/REPO/"
+                              "pull/N (or issues/N), as GitHub links it, so one thread is one entry")
         if key in seen:
             j, first = seen[key]
             how = (f"with contradictory states ({first.state!r} there, {th.state!r} here)" if first.state != th.state
