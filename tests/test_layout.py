@@ -161,6 +161,17 @@ def test_sync_leaves_a_conflict_among_what_people_wrote_to_them(lane_repo, capsy
     assert path.read_text() == text
 
 
+def test_a_note_that_underlines_with_equals_signs_does_not_block_sync(lane_repo, capsys):
+    """#55: a multi-line note holding a line of seven '=' read as a merge conflict, and sync refused to run."""
+    path = lane_repo.root / "tracking.toml"
+    text = path.read_text().replace('state = "ready"', 'state = "ready"\nnote = """Findings\n=======\n'
+                                                       '<<<<<<< quoted from a thread\nnone"""', 1)
+    path.write_text(text)
+    assert cli("receipts", "sync", *lane_repo.args()) == Exit.OK
+    assert path.read_text().startswith(text.rstrip("\n").split("\n[verdicts]")[0][:200])
+    assert 'note = """Findings\n=======\n' in path.read_text()
+
+
 def test_new_writes_the_standing_entry_and_the_pack_file_beside_the_series(lane_repo):
     assert cli("new", "24", "--target", "fake", "--title", "a new pack", "--requires", "cpu",
                *lane_repo.args()) == Exit.OK

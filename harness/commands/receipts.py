@@ -8,6 +8,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import tomllib
 from pathlib import Path
 
 from harness.base import tarsafe, ui
@@ -86,6 +87,11 @@ def _drop_conflicted_verdicts(path: Path) -> None:
         return  # the load reports it
     if not any(_CONFLICT.match(line) for line in lines):
         return
+    try:  # a marker-like line inside a multi-line string (a note that underlines with =======) is no conflict:
+        tomllib.loads("\n".join(lines))  # real markers never parse as TOML
+        return
+    except tomllib.TOMLDecodeError:
+        pass
     note = set(VERDICTS_NOTE_LINES)
     start = len(lines)
     while start > 0 and (_CONFLICT.match(lines[start - 1]) or not lines[start - 1].strip()
