@@ -530,3 +530,14 @@ def test_protocol_lines_glued_by_two_ranks_are_read_apart():
     runs.parse_log(f"HOST_STAMP {one}HOST_STAMP {two}\n\nBUG_REPRODUCED {{}}\n", outcome, {"BUG_REPRODUCED"})
     assert outcome.stamp_problem is None and [s["rank"] for s in outcome.stamps] == [0, 1]
     assert outcome.sentinels == [("BUG_REPRODUCED", {})]
+
+
+@pytest.mark.parametrize("brk", ["\u2028", "\u2029", "\x0c", "\x0b", "\x85", "\x1e", "\r"])
+def test_a_sentinel_after_a_unicode_line_break_inside_a_line_is_not_a_line(brk):
+    """#55: str.splitlines breaks at U+2028 and its kin, so a value printed with one inside passed a sentinel."""
+    from harness.lane import runs
+
+    outcome = runs.Outcome(exit_code=0, duration_s=0.1, timed_out=False)
+    text = f'HOST_STAMP {{"rank": 0}}\nprinted value{brk}FIX_VALIDATED {{}}\nCONTRACT_HELD {{}}\r\n'
+    runs.parse_log(text, outcome, {"FIX_VALIDATED", "CONTRACT_HELD"})
+    assert outcome.sentinels == [("CONTRACT_HELD", {})]  # a "\r\n" line end is still a line end

@@ -429,7 +429,10 @@ def protocol_lines(text: str, sentinels: set[str]):
     on one line. A protocol tag right after a JSON object's closing brace starts a line of its own."""
     tags = "|".join(re.escape(t) for t in sorted({"HOST_STAMP", "FIGURE", "SKIPPED", *sentinels}))
     glued = re.compile(rf"(?<=\}})(?=(?:{tags}) )")
-    for no, line in enumerate(text.splitlines(), 1):
+    # lines as the reproducer wrote them: ends at "\n" only (str.splitlines also breaks at U+2028, form feeds,
+    # vertical tabs ..., so a sentinel after one of those inside a printed value passed for a line of its own)
+    for no, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         for part in glued.split(line):
             yield no, part
 
