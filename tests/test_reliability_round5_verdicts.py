@@ -373,8 +373,15 @@ def test_a_receipt_dated_2099_is_refused_and_never_counts_as_latest(lane_repo, r
     assert receipts.latest(lane_repo.root, "fake", "01", "bug").dir.name == remote["bug"].name
     capsys.readouterr()
     assert cli("status", "01", "--json", *args) in (Exit.OK, Exit.MISMATCH)
-    lanes = {e["name"]: e["receipt"] for e in json.loads(capsys.readouterr().out)["packs"][0]["lanes"]}
+    out = capsys.readouterr()
+    lanes = {e["name"]: e["receipt"] for e in json.loads(out.out)["packs"][0]["lanes"]}
     assert lanes["bug"]["path"] == f"receipts/fake/01/{remote['bug'].name}"
+    # passed over, but not without a word (#55: a host clock an hour ahead lost a receipt silently)
+    said = " ".join(out.err.split())
+    assert f"receipts/fake/01/{future.name} says it started 2099-01-01T00:00:00Z, after this host's now" in said
+    assert cli("receipts", "verify", "--json", *args) == Exit.OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["future"] == [{"path": f"receipts/fake/01/{future.name}", "started": "2099-01-01T00:00:00Z"}]
 
 
 def test_a_receipt_an_import_stopped_midway_copied_is_recorded_by_the_next(lane_repo, remote, tmp_path, monkeypatch):

@@ -247,6 +247,7 @@ def _verify(ctx, args) -> int:
     except (HarnessError, OSError):  # a receipt that cannot be read is reported above as such; no line to compare
         missing = []
     missing = wrong + missing
+    future = receipts.future_dated(ctx.root)
     code = Exit.TAMPERED if bad or missing else Exit.OK
     if getattr(args, "json", False):
         ui.out.file.write(json.dumps({
@@ -255,6 +256,7 @@ def _verify(ctx, args) -> int:
             "legacy": [str(c.dir.relative_to(ctx.root)) for c in legacy],
             "withdrawn": [{"path": str(d.relative_to(ctx.root)), "reason": w.reason, "date": w.date}
                           for d, w in sorted(gone.items())],
+            "future": [{"path": receipts.display_path(r.dir, ctx.root), "started": r.started} for r in future],
             "bad": [{"path": str(c.dir.relative_to(ctx.root)), "problems": list(c.problems)} for c in bad]
             + [{"path": None, "problems": [line]} for line in missing]}, indent=2) + "\n")
         return int(code)
@@ -263,6 +265,9 @@ def _verify(ctx, args) -> int:
                   "against its log, not by a digest)")
     for d, w in sorted(gone.items()):
         ui.data(f"withdrawn {d.relative_to(ctx.root)} ({w.date}): {w.reason}")
+    for rec in future:
+        ui.data(f"dated after now {receipts.display_path(rec.dir, ctx.root)}: started {rec.started}; it counts for "
+                "no lane until then (a host clock ahead?)")
     for c in bad:
         ui.data(f"BAD {c.dir.relative_to(ctx.root)}: {'; '.join(c.problems)}")
     for line in missing:

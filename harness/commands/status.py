@@ -69,6 +69,9 @@ def main(args) -> int:
         # the packs as written, new thread states included (a Context is frozen: a new one, same options)
         ctx = dataclasses.replace(ctx, tracking=Tracking.load(ctx.root))
     packs = [ctx.tracking.pack(args.pack)] if args.pack else list(ctx.tracking.packs.values())
+    for rec in receipts.future_dated(ctx.root, *((packs[0].target, packs[0].id) if args.pack else ())):
+        ui.warn(f"{receipts.display_path(rec.dir, ctx.root)} says it started {rec.started}, after this host's now: "
+                "it counts for no lane until then (the host that wrote it had its clock ahead?)")
     memo: dict = {}
     # seconds of apply checks, related-work scans and body checks: say so on stderr, with a heartbeat off a terminal
     with ui.status(f"computing the readiness of {len(packs)} pack(s) (apply checks, receipts, bodies)"):

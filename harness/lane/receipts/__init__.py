@@ -37,6 +37,7 @@ from harness.lane.receipts.index import (
     dated_in_future,
     display_path,
     find,
+    future_dated,
     host_description,
     host_label,
     latest,
@@ -73,8 +74,8 @@ from harness.lane.receipts.writer import helper_digests, write, write_manifest
 __all__ = [
     "BaseRecord", "BuildRecord", "Check", "Figure", "HarnessRecord", "Host", "KernelCacheRecord", "LOG",
     "LogRecord", "MANIFEST", "PatchRecord", "RECEIPT", "Receipt", "ReproducerRecord", "SCHEMA", "Sentinel",
-    "Verdict", "check_dir", "dated_in_future", "display_path", "dump", "find", "helper_digests", "host_description",
-    "host_label", "latest", "latest_by_lane", "latest_per_lane", "load", "log_text", "receipts_root", "run_dirs",
-    "stamp_time", "suite_logs", "utc_now", "verdict_line", "verify", "withdrawn", "write",
-    "write_manifest",
+    "Verdict", "check_dir", "dated_in_future", "display_path", "dump", "find", "future_dated", "helper_digests",
+    "host_description", "host_label", "latest", "latest_by_lane", "latest_per_lane", "load", "log_text",
+    "receipts_root", "run_dirs", "stamp_time", "suite_logs", "utc_now", "verdict_line", "verify", "withdrawn",
+    "write", "write_manifest"
 ]

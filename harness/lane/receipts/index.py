@@ -70,6 +70,13 @@ def dated_in_future(receipt: Receipt, now: datetime | None = None) -> bool:
     return when is None or when > (now or utc_now()) + FUTURE_SKEW
 
 
+def future_dated(root: Path, target: str | None = None, pack: str | None = None) -> list[Receipt]:
+    """The receipts (of a target or pack) that ``latest_per_lane`` leaves out for starting after now: a host whose
+    clock ran ahead wrote them. Commands that read receipts say so rather than drop them without a word."""
+    now = utc_now()
+    return [r for r in find(root, target, pack) if dated_in_future(r, now)]
+
+
 def latest_per_lane(found: Iterable[Receipt]) -> dict[str, Receipt]:
     """The one rule of "latest", for ``status``, ``list`` (through tracking.toml), ``receipts show``, the suite
     verdict and tracking.toml alike: per lane, the receipt whose run started last by its parsed UTC time (ties:
