@@ -232,3 +232,26 @@ def test_a_committed_pack_file_deleted_from_the_checkout_fails_check(lane_repo, 
     err = " ".join(capsys.readouterr().err.split())
     assert "pack 01: patches/fake/01/pack.toml is committed but missing here" in err
     assert "git checkout -- patches/fake/01/pack.toml" in err
+
+
+def test_a_pack_file_over_the_size_bound_is_refused_before_it_is_parsed(lane_repo, capsys):
+    """#55: a 100 MB pack.toml took 212 s and 762 MB to load before anything was said."""
+    import time
+
+    from harness.base.regular import MAX_TOML_BYTES
+    from harness.lane.sessions import pack_sessions
+
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root.joinpath(*PACK_FILE)
+    with path.open("a") as fh:  # valid TOML all the way: only its size is wrong
+        line = "# " + "x" * 1000 + "\n"
+        for _ in range(MAX_TOML_BYTES // len(line) + 2):
+            fh.write(line)
+    capsys.readouterr()
+    started = time.monotonic()
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    assert time.monotonic() - started < 30
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"patches/fake/01/pack.toml: {path.stat().st_size} bytes, more than the {MAX_TOML_BYTES}" in err
+    [session] = pack_sessions(lane_repo.root)  # the noxfile's reader: that pack's session fails, in one line
+    assert session.error and "more than the" in session.error

@@ -18,6 +18,11 @@ _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"), (sta
           (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
+# The most a TOML file of this repository may hold (tomlutil, and the noxfile's stdlib-only reader). tracking.toml
+# is tens of KiB, a pack.toml a few: a 100 MB file took minutes and most of a GiB to parse before anything was said.
+MAX_TOML_BYTES = 4 << 20
+
+
 class NotRegular(OSError):
     """A path that is not a regular file (or leaves the tree it was read from); its message names both."""
 

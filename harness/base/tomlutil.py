@@ -14,6 +14,7 @@ from harness.base import regular
 from harness.errors import ConfigError
 
 _MISSING = object()
+MAX_BYTES = regular.MAX_TOML_BYTES
 
 
 def load_document(path: Path) -> tomlkit.TOMLDocument:
@@ -23,6 +24,13 @@ def load_document(path: Path) -> tomlkit.TOMLDocument:
     and tables that tomlkit accepts or reports without a line) and then parsed with tomlkit, so
     every problem is reported as ``<file>:<line>: ...``.
     """
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # read_bytes below says what is wrong with it
+    if size > MAX_BYTES:
+        raise ConfigError(f"{path}: {size} bytes, more than the {MAX_BYTES} a TOML file of this repository may hold; "
+                          "not read (a paste or a generated table gone wrong?)")
     try:
         data = regular.read_bytes(path, follow=True)  # a FIFO, a device or a directory is refused, never waited on
     except FileNotFoundError:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.base.fingerprint import file_identity
+from harness.base.regular import MAX_TOML_BYTES as MAX_BYTES
 from harness.errors import Exit  # stdlib-only, like this module (the noxfile imports both)
 
 HEARTBEAT_S = 15.0  # as harness.base.ui: a line at least this often while a long step runs off a terminal
@@ -121,9 +122,12 @@ def pack_sessions(root: Path) -> list[PackSession]:
 
 
 def _read_pack_file(path: Path) -> dict:
-    """A pack's own file as TOML ({} when the pack has none)."""
+    """A pack's own file as TOML ({} when the pack has none); one over tomlutil.MAX_BYTES is not parsed."""
     if not path.is_file():
         return {}
+    if path.stat().st_size > MAX_BYTES:
+        raise OSError(f"{path.stat().st_size} bytes, more than the {MAX_BYTES} a TOML file of this repository may "
+                      "hold; not read")
     with open(path, "rb") as fh:
         return tomllib.load(fh)
 
