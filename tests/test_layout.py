@@ -4,6 +4,7 @@ declares; ``harness migrate`` moves an older tracking.toml's declarations out wi
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 
 import pytest
@@ -255,3 +256,21 @@ def test_a_pack_file_over_the_size_bound_is_refused_before_it_is_parsed(lane_rep
     assert f"patches/fake/01/pack.toml: {path.stat().st_size} bytes, more than the {MAX_TOML_BYTES}" in err
     [session] = pack_sessions(lane_repo.root)  # the noxfile's reader: that pack's session fails, in one line
     assert session.error and "more than the" in session.error
+
+
+@pytest.mark.parametrize(("edit", "key"), [
+    (lambda t: t.replace('expect = "FIX_VALIDATED"', 'expect = "FIX_VALIDATE"', 1), 'expect = "FIX_VALIDATE"'),
+    (lambda t: t.replace('reproducer = "', 'reproducer = 7\n# was: "', 1), "reproducer = 7"),
+    (lambda t: t + '\n[[evidence]]\nlane = "fix"\nfigure = "max_err"\nlabel = "x"\nshow = "{value}"\n'
+                   'pick = "median"\n', 'pick = "median"'),
+], ids=["lane-key", "top-level-key", "second-evidence-row"])
+def test_an_error_in_a_pack_file_names_the_line_of_its_key(lane_repo, capsys, edit, key):
+    """#55: errors in pack.toml named the table and the key, never the line."""
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    path = lane_repo.root.joinpath(*PACK_FILE)
+    path.write_text(edit(path.read_text()))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if text.startswith(key))
+    capsys.readouterr()
+    assert cli("check", *lane_repo.args()) == Exit.USAGE
+    err = capsys.readouterr().err.replace(str(lane_repo.root) + "/", "")
+    assert re.search(rf"patches/fake/01/pack\.toml:{line}[ :]", err), err

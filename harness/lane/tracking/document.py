@@ -19,7 +19,7 @@ from harness.base import ui
 from harness.base.tomlutil import field, load_document
 from harness.errors import ConfigError, WriteError
 from harness.lane.tracking import layout
-from harness.lane.tracking.load import _check_graph, _load_pack, located, unknown_keys
+from harness.lane.tracking.load import _check_graph, _load_pack, key_located, located, unknown_keys
 from harness.lane.tracking.model import PACK_ID, SCHEMA, VERDICTS, VERDICTS_NOTE_LINES, Pack, normalize_id, shown_id
 from harness.upstream import pins
 
@@ -79,7 +79,11 @@ class Tracking:
                 if misplaced:
                     raise ConfigError(misplaced[0] + (f" (and {len(misplaced) - 1} more)" if misplaced[1:] else ""),
                                       hint=f"keep each key in one place: move it to {there}")
-                packs[pid] = _load_pack(root, pid, table, decl.doc, where, there, manifests, missing_selections_ok)
+                try:
+                    packs[pid] = _load_pack(root, pid, table, decl.doc, where, there, manifests,
+                                            missing_selections_ok)
+                except ConfigError as exc:  # the line of the key at fault, in the pack's own file
+                    raise ConfigError(key_located(str(exc), root), hint=exc.hint) from None
             else:  # the single-file form, before 'harness migrate': the declarations sit in [packs.NN] itself
                 packs[pid] = _load_pack(root, pid, table, table, where, where, manifests, missing_selections_ok)
         _check_graph(path, packs)

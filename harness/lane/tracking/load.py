@@ -81,6 +81,47 @@ _KNOWN = sorted(PACK_KEYS | LANE_KEYS | SUITE_KEYS | THREAD_KEYS | RELATED_KEYS 
 _UNKNOWN = re.compile(r"^(?P<file>[^\s:\[]+?)(?: \[| \w|:).*?unknown (?:top-level )?key '(?P<key>[^']+)'")
 
 
+_AT_KEY = re.compile(r"^(?P<file>[^\s:\[]+\.toml)(?: (?P<table>[a-z_]+)\[(?P<i>\d+)\]| \[(?P<named>[a-z_.]+)\])?"
+                     r"(?P<rest>[^:]*): (?:key|unknown key) '(?P<key>[^']+)'")
+
+
+def key_located(message: str, root: Path | None = None) -> str:
+    """``message`` (``FILE [TABLE[i] (...)]: key 'K' ...``) with ``:LINE`` after the file name: the line of key K
+    in the i-th ``[[TABLE]]`` of the file (or in ``[NAMED]``, or at its top); the message unchanged when it names
+    no key or the key's line cannot be found. Errors in pack.toml said which table and key, never the line."""
+    m = _AT_KEY.match(message)
+    if m is None:
+        return message
+    path = Path(m.group("file"))
+    path = path if path.is_absolute() or root is None else root / path
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return message
+    header = re.compile(r"^\s*\[")
+    if m.group("table"):
+        aot = re.compile(rf"^\s*\[\[\s*{re.escape(m.group('table'))}\s*\]\]")
+        starts = [n for n, line in enumerate(lines) if aot.match(line)]
+        i = int(m.group("i"))
+        if i >= len(starts):
+            return message
+        start = starts[i]
+    elif m.group("named"):
+        named = re.compile(rf"^\s*\[\s*{re.escape(m.group('named'))}\s*\]")
+        start = next((n for n, line in enumerate(lines) if named.match(line)), -1)
+        if start < 0:
+            return message
+    else:
+        start = -1  # the top of the file, before its first table
+    key = re.compile(rf"^\s*[\"']?{re.escape(m.group('key'))}[\"']?\s*=")
+    for n in range(start + 1, len(lines)):
+        if header.match(lines[n]):
+            break
+        if key.match(lines[n]):
+            return f"{m.group('file')}:{n + 1}{message[len(m.group('file')):]}"
+    return f"{m.group('file')}:{start + 1}{message[len(m.group('file')):]}" if start >= 0 else message
+
+
 def located(line: str, root: Path | None = None) -> str:
     """An unknown-key line with where the key sits (``line N`` of its file) and the nearest key the schema knows."""
     import difflib
