@@ -552,6 +552,26 @@ def test_check_fails_on_a_pack_whose_series_a_killed_regen_left_as_a_backup(lane
     assert cli("run", "01", *lane_repo.args()) == Exit.USAGE  # never run as a pack with no patches
 
 
+def test_a_killed_regen_of_a_pack_with_its_own_file_is_never_read_as_no_lanes(lane_repo, tmp_path, capsys):
+    """#55: with pack.toml beside the series, a regen killed between its renames took the pack's lanes with the
+    series: run said "no lanes" and receipts sync wrote that into tracking.toml."""
+    assert cli("migrate", *lane_repo.args()) == Exit.OK
+    edit, patches = _killed_between_renames(lane_repo, tmp_path, capsys)
+    [backup] = patches.glob(".01.bak-*")
+    assert (backup / "pack.toml").is_file()
+    tracking = (lane_repo.root / "tracking.toml").read_text()
+    for argv in (("run", "01"), ("receipts", "sync"), ("status", "01")):
+        assert cli(*argv, *lane_repo.args()) == Exit.USAGE, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"patches/fake/01: missing; a regen killed while it swapped the series left the previous one, " \
+               f"pack.toml included, in {backup.name}" in err and "harness regen 01" in err
+    assert (lane_repo.root / "tracking.toml").read_text() == tracking
+    assert cli("regen", "01", "--dir", str(edit), *lane_repo.args()) == Exit.OK, capsys.readouterr().err
+    assert "put back" in capsys.readouterr().err
+    assert cli("check", *lane_repo.args()) == Exit.OK
+    assert (patches / "01" / "pack.toml").is_file()
+
+
 def test_the_next_regen_puts_the_series_back_sweeps_its_scratch_and_finishes(lane_repo, tmp_path, capsys):
     from test_reliability_faults import _settled
 

@@ -249,16 +249,21 @@ def regenerate(ctx: Context, pack: Pack, checkout: Path, dry_run: bool = False) 
 def _recover(pack: Pack, dest: Path, dry_run: bool) -> None:
     """What a regen SIGKILLed mid-swap left: its scratch directories go, and a series left only as its backup
     (killed between the two renames) is put back, so this regen starts from the series the checkout records."""
-    if dry_run:
-        return
-    for scratch in series_write.sweep_regen_scratch(dest.parent, pack.id):
-        ui.info(f"removed {scratch}, left by a regen of pack {pack.id} that was killed")
+    if not dry_run:
+        recover_killed_regen(pack.id, dest)
+
+
+def recover_killed_regen(pid: str, dest: Path) -> None:
+    """``_recover`` for a pack id and its series directory: ``harness regen`` calls it before it loads the packs,
+    since a pack's own file (pack.toml) sits in the series directory a killed regen left only as a backup."""
+    for scratch in series_write.sweep_regen_scratch(dest.parent, pid):
+        ui.info(f"removed {scratch}, left by a regen of pack {pid} that was killed")
     try:
         restored = series_write.recover_swap(dest)
     except ConfigError as exc:
         raise EditError(str(exc)) from None
     if restored is not None:
-        ui.info(f"put back {dest} from {restored.name}: a regen of pack {pack.id} was killed between its two renames")
+        ui.info(f"put back {dest} from {restored.name}: a regen of pack {pid} was killed between its two renames")
 
 
 def _settle(state: EditState, own: PackRange, repo: git.Repo, checkout: Path, expected: dict[str, str],

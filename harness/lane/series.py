@@ -434,6 +434,4 @@ def _last_error(text: str) -> str:
     return (errors or lines or ["git gave no reason"])[0][:200]
 
 
-def swap_backups(dest: Path) -> list[Path]:
-    """The previous series ``replace_series`` kept beside ``dest`` (``.<name>.bak-<pid>``), oldest name first."""
-    return sorted(p for p in dest.parent.glob(f".{dest.name}.bak-*") if p.is_dir()) if dest.parent.is_dir() else []
+swap_backups = layout.swap_backups  # the previous series a regen kept beside a series directory

@@ -83,6 +83,12 @@ class Declarations:
     exists: bool
 
 
+def swap_backups(dest: Path) -> list[Path]:
+    """The previous series ``series_write.replace_series`` kept beside ``dest`` (``.<name>.bak-<pid>``), oldest
+    name first: a regen killed between its two renames leaves only those (the pack's file inside them)."""
+    return sorted(p for p in dest.parent.glob(f".{dest.name}.bak-*") if p.is_dir()) if dest.parent.is_dir() else []
+
+
 def load_declarations(root: Path, target: str, pid: str, schema: int) -> Declarations:
     """The pack's ``pack.toml``, checked for keys that are not its own: a standing key is a ConfigError (it belongs
     in tracking.toml), a schema other than ``schema`` too. Unknown keys are returned by ``unknown_in_pack_file``."""
@@ -91,6 +97,12 @@ def load_declarations(root: Path, target: str, pid: str, schema: int) -> Declara
         raise ConfigError(f"{shown(root, path)}: a symbolic link (to {os.readlink(path)}); a pack's declarations are "
                           "a regular file beside its series", hint="replace the link with the file it points to")
     if not path.exists():
+        left = [b for b in swap_backups(path.parent) if (b / PACK_FILE).is_file()]
+        if left and not path.parent.is_dir():  # not "the pack declares nothing": its lanes are in the backup
+            raise ConfigError(f"{shown(root, path.parent)}: missing; a regen killed while it swapped the series left "
+                              f"the previous one, {PACK_FILE} included, in {left[0].name}",
+                              hint=f"run 'harness regen {pid}' (it puts the backup back first), or move {left[0].name} "
+                                   f"back to {path.parent.name}")
         return Declarations(path, tomlkit.document(), False)
     doc = load_document(path)
     where = shown(root, path)
