@@ -825,6 +825,39 @@ def test_the_conflict_check_reads_a_merge_ref_in_the_mirror(lane_repo, upstream,
     assert c["conflicts"] == ["src/fakepkg/core.py scale line 6"]
 
 
+def test_pr_heads_without_a_merge_ref_are_read_against_their_merge_base(lane_repo, upstream, tmp_path, capsys):
+    """#54: only refs/pull/N/merge were read, so a closed PR (or one merged after our pin) was never seen by the
+    code. Its head is now compared with its merge base with our base; a head our base holds, or one that changes
+    none of our files, is not a candidate."""
+    work, mirror = upstream.work, upstream.mirrors / "acme+fake.git"
+    today = clock.today().isoformat() + "T00:00:00+0000"
+
+    def pr(number: int, path: str, text: str) -> None:
+        _git(work, "checkout", "-q", "-B", f"pr{number}", upstream.base)
+        (work / path).write_text(text)
+        _git(work, "commit", "-q", "-am", f"pr {number}", when=today)
+        _git(work, "push", "-q", str(mirror), f"HEAD:refs/pull/{number}/head")
+
+    pr(12, "src/fakepkg/core.py", CORE_BUGGY.replace("return sum(xs)", "return sum(xs, 0)"))  # closed, unmerged
+    pr(14, "README", "fake, described\n")  # none of our files
+    _git(work, "checkout", "-q", "main")
+    _git(work, "push", "-q", str(mirror), f"{upstream.base}:refs/pull/13/head")  # merged before our pin
+    rec = tmp_path / "recorded"
+    (rec / "search" / "issues").mkdir(parents=True)
+    (rec / "search" / "issues" / "acme+fake.json").write_text(json.dumps({"total_count": 0, "items": []}))
+    (rec / "repos" / "acme" / "fake" / "pulls").mkdir(parents=True)
+    (rec / "repos" / "acme" / "fake" / "pulls" / "12.json").write_text(json.dumps(
+        {"number": 12, "title": "total from zero", "state": "closed", "merged_at": None,
+         "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-02T00:00:00Z", "base": {"ref": "main"}}))
+    scan = _related_json(lane_repo, upstream, rec, capsys)
+    by_ref = {c["ref"]: c for c in scan["candidates"]}
+    assert set(by_ref) == {f"{SLUG}#12"}, by_ref
+    c = by_ref[f"{SLUG}#12"]
+    assert (c["state"], c["title"], c["overlap"]) == ("closed", "total from zero", "same file")
+    assert "total" in c["where"]
+    assert any("refs/pull/*" in n and "merge base" in n for n in scan["notes"])
+
+
 def test_a_contract_is_scanned_for_the_defs_its_script_calls():
     script = ("from megatron.core import tensor_parallel\nfrom megatron.core.x import Thing\n"
               "def f():\n    tensor_parallel.vocab_ce(1)\n    return Thing()\n")

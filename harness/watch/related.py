@@ -377,21 +377,61 @@ def github_candidates(get: Get, slug: str, fp: Footprint, source: str, today: da
     return out
 
 
-def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str,
-                 spans: Callable[[str], tuple[Span, ...]] | None = None, get: Get | None = None,
-                 conflict: Conflict | None = None) -> list[Candidate]:
-    """PRs a mirror holds as GitHub's ``refs/pull/N/merge`` (a full clone fetched with ``+refs/pull/*:...``)
-    whose change, ``merge^1..merge``, touches our files, their head updated since ``since``. Their title and state
-    come from ``get`` (the API or recorded answers) when it knows them; git has neither. A merge ref exists
-    while GitHub can merge the PR, so these are mostly open PRs; merged ones are in the branch's history."""
-    out = git.run(mirror, "for-each-ref", "--format=%(refname) %(committerdate:iso-strict)", "refs/pull/*/merge")
-    found = []
+def _pull_refs(mirror: Path, kind: str) -> dict[int, tuple[str, str]]:
+    """``refs/pull/N/<kind>`` of the mirror: N -> (ref, its commit's date)."""
+    out = git.run(mirror, "for-each-ref", "--format=%(refname) %(committerdate:iso-strict)", f"refs/pull/*/{kind}")
+    refs = {}
     for line in out.splitlines():
         ref, _, when = line.partition(" ")
+        number = ref.split("/")[2]
+        if number.isdigit():
+            refs[int(number)] = (ref, when)
+    return refs
+
+
+def _heads_touching(mirror: Path, base_commit: str, files: tuple[str, ...], heads: dict[int, tuple[str, str]]
+                    ) -> set[int]:
+    """The PRs among ``heads`` with a commit our base does not have that changes one of ``files``: one walk of
+    git over every head at once (``log --stdin``), then one ``for-each-ref --contains`` per commit it found, so
+    thousands of PR heads cost seconds, not a merge base each."""
+    if not heads or not files:
+        return set()
+    walk = git.call(mirror, "log", "--format=%H", "--stdin", "--", *files,
+                    input="\n".join([f"^{base_commit}", *(ref for ref, _ in heads.values())]) + "\n")
+    if not walk.ok:
+        return set()
+    touching: set[int] = set()
+    for sha in dict.fromkeys(walk.stdout.split()):
+        out = git.call(mirror, "for-each-ref", "--contains", sha, "--format=%(refname)", "refs/pull/*/head")
+        for ref in out.stdout.split() if out.ok else []:
+            number = ref.split("/")[2]
+            if number.isdigit() and int(number) in heads:
+                touching.add(int(number))
+    return touching
+
+
+def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str,
+                 spans: Callable[[str], tuple[Span, ...]] | None = None, get: Get | None = None,
+                 conflict: Conflict | None = None, base_commit: str | None = None) -> list[Candidate]:
+    """PRs a mirror holds as GitHub's refs (a full clone fetched with ``+refs/pull/*:...``) whose change touches
+    our files, updated since ``since``: an open PR's ``refs/pull/N/merge`` against its first parent; a PR with
+    only ``refs/pull/N/head`` (closed, or merged after our pin) as its head against its merge base with
+    ``base_commit`` (a head our base already holds changes nothing here). Their title and state come from ``get``
+    (the API or recorded answers) when it knows them; git has neither."""
+    merges = _pull_refs(mirror, "merge")
+    heads = {n: r for n, r in _pull_refs(mirror, "head").items() if n not in merges and r[1][:10] >= since}
+    changes: list[tuple[int, str, str, str]] = [(n, f"{ref}^1", ref, when) for n, (ref, when) in merges.items()]
+    if base_commit:
+        for n in sorted(_heads_touching(mirror, base_commit, fp.files, heads)):
+            ref, when = heads[n]
+            mb = git.call(mirror, "merge-base", base_commit, ref)
+            if mb.ok and mb.stdout.strip():
+                changes.append((n, mb.stdout.strip(), ref, when))
+    found = []
+    for number, before, ref, when in sorted(changes):
         if when[:10] < since:
             continue
-        number = int(ref.split("/")[2])
-        diff = git.call(mirror, "diff", "-U0", f"{ref}^1", ref, "--", *fp.files)
+        diff = git.call(mirror, "diff", "-U0", before, ref, "--", *fp.files)
         hunks = parse_diff(diff.stdout) if diff.ok else []
         overlap, where = fp.describe(scoped(hunks, spans) if spans is not None else hunks)
         if overlap is None:
@@ -559,8 +599,10 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
     until = sources.until(slug)
     since = (until - timedelta(days=sources.days)).isoformat()
     if mirror is not None and fp.files and _has_pull_refs(mirror):
-        found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict)
-        notes.append(f"PRs of {slug} held in {mirror} as refs/pull/*/merge, their change read by git")
+        found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict,
+                              commit if commit and _holds(mirror, commit) else None)
+        notes.append(f"PRs of {slug} held in {mirror} as refs/pull/* (open ones' merge refs, other heads against "
+                     "their merge base with the base), their change read by git")
     if sources.get is None:
         notes.append("no GitHub answers (offline, no recorded answers): PRs and issues not searched")
     elif fp.files or fp.error_texts:
