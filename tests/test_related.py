@@ -855,7 +855,7 @@ def test_pr_heads_without_a_merge_ref_are_read_against_their_merge_base(lane_rep
     c = by_ref[f"{SLUG}#12"]
     assert (c["state"], c["title"], c["overlap"]) == ("closed", "total from zero", "same file")
     assert "total" in c["where"]
-    assert any("refs/pull/*" in n and "merge base" in n for n in scan["notes"])
+    assert any("refs/pull/*" in n and "from where they left the branch" in n for n in scan["notes"])
 
 
 def test_a_contract_is_scanned_for_the_defs_its_script_calls():

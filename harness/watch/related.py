@@ -389,15 +389,21 @@ def _pull_refs(mirror: Path, kind: str) -> dict[int, tuple[str, str]]:
     return refs
 
 
-def _heads_touching(mirror: Path, base_commit: str, files: tuple[str, ...], heads: dict[int, tuple[str, str]]
-                    ) -> set[int]:
-    """The PRs among ``heads`` with a commit our base does not have that changes one of ``files``: one walk of
-    git over every head at once (``log --stdin``), then one ``for-each-ref --contains`` per commit it found, so
+def _branches(mirror: Path) -> dict[str, str]:
+    """The mirror's branches: name -> commit (``refs/heads/*``)."""
+    out = git.run(mirror, "for-each-ref", "--format=%(refname:short) %(objectname)", "refs/heads/")
+    return dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+
+
+def _heads_touching(mirror: Path, files: tuple[str, ...], heads: dict[int, tuple[str, str]],
+                    branches: dict[str, str]) -> set[int]:
+    """The PRs among ``heads`` with a commit no branch of the mirror has that changes one of ``files``: one walk
+    of git over every head at once (``log --stdin``), then one ``for-each-ref --contains`` per commit it found, so
     thousands of PR heads cost seconds, not a merge base each."""
     if not heads or not files:
         return set()
-    walk = git.call(mirror, "log", "--format=%H", "--stdin", "--", *files,
-                    input="\n".join([f"^{base_commit}", *(ref for ref, _ in heads.values())]) + "\n")
+    revs = [*(f"^{sha}" for sha in branches.values()), *(ref for ref, _ in heads.values())]
+    walk = git.call(mirror, "log", "--format=%H", "--stdin", "--", *files, input="\n".join(revs) + "\n")
     if not walk.ok:
         return set()
     touching: set[int] = set()
@@ -410,33 +416,50 @@ def _heads_touching(mirror: Path, base_commit: str, files: tuple[str, ...], head
     return touching
 
 
+def _fork_point(mirror: Path, head: str, branches: dict[str, str]) -> str | None:
+    """Where the PR at ``head`` left the branch it targets, taken as the branch it shares the newest merge base
+    with (git alone does not know a PR's target; the newest fork is the branch it was last based on)."""
+    best: tuple[int, str] | None = None
+    for name in branches:
+        mb = git.call(mirror, "merge-base", branches[name], head)
+        sha = mb.stdout.strip() if mb.ok else ""
+        if sha:
+            when = git.call(mirror, "show", "-s", "--format=%ct", sha)
+            stamp = int(when.stdout.strip() or 0) if when.ok else 0
+            if best is None or stamp > best[0]:
+                best = (stamp, sha)
+    return best[1] if best else None
+
+
 def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str,
                  spans: Callable[[str], tuple[Span, ...]] | None = None, get: Get | None = None,
-                 conflict: Conflict | None = None, base_commit: str | None = None) -> list[Candidate]:
+                 conflict: Conflict | None = None) -> list[Candidate]:
     """PRs a mirror holds as GitHub's refs (a full clone fetched with ``+refs/pull/*:...``) whose change touches
     our files, updated since ``since``: an open PR's ``refs/pull/N/merge`` against its first parent; a PR with
-    only ``refs/pull/N/head`` (closed, or merged after our pin) as its head against its merge base with
-    ``base_commit`` (a head our base already holds changes nothing here). Their title and state come from ``get``
-    (the API or recorded answers) when it knows them; git has neither."""
+    only ``refs/pull/N/head`` (closed, or squashed into its branch) as its head against where it left the branch
+    it targets (``_fork_point``). A head a branch holds changes nothing here: a PR merged as its commits is in
+    the branch's history, which ``history`` reads. Their title and state come from ``get`` (the API or recorded
+    answers) when it knows them; git has neither."""
     merges = _pull_refs(mirror, "merge")
     heads = {n: r for n, r in _pull_refs(mirror, "head").items() if n not in merges and r[1][:10] >= since}
-    changes: list[tuple[int, str, str, str]] = [(n, f"{ref}^1", ref, when) for n, (ref, when) in merges.items()]
-    if base_commit:
-        for n in sorted(_heads_touching(mirror, base_commit, fp.files, heads)):
-            ref, when = heads[n]
-            mb = git.call(mirror, "merge-base", base_commit, ref)
-            if mb.ok and mb.stdout.strip():
-                changes.append((n, mb.stdout.strip(), ref, when))
+    branches = _branches(mirror)
+    changes: list[tuple[int, str | None, str, str]] = [(n, f"{ref}^1", ref, when)
+                                                       for n, (ref, when) in merges.items()]
+    changes += [(n, None, *heads[n]) for n in sorted(_heads_touching(mirror, fp.files, heads, branches))]
     found = []
-    for number, before, ref, when in sorted(changes):
+    for number, before, ref, when in sorted(changes, key=lambda c: c[0]):
         if when[:10] < since:
             continue
+        if before is None:  # a head alone: from where it left the branch it shares the newest merge base with
+            before = _fork_point(mirror, ref, branches)
+            if before is None:
+                continue
         diff = git.call(mirror, "diff", "-U0", before, ref, "--", *fp.files)
         hunks = parse_diff(diff.stdout) if diff.ok else []
         overlap, where = fp.describe(scoped(hunks, spans) if spans is not None else hunks)
         if overlap is None:
             continue
-        meta: dict = {}
+        meta: dict = {}  # asked only for a PR that overlaps: an API call each
         if get is not None:
             try:
                 meta = get(f"/repos/{slug}/pulls/{number}") or {}
@@ -474,7 +497,7 @@ class Scan:
 
 
 def decision_json(d: Decision) -> dict:
-    return {"ref": d.ref, "relation": d.relation, "reason": d.reason, "date": d.date.isoformat()}
+    return {"ref": d.ref, "relation": d.relation, "reason": d.reason, "date": d.date.isoformat(), "at": d.at}
 
 
 def scan_base(pack: Pack, manifest: pins.Manifest) -> tuple[str, str, str | None]:
@@ -599,10 +622,9 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
     until = sources.until(slug)
     since = (until - timedelta(days=sources.days)).isoformat()
     if mirror is not None and fp.files and _has_pull_refs(mirror):
-        found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict,
-                              commit if commit and _holds(mirror, commit) else None)
-        notes.append(f"PRs of {slug} held in {mirror} as refs/pull/* (open ones' merge refs, other heads against "
-                     "their merge base with the base), their change read by git")
+        found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict)
+        notes.append(f"PRs of {slug} held in {mirror} as refs/pull/* (open ones' merge refs, other heads from where "
+                     "they left the branch they target), their change read by git")
     if sources.get is None:
         notes.append("no GitHub answers (offline, no recorded answers): PRs and issues not searched")
     elif fp.files or fp.error_texts:

@@ -66,7 +66,7 @@ SUITE_KEYS = frozenset({"base", "requires", "with_builds", "test_requires", "tim
                         "gpu_memory_gib", "note"})
 SUITE_SIDES = (("base", False), ("patched", True))
 THREAD_KEYS = frozenset({"url", "role", "state", "verified", "updated", "note", "ours"})
-RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state", "overlap"})
+RELATED_KEYS = frozenset({"ref", "relation", "reason", "date", "kind", "state", "overlap", "at"})
 
 
 LINT_AT_BASE_KEYS = frozenset({"base", "files", "decision", "reason"})

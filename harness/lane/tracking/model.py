@@ -174,6 +174,7 @@ class Decision:
     kind: str | None = None  # one of RELATED_KINDS; None: not recorded yet (a filing body cannot name it)
     state: str | None = None  # one of RELATED_STATES; None: not recorded yet
     overlap: str | None = None  # one of RELATED_OVERLAPS: how close it came when decided; None: not recorded
+    at: str | None = None  # the upstream commit (full sha) the candidate's change was compared with when decided
 
     @property
     def slug(self) -> str:

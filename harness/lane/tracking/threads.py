@@ -150,12 +150,16 @@ def _load_related(entries, where: str, pid: str = "") -> tuple[Decision, ...]:
         overlap = entry.get("overlap")
         if overlap is not None and overlap not in RELATED_OVERLAPS:
             raise ConfigError(f"{rwhere} ({ref}): overlap {overlap!r} is not one of {', '.join(RELATED_OVERLAPS)}")
+        at = entry.get("at")
+        if at is not None and not (isinstance(at, str) and re.fullmatch(r"[0-9a-f]{40}", at)):
+            raise ConfigError(f"{_located(rwhere, pid, ref)} ({ref}): key 'at' is {at!r}; write the full 40-hex sha of "
+                              "the upstream commit the candidate was compared with")
         date = _iso_date(entry.get("date"), f"{rwhere} ({ref})")
         if date > latest_today():
             raise ConfigError(f"{_located(rwhere, pid, ref)} ({ref}): key 'date' is {date.isoformat()}, after today "
                               f"({latest_today().isoformat()} at the latest anywhere); a decision is dated when it "
                               "was made (a later date would hide every newer candidate from readiness)")
-        out.append(Decision(ref, relation, reason.strip(), date, kind, state, overlap))
+        out.append(Decision(ref, relation, reason.strip(), date, kind, state, overlap, at))
     return tuple(out)
 
 
