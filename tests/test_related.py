@@ -839,6 +839,10 @@ def test_pr_heads_without_a_merge_ref_are_read_against_their_merge_base(lane_rep
         _git(work, "push", "-q", str(mirror), f"HEAD:refs/pull/{number}/head")
 
     pr(12, "src/fakepkg/core.py", CORE_BUGGY.replace("return sum(xs)", "return sum(xs, 0)"))  # closed, unmerged
+    # a PR stacked on #12's branch: its own commit changes none of our files, #12's commit under it does
+    (work / "README").write_text("fake, stacked\n")
+    _git(work, "commit", "-q", "-am", "pr 15", when=today)
+    _git(work, "push", "-q", str(mirror), "HEAD:refs/pull/15/head")
     pr(14, "README", "fake, described\n")  # none of our files
     _git(work, "checkout", "-q", "main")
     _git(work, "push", "-q", str(mirror), f"{upstream.base}:refs/pull/13/head")  # merged before our pin
@@ -851,7 +855,7 @@ def test_pr_heads_without_a_merge_ref_are_read_against_their_merge_base(lane_rep
          "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-02T00:00:00Z", "base": {"ref": "main"}}))
     scan = _related_json(lane_repo, upstream, rec, capsys)
     by_ref = {c["ref"]: c for c in scan["candidates"]}
-    assert set(by_ref) == {f"{SLUG}#12"}, by_ref
+    assert set(by_ref) == {f"{SLUG}#12", f"{SLUG}#15"}, by_ref  # the walk names one head per commit: both
     c = by_ref[f"{SLUG}#12"]
     assert (c["state"], c["title"], c["overlap"]) == ("closed", "total from zero", "same file")
     assert "total" in c["where"]

@@ -397,38 +397,40 @@ def _branches(mirror: Path) -> dict[str, str]:
 
 def _heads_touching(mirror: Path, files: tuple[str, ...], heads: dict[int, tuple[str, str]],
                     branches: dict[str, str]) -> set[int]:
-    """The PRs among ``heads`` with a commit no branch of the mirror has that changes one of ``files``: one walk
-    of git over every head at once (``log --stdin``), then one ``for-each-ref --contains`` per commit it found, so
-    thousands of PR heads cost seconds, not a merge base each."""
+    """The PRs among ``heads`` (refs/pull/N/head or /merge) with a commit no branch of the mirror has that changes
+    one of ``files``. One walk of
+    git over every head at once (``log --stdin --source``: each commit with the ref that reached it) finds them;
+    a commit two heads share (a PR stacked on another) names one of them, so the walk runs again without the
+    heads found until it finds no more. Thousands of PR heads cost seconds, not a merge base each."""
     if not heads or not files:
         return set()
-    revs = [*(f"^{sha}" for sha in branches.values()), *(ref for ref, _ in heads.values())]
-    walk = git.call(mirror, "log", "--format=%H", "--stdin", "--", *files, input="\n".join(revs) + "\n")
-    if not walk.ok:
-        return set()
-    touching: set[int] = set()
-    for sha in dict.fromkeys(walk.stdout.split()):
-        out = git.call(mirror, "for-each-ref", "--contains", sha, "--format=%(refname)", "refs/pull/*/head")
-        for ref in out.stdout.split() if out.ok else []:
-            number = ref.split("/")[2]
-            if number.isdigit() and int(number) in heads:
-                touching.add(int(number))
-    return touching
+    number_of = {ref: n for n, (ref, _) in heads.items()}
+    found: set[int] = set()
+    left = dict(number_of)
+    while left:
+        revs = [*(f"^{sha}" for sha in branches.values()), *left]
+        walk = git.call(mirror, "log", "--stdin", "--source", "--format=%S", "--", *files,
+                        input="\n".join(revs) + "\n")
+        new = {number_of[ref] for ref in walk.stdout.split() if ref in left} if walk.ok else set()
+        if not new:
+            break
+        found |= new
+        left = {ref: n for ref, n in left.items() if n not in new}
+    return found
 
 
 def _fork_point(mirror: Path, head: str, branches: dict[str, str]) -> str | None:
-    """Where the PR at ``head`` left the branch it targets, taken as the branch it shares the newest merge base
-    with (git alone does not know a PR's target; the newest fork is the branch it was last based on)."""
-    best: tuple[int, str] | None = None
-    for name in branches:
-        mb = git.call(mirror, "merge-base", branches[name], head)
-        sha = mb.stdout.strip() if mb.ok else ""
-        if sha:
-            when = git.call(mirror, "show", "-s", "--format=%ct", sha)
-            stamp = int(when.stdout.strip() or 0) if when.ok else 0
-            if best is None or stamp > best[0]:
-                best = (stamp, sha)
-    return best[1] if best else None
+    """Where the PR at ``head`` left the branch it targets, taken as the newest commit its history shares with any
+    branch of the mirror (git alone does not know a PR's target): the newest boundary of ``head --not <every
+    branch>``, found in one walk whatever the number of branches."""
+    walk = git.call(mirror, "rev-list", "--boundary", "--stdin",
+                    input="\n".join([*(f"^{sha}" for sha in branches.values()), head]) + "\n")
+    bounds = [line[1:] for line in walk.stdout.split() if line.startswith("-")] if walk.ok else []
+    if not bounds:  # the head is on a branch already (its change is in that branch's history), or git failed
+        return None
+    dated = git.call(mirror, "show", "-s", "--format=%ct %H", *bounds)
+    stamped = [line.split(" ", 1) for line in dated.stdout.splitlines() if " " in line] if dated.ok else []
+    return max(stamped, key=lambda x: int(x[0]))[1] if stamped else bounds[0]
 
 
 def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str,
@@ -440,11 +442,12 @@ def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str
     it targets (``_fork_point``). A head a branch holds changes nothing here: a PR merged as its commits is in
     the branch's history, which ``history`` reads. Their title and state come from ``get`` (the API or recorded
     answers) when it knows them; git has neither."""
-    merges = _pull_refs(mirror, "merge")
+    merges = {n: r for n, r in _pull_refs(mirror, "merge").items() if r[1][:10] >= since}
     heads = {n: r for n, r in _pull_refs(mirror, "head").items() if n not in merges and r[1][:10] >= since}
     branches = _branches(mirror)
-    changes: list[tuple[int, str | None, str, str]] = [(n, f"{ref}^1", ref, when)
-                                                       for n, (ref, when) in merges.items()]
+    # one walk each, before any diff: only the refs with a commit of their own that changes our files are read
+    changes: list[tuple[int, str | None, str, str]] = [
+        (n, f"{merges[n][0]}^1", *merges[n]) for n in sorted(_heads_touching(mirror, fp.files, merges, branches))]
     changes += [(n, None, *heads[n]) for n in sorted(_heads_touching(mirror, fp.files, heads, branches))]
     found = []
     for number, before, ref, when in sorted(changes, key=lambda c: c[0]):
