@@ -844,7 +844,16 @@ def test_pr_heads_without_a_merge_ref_are_read_against_their_merge_base(lane_rep
     _git(work, "commit", "-q", "-am", "pr 15", when=today)
     _git(work, "push", "-q", str(mirror), "HEAD:refs/pull/15/head")
     pr(14, "README", "fake, described\n")  # none of our files
+    # squash-merged before our pin: its head is on no branch, its change is in the base
+    squashed = CORE_BUGGY.replace("# multiply each element by its weight", "# each element times its weight")
+    pr(16, "src/fakepkg/core.py", squashed)
     _git(work, "checkout", "-q", "main")
+    (work / "src" / "fakepkg" / "core.py").write_text(squashed)
+    _git(work, "commit", "-q", "-am", "squash of #16", when=today)
+    pin = _git(work, "rev-parse", "HEAD").strip()
+    _git(work, "push", "-q", str(mirror), "HEAD:refs/heads/main")
+    manifest = lane_repo.root / "upstream" / "fake.toml"
+    manifest.write_text(manifest.read_text().replace(upstream.base, pin))
     _git(work, "push", "-q", str(mirror), f"{upstream.base}:refs/pull/13/head")  # merged before our pin
     rec = tmp_path / "recorded"
     (rec / "search" / "issues").mkdir(parents=True)

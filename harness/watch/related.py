@@ -433,9 +433,21 @@ def _fork_point(mirror: Path, head: str, branches: dict[str, str]) -> str | None
     return max(stamped, key=lambda x: int(x[0]))[1] if stamped else bounds[0]
 
 
+def _landed_in(mirror: Path, commit: str, diff: str) -> bool:
+    """Whether ``diff`` is already in ``commit``'s tree: it applies there in reverse (a temporary index of that
+    tree; the mirror is left as it was). A PR squash-merged before our pin is one."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="patchlane-landed-") as tmp:
+        env = {**git.clean_env(), "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        if not git.call(mirror, "read-tree", commit, env=env).ok:
+            return False
+        return git.call(mirror, "apply", "--cached", "--check", "-R", "-", env=env, input=diff).ok
+
+
 def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str,
                  spans: Callable[[str], tuple[Span, ...]] | None = None, get: Get | None = None,
-                 conflict: Conflict | None = None) -> list[Candidate]:
+                 conflict: Conflict | None = None, base_commit: str | None = None) -> list[Candidate]:
     """PRs a mirror holds as GitHub's refs (a full clone fetched with ``+refs/pull/*:...``) whose change touches
     our files, updated since ``since``: an open PR's ``refs/pull/N/merge`` against its first parent; a PR with
     only ``refs/pull/N/head`` (closed, or squashed into its branch) as its head against where it left the branch
@@ -453,11 +465,14 @@ def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str
     for number, before, ref, when in sorted(changes, key=lambda c: c[0]):
         if when[:10] < since:
             continue
-        if before is None:  # a head alone: from where it left the branch it shares the newest merge base with
-            before = _fork_point(mirror, ref, branches)
-            if before is None:
-                continue
-        diff = git.call(mirror, "diff", "-U0", before, ref, "--", *fp.files)
+        alone = before is None
+        start = before or _fork_point(mirror, ref, branches)  # a head alone: from where it left its branch
+        if start is None:
+            continue
+        diff = git.call(mirror, "diff", "-U0", start, ref, "--", *fp.files)
+        if alone and base_commit and diff.ok and diff.stdout.strip() and _landed_in(
+                mirror, base_commit, git.call(mirror, "diff", start, ref, "--", *fp.files).stdout):
+            continue  # squash-merged before our base: its change is in what the pack is made on
         hunks = parse_diff(diff.stdout) if diff.ok else []
         overlap, where = fp.describe(scoped(hunks, spans) if spans is not None else hunks)
         if overlap is None:
@@ -625,7 +640,8 @@ def scan(root: Path, tracking: Tracking, pack: Pack, sources: Sources) -> Scan:
     until = sources.until(slug)
     since = (until - timedelta(days=sources.days)).isoformat()
     if mirror is not None and fp.files and _has_pull_refs(mirror):
-        found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict)
+        found += mirror_pulls(mirror, slug, fp, since, str(mirror), spans, sources.get, conflict,
+                              commit if commit and _holds(mirror, commit) else None)
         notes.append(f"PRs of {slug} held in {mirror} as refs/pull/* (open ones' merge refs, other heads from where "
                      "they left the branch they target), their change read by git")
     if sources.get is None:
