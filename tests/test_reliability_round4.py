@@ -199,6 +199,16 @@ def test_a_decision_dated_after_today_is_refused(lane_repo, capsys):
     assert cli("check", *lane_repo.args()) == Exit.OK
 
 
+@pytest.mark.parametrize("at", ['"e9594ce"', '"E9594CE1C732D97440F0332FDC43170A2294DBFA"', "7"])
+def test_a_decision_compared_at_anything_but_a_full_sha_is_refused(lane_repo, capsys, at):
+    """The commit a candidate was compared with (#54) is a full sha: a short one names nothing for certain."""
+    today = clock.today().isoformat()
+    lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", today) + f"at = {at}\n")
+    assert "key 'at' is" in _refused(lane_repo, capsys)
+    lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", today) + f'at = "{"e9594ce1" * 5}"\n')
+    assert cli("check", *lane_repo.args()) == Exit.OK
+
+
 def test_a_decision_dated_2099_is_refused(lane_repo, capsys):
     lane_repo.write_tracking(extra=_decision("fake-org/fakepkg#7", "2099-01-01"))
     assert "key 'date' is 2099-01-01, after today" in _refused(lane_repo, capsys)
