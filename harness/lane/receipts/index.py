@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from harness.errors import ConfigError
 from harness.lane.receipts import withdrawn
 from harness.lane.receipts.model import Receipt, load, misplaced
 from harness.lane.receipts.records import LOG, utc_now
@@ -74,7 +75,19 @@ def future_dated(root: Path, target: str | None = None, pack: str | None = None)
     """The receipts (of a target or pack) that ``latest_per_lane`` leaves out for starting after now: a host whose
     clock ran ahead wrote them. Commands that read receipts say so rather than drop them without a word."""
     now = utc_now()
-    return [r for r in find(root, target, pack) if dated_in_future(r, now)]
+    base = receipts_root(root)
+    gone = withdrawn.names(base)
+    out = []
+    for path in sorted(base.glob(f"{target or '*'}/{pack or '*'}/*/receipt.json")):
+        if path.parent.relative_to(base).as_posix() in gone:
+            continue
+        try:
+            rec = load(path)
+        except (ConfigError, OSError):  # an unreadable receipt is receipts verify's to report, not this warning's
+            continue
+        if misplaced(rec.dir, rec.target, rec.pack, rec.lane) is None and dated_in_future(rec, now):
+            out.append(rec)
+    return out
 
 
 def latest_per_lane(found: Iterable[Receipt]) -> dict[str, Receipt]:
