@@ -41,39 +41,38 @@ def test_the_folder_leaves_short_traces_and_other_lines_alone():
     assert b"".join(shown) == text
 
 
+def _folded(lines: list[str]) -> str:
+    """What the console shows of ``lines`` (each ended by a newline) through a TraceFolder."""
+    shown: list[bytes] = []
+    folder = TraceFolder(shown.append)
+    folder.feed(("\n".join(lines) + "\n").encode())
+    folder.close()
+    return b"".join(shown).decode()
+
+
 def test_a_tilelang_trace_with_its_nested_cxx_trace_is_folded_as_one():
     """TVM repeats the C++ trace behind the exception's name ("tvm.error.InternalError: Traceback ..."): that
     second trace was echoed whole, and a passing bug lane looked like a crash."""
-    shown: list[bytes] = []
-    folder = TraceFolder(shown.append)
-    lines = ["Traceback (most recent call last):", '  File "probe.py", line 9, in <module>',
-             "    tilelang.lower(prim)", '  File "tilelang/engine/lower.py", line 3, in lower',
-             "tvm.error.InternalError: Traceback (most recent call last):",
-             *(f"  {i}: tvm::tl::LowerBulkCopy::Lower{i}()" for i in range(12, 0, -1)),
-             "  File \"src/transform/lower_bulk_copy.cc\", line 88",
-             "InternalError: Check failed: (shared_layout->InputDim() == 2) is false", "BUG_REPRODUCED"]
-    folder.feed(("\n".join(lines) + "\n").encode())
-    folder.close()
-    text = b"".join(shown).decode()
+    text = _folded(["Traceback (most recent call last):", '  File "probe.py", line 9, in <module>',
+                    "    tilelang.lower(prim)", '  File "tilelang/engine/lower.py", line 3, in lower',
+                    "tvm.error.InternalError: Traceback (most recent call last):",
+                    *(f"  {i}: tvm::tl::LowerBulkCopy::Lower{i}()" for i in range(12, 0, -1)),
+                    "  File \"src/transform/lower_bulk_copy.cc\", line 88",
+                    "InternalError: Check failed: (shared_layout->InputDim() == 2) is false", "BUG_REPRODUCED"])
     assert "tvm::tl::" not in text and "more line(s) of this trace" in text
     assert text.endswith("InternalError: Check failed: (shared_layout->InputDim() == 2) is false\nBUG_REPRODUCED\n")
 
 
 def test_pytests_failure_report_is_one_line_on_the_console_and_whole_in_the_log():
     """Round 4, item 9: a passing upstream-test lane that expects failures printed every failure's report."""
-    shown: list[bytes] = []
-    folder = TraceFolder(shown.append)
     report = [f"E       OSError: cannot download dataset {i}" for i in range(25)]
-    lines = ["tests/test_a.py FFF.                                          [100%]",
-             "=================================== FAILURES ===================================",
-             "_________________________________ test_one _________________________________", *report,
-             "=================================== ERRORS ===================================",
-             "E   fixture 'x' not found",
-             "=========================== short test summary info ============================",
-             "FAILED tests/test_a.py::test_one - OSError", "TESTS_FAILED_AS_EXPECTED"]
-    folder.feed(("\n".join(lines) + "\n").encode())
-    folder.close()
-    text = b"".join(shown).decode()
+    text = _folded(["tests/test_a.py FFF.                                          [100%]",
+                    "=================================== FAILURES ===================================",
+                    "_________________________________ test_one _________________________________", *report,
+                    "=================================== ERRORS ===================================",
+                    "E   fixture 'x' not found",
+                    "=========================== short test summary info ============================",
+                    "FAILED tests/test_a.py::test_one - OSError", "TESTS_FAILED_AS_EXPECTED"])
     assert "cannot download" not in text and "fixture 'x'" not in text
     assert "... 28 line(s) of pytest's failure report: in the lane's log" in text
     assert text.endswith("short test summary info ============================\n"
