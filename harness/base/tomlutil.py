@@ -57,6 +57,19 @@ def load_document(path: Path) -> tomlkit.TOMLDocument:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
 
 
+def key_line(lines: list[str], key: str, header: int) -> int | None:
+    """The line number (from 1) of ``key = ...`` in the table whose header is ``lines[header]`` (``header`` -1: the
+    top of the file, before its first table), looked for up to the next table header; None when it is not there.
+    For errors that name a key: the file's line says where to look."""
+    pattern = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    for n in range(header + 1, len(lines)):
+        if re.match(r"^\s*\[", lines[n]):
+            break
+        if pattern.match(lines[n]):
+            return n + 1
+    return None
+
+
 def field(table: Any, key: str, kind: type | tuple[type, ...], where: str, default: Any = _MISSING) -> Any:
     """``table[key]`` unwrapped to plain Python and checked against ``kind``."""
     if key not in table:

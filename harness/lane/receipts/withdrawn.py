@@ -26,6 +26,7 @@ from pathlib import Path
 
 from harness.base import regular
 from harness.base.hashing import sha256_file
+from harness.base.tomlutil import key_line
 from harness.errors import ConfigError
 from harness.lane.receipts.records import LOG
 
@@ -103,14 +104,10 @@ def load(receipts_dir: Path) -> tuple[Withdrawal, ...]:
 
 
 def _key_at(path: Path, lines: list[str], header: int, key: str) -> str | None:
-    """``<file>:<line>`` of ``key`` inside the entry whose header is on line ``header``, or None."""
-    pattern = re.compile(rf"^[ \t]*[\"']?{re.escape(key)}[\"']?[ \t]*=")
-    for n in range(header + 1, len(lines) + 1) if header else ():
-        if re.match(r"^[ \t]*\[", lines[n - 1]):
-            break
-        if pattern.match(lines[n - 1]):
-            return f"{path}:{n}"
-    return None
+    """``<file>:<line>`` of ``key`` inside the entry whose header is on line ``header`` (from 1; 0: not found),
+    or None."""
+    line = key_line(lines, key, header - 1) if header else None
+    return f"{path}:{line}" if line else None
 
 
 def names(receipts_dir: Path) -> frozenset[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from harness.base import regular
-from harness.base.tomlutil import choice, field, str_list
+from harness.base.tomlutil import choice, field, key_line, str_list
 from harness.errors import ConfigError
 from harness.lane import suite, upstream_tests
 from harness.lane.tracking import layout
@@ -98,7 +98,6 @@ def key_located(message: str, root: Path | None = None) -> str:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return message
-    header = re.compile(r"^\s*\[")
     if m.group("table"):
         aot = re.compile(rf"^\s*\[\[\s*{re.escape(m.group('table'))}\s*\]\]")
         starts = [n for n, line in enumerate(lines) if aot.match(line)]
@@ -113,13 +112,8 @@ def key_located(message: str, root: Path | None = None) -> str:
             return message
     else:
         start = -1  # the top of the file, before its first table
-    key = re.compile(rf"^\s*[\"']?{re.escape(m.group('key'))}[\"']?\s*=")
-    for n in range(start + 1, len(lines)):
-        if header.match(lines[n]):
-            break
-        if key.match(lines[n]):
-            return f"{m.group('file')}:{n + 1}{message[len(m.group('file')):]}"
-    return f"{m.group('file')}:{start + 1}{message[len(m.group('file')):]}" if start >= 0 else message
+    line = key_line(lines, m.group("key"), start) or (start + 1 if start >= 0 else None)
+    return f"{m.group('file')}:{line}{message[len(m.group('file')):]}" if line else message
 
 
 def located(line: str, root: Path | None = None) -> str:
