@@ -47,13 +47,25 @@ def find(root: Path, target: str | None = None, pack: str | None = None,
          receipts_dir: Path | None = None) -> list[Receipt]:
     """All receipts (optionally of one target/pack), oldest first by start time; under ``receipts_dir`` when
     given (a run's ``--receipts-dir``), else the repository's ``receipts/``."""
-    base = receipts_dir or receipts_root(root)
-    pattern = f"{target or '*'}/{pack or '*'}/*/receipt.json"
-    gone = withdrawn.names(base)  # withdrawn receipts (receipts/withdrawn.toml) are nobody's evidence
-    # nor is a receipt copied under another pack's or lane's directory (receipts verify names it)
-    return _by_start(r for r in (load(p) for p in base.glob(pattern)
-                                 if p.parent.relative_to(base).as_posix() not in gone)
-                     if misplaced(r.dir, r.target, r.pack, r.lane) is None)
+    return _by_start(_evidence(receipts_dir or receipts_root(root), target, pack, tolerant=False))
+
+
+def _evidence(base: Path, target: str | None, pack: str | None, tolerant: bool) -> Iterator[Receipt]:
+    """The receipts under ``base`` (of a target or pack) that can be anybody's evidence: withdrawn receipts
+    (receipts/withdrawn.toml) are not, nor is a receipt copied under another pack's or lane's directory
+    (receipts verify names both). ``tolerant``: a receipt that cannot be read is passed over, not raised."""
+    gone = withdrawn.names(base)
+    for path in sorted(base.glob(f"{target or '*'}/{pack or '*'}/*/receipt.json")):
+        if path.parent.relative_to(base).as_posix() in gone:
+            continue
+        try:
+            rec = load(path)
+        except (ConfigError, OSError):
+            if not tolerant:
+                raise
+            continue
+        if misplaced(rec.dir, rec.target, rec.pack, rec.lane) is None:
+            yield rec
 
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
@@ -74,20 +86,8 @@ def dated_in_future(receipt: Receipt, now: datetime | None = None) -> bool:
 def future_dated(root: Path, target: str | None = None, pack: str | None = None) -> list[Receipt]:
     """The receipts (of a target or pack) that ``latest_per_lane`` leaves out for starting after now: a host whose
     clock ran ahead wrote them. Commands that read receipts say so rather than drop them without a word."""
-    now = utc_now()
-    base = receipts_root(root)
-    gone = withdrawn.names(base)
-    out = []
-    for path in sorted(base.glob(f"{target or '*'}/{pack or '*'}/*/receipt.json")):
-        if path.parent.relative_to(base).as_posix() in gone:
-            continue
-        try:
-            rec = load(path)
-        except (ConfigError, OSError):  # an unreadable receipt is receipts verify's to report, not this warning's
-            continue
-        if misplaced(rec.dir, rec.target, rec.pack, rec.lane) is None and dated_in_future(rec, now):
-            out.append(rec)
-    return out
+    now = utc_now()  # an unreadable receipt is receipts verify's to report, not this warning's
+    return [r for r in _evidence(receipts_root(root), target, pack, tolerant=True) if dated_in_future(r, now)]
 
 
 def latest_per_lane(found: Iterable[Receipt]) -> dict[str, Receipt]:
