@@ -302,19 +302,20 @@ def _withdraw(ctx, args) -> int:
         if name in receipts.withdrawn.names(root):
             raise ConfigError(f"{path}: {name} is withdrawn already")
         try:
-            text = path.read_text(encoding="utf-8")
+            text: str | None = path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            text = ("# Receipts withdrawn from evidence (harness receipts withdraw writes this; see "
-                    "harness/lane/receipts/withdrawn.py).\n# A withdrawn receipt counts for no lane; its directory "
-                    "is kept as it was written.\n")
+            text = None
         entry = {"withdrawn": [{"receipt": name, "log_sha256": sha256_file(directory / receipts.LOG),
                                 "reason": reason, "date": today().isoformat()}]}
-        new = text.rstrip("\n") + "\n\n" + tomlkit.dumps(entry)
-        replace_text(path, new)
+        head = text if text is not None else (
+            "# Receipts withdrawn from evidence (harness receipts withdraw writes this; see "
+            "harness/lane/receipts/withdrawn.py).\n# A withdrawn receipt counts for no lane; its directory is kept "
+            "as it was written.\n")
+        replace_text(path, head.rstrip("\n") + "\n\n" + tomlkit.dumps(entry))
         try:
             receipts.withdrawn.load(root)
-        except ConfigError:  # what was written does not read back: put the old text back, say so
-            replace_text(path, text) if text else path.unlink()
+        except ConfigError:  # what was written does not read back: the file as it was (or none), and say so
+            replace_text(path, text) if text is not None else path.unlink()
             raise
     ui.data(f"withdrawn {name}: {reason}")
     ui.info(f"{path.relative_to(ctx.root)} holds it; 'harness receipts sync' writes tracking.toml's [verdicts] from "
