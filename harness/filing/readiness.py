@@ -299,13 +299,13 @@ def _try(checkout: pins.Checkout, pack: Pack, patches: list[series.Patch],
     if contained:
         return PARTLY, f"already upstream: {', '.join(contained)}; the series for {checkout.base.name} needs them " \
                        "removed"
-    fuzzy = [f"{r.patch} ({r.detail})" for r in own if r.status in (rebase.FUZZ, rebase.THREE_WAY)]
+    fuzzy = [r for r in own if r.status in (rebase.FUZZ, rebase.THREE_WAY)]
     if fuzzy:
-        kinds = {r.status for r in own if r.status in (rebase.FUZZ, rebase.THREE_WAY)}
+        kinds = {r.status for r in fuzzy}
         how = ("reduced context" if kinds == {rebase.FUZZ} else "a 3-way merge (git am -3)"
                if kinds == {rebase.THREE_WAY} else "reduced context or a 3-way merge")
-        return FUZZ, f"applies only with {how}: {'; '.join(fuzzy)}; regenerate the series for " \
-                     f"{checkout.base.name}"
+        return FUZZ, f"applies only with {how}: {'; '.join(f'{r.patch} ({r.detail})' for r in fuzzy)}; regenerate " \
+                     f"the series for {checkout.base.name}"
     moved = [f"{r.patch}: {r.detail}" for r in own if r.status == rebase.OFFSET]
     return APPLIES, ("with offsets: " + "; ".join(moved)) if moved else ""
 
