@@ -50,4 +50,4 @@ def _put_back_a_killed_swap(args) -> None:
     pid = normalize_id(args.pack)
     target = packs.get(pid, {}).get("target") if isinstance(packs, dict) else None
     if isinstance(target, str) and target:
-        edit.recover_killed_regen(pid, root / "patches" / target / pid)
+        edit.recover_killed_regen(pid, series.series_dir(root, target, pid))
