@@ -398,8 +398,8 @@ def _branches(mirror: Path) -> dict[str, str]:
 def _heads_touching(mirror: Path, files: tuple[str, ...], heads: dict[int, tuple[str, str]],
                     branches: dict[str, str]) -> set[int]:
     """The PRs among ``heads`` (refs/pull/N/head or /merge) with a commit no branch of the mirror has that changes
-    one of ``files``. One walk of
-    git over every head at once (``log --stdin --source``: each commit with the ref that reached it) finds them;
+    one of ``files``. One walk of git over every head at once (``log --stdin --source``: each commit with the ref
+    that reached it) finds them;
     a commit two heads share (a PR stacked on another) names one of them, so the walk runs again without the
     heads found until it finds no more. Thousands of PR heads cost seconds, not a merge base each."""
     if not heads or not files:
@@ -462,21 +462,18 @@ def mirror_pulls(mirror: Path, slug: str, fp: Footprint, since: str, source: str
         (n, f"{merges[n][0]}^1", *merges[n]) for n in sorted(_heads_touching(mirror, fp.files, merges, branches))]
     changes += [(n, None, *heads[n]) for n in sorted(_heads_touching(mirror, fp.files, heads, branches))]
     found = []
-    for number, before, ref, when in sorted(changes, key=lambda c: c[0]):
-        if when[:10] < since:
-            continue
-        alone = before is None
+    for number, before, ref, when in sorted(changes, key=lambda c: c[0]):  # both within ``since`` already
         start = before or _fork_point(mirror, ref, branches)  # a head alone: from where it left its branch
         if start is None:
             continue
         diff = git.call(mirror, "diff", "-U0", start, ref, "--", *fp.files)
-        if alone and base_commit and diff.ok and diff.stdout.strip() and _landed_in(
-                mirror, base_commit, git.call(mirror, "diff", start, ref, "--", *fp.files).stdout):
-            continue  # squash-merged before our base: its change is in what the pack is made on
         hunks = parse_diff(diff.stdout) if diff.ok else []
         overlap, where = fp.describe(scoped(hunks, spans) if spans is not None else hunks)
         if overlap is None:
             continue
+        if before is None and base_commit and _landed_in(  # asked only of a head that overlaps: a diff and an apply
+                mirror, base_commit, git.call(mirror, "diff", start, ref, "--", *fp.files).stdout):
+            continue  # squash-merged before our base: its change is in what the pack is made on
         meta: dict = {}  # asked only for a PR that overlaps: an API call each
         if get is not None:
             try:
