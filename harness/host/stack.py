@@ -128,6 +128,11 @@ def compose(ctx: Context, target: str, base: str | None = None, leave: Mapping[s
     return Stack(target, pin.name, pin.pin, tuple(packs), tuple(patches), tuple(out))
 
 
+def _series_json(patches) -> list[dict]:
+    """A pack's series as a manifest names it: each patch's file name and sha256, in order."""
+    return [{"name": p.name, "sha256": p.sha256} for p in patches]
+
+
 def _files(patches) -> set[str]:
     return {f for p in patches for f in p.files}
 
@@ -149,7 +154,7 @@ def manifest_of(ctx: Context, stack: Stack, version: str) -> dict:
     for pack in stack.packs:
         own = [p for p in stack.patches if p.pack == pack.id]
         packs.append({"id": pack.id, "title": pack.title, "kind": pack.kind, "state": pack.state,
-                      "series": [{"name": p.name, "sha256": p.sha256} for p in own],
+                      "series": _series_json(own),
                       "files": sorted(_files(own)),
                       "threads": [{"url": t.url, "role": t.role, "state": t.state} for t in pack.threads],
                       "mitigation": pack.mitigation})
@@ -305,8 +310,8 @@ def exit_of(checks: list[LaneCheck]) -> Exit:
 def summary(stack: Stack) -> dict:
     """What a manifest says of a stack without building it: its label, pin, packs with their series, what is out."""
     return {"version": stack.label, "base": stack.base, "base_pin": stack.pin, "series_key": stack.key,
-            "packs": [{"id": p.id, "series": [{"name": x.name, "sha256": x.sha256} for x in stack.patches
-                                              if x.pack == p.id]} for p in stack.packs],
+            "packs": [{"id": p.id, "series": _series_json(x for x in stack.patches if x.pack == p.id)}
+                      for p in stack.packs],
             "left_out": [{"pack": o.pack, "why": o.why} for o in stack.left_out]}
 
 
